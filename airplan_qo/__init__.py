@@ -1,0 +1,34 @@
+"""AirPlan-QO: a query-optimizer-style planning engine for over-the-air decentralized FL."""
+
+from __future__ import annotations
+
+from .errors import (
+    AirPlanError,
+    BindError,
+    CatalogError,
+    CatalogLockedError,
+    DataError,
+    ExecutionError,
+    ParseError,
+    PlanningError,
+    SchemaVersionError,
+    UnknownNameError,
+    ValidationError,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "__version__",
+    "AirPlanError",
+    "BindError",
+    "CatalogError",
+    "CatalogLockedError",
+    "DataError",
+    "ExecutionError",
+    "ParseError",
+    "PlanningError",
+    "SchemaVersionError",
+    "UnknownNameError",
+    "ValidationError",
+]

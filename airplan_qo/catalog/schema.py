@@ -1,0 +1,333 @@
+"""The catalog's SQL schema and its forward migrations.
+
+The objects live in the ``main`` schema of the catalog file. A :class:`~airplan_qo.catalog.store.
+Catalog` attaches the file under the database name :data:`CATALOG_NAME` (``airplan``), so
+``airplan.plans`` or ``airplan.ape(...)`` work on its connection whatever the file is called, and
+the stock ``duckdb`` CLI opening the default ``airplan.duckdb`` sees the same names. (A schema
+called ``airplan`` inside a file called ``airplan.duckdb`` would make every ``airplan.x`` ambiguous
+in DuckDB, which is why the objects are not in a schema of that name.)
+
+The DDL is plain SQL and names no database: tables, sequences, views and SQL macros are all
+stored in the file, so any DuckDB client can use them without this package (Python UDFs would not
+persist; nothing here depends on one). View bodies bind inside the file; table macro bodies bind
+where they are called, so they need the catalog to be the default database (it is, on a Catalog
+connection and in ``duckdb airplan.duckdb``).
+
+Migrations only move forward. Each one has a version, a description and a list of statements;
+:class:`~airplan_qo.catalog.store.Catalog` applies the pending ones in a single transaction and
+records each in ``airplan.schema_version``. To change the schema, append a migration and leave
+the earlier ones untouched: files already written by them must keep upgrading the same way.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+#: The database name a Catalog connection gives the catalog file (``ATTACH ... AS airplan``).
+CATALOG_NAME = "airplan"
+
+# Default for every created_at column: the instant of insertion, as a UTC wall-clock TIMESTAMP.
+_NOW_UTC = "timezone('UTC', current_timestamp)"
+
+
+@attrs.frozen
+class Migration:
+    """One forward step of the schema: the version it produces and the SQL that gets there."""
+
+    version: int
+    description: str
+    statements: tuple[str, ...]
+
+
+def _seq(name: str) -> str:
+    return f"CREATE SEQUENCE {name} START 1"
+
+
+_V1: tuple[str, ...] = (
+    f"""CREATE TABLE schema_version (
+        version INTEGER PRIMARY KEY,
+        description VARCHAR NOT NULL,
+        applied_at TIMESTAMP NOT NULL DEFAULT {_NOW_UTC}
+    )""",
+    _seq("workload_id_seq"),
+    _seq("topology_id_seq"),
+    _seq("planning_run_id_seq"),
+    _seq("plan_id_seq"),
+    _seq("exec_id_seq"),
+    _seq("feedback_id_seq"),
+    _seq("calibration_id_seq"),
+    _seq("release_id_seq"),
+    # ---- workloads and their statistics ----------------------------------------------------
+    f"""CREATE TABLE workloads (
+        workload_id BIGINT PRIMARY KEY DEFAULT nextval('workload_id_seq'),
+        dataset VARCHAR NOT NULL,
+        n_clients INTEGER NOT NULL CHECK (n_clients > 0),
+        partition_scheme VARCHAR NOT NULL,
+        alpha DOUBLE CHECK (alpha IS NULL OR alpha > 0),
+        partition_seed BIGINT NOT NULL CHECK (partition_seed >= 0),
+        data_seed BIGINT NOT NULL CHECK (data_seed >= 0),
+        options JSON NOT NULL DEFAULT '{{}}',
+        fingerprint VARCHAR NOT NULL UNIQUE,
+        created_at TIMESTAMP NOT NULL DEFAULT {_NOW_UTC}
+    )""",
+    f"""CREATE TABLE client_sketches (
+        workload_id BIGINT NOT NULL,
+        stats_version INTEGER NOT NULL CHECK (stats_version >= 1),
+        client INTEGER NOT NULL CHECK (client >= 0),
+        n_records BIGINT NOT NULL CHECK (n_records >= 0),
+        depth INTEGER NOT NULL CHECK (depth > 0),
+        width INTEGER NOT NULL CHECK (width > 0),
+        hash_seed BIGINT NOT NULL,
+        counts INTEGER[] NOT NULL CHECK (len(counts) = depth * width),
+        noise_sigma DOUBLE NOT NULL DEFAULT 0 CHECK (noise_sigma >= 0),
+        PRIMARY KEY (workload_id, stats_version, client)
+    )""",
+    f"""CREATE TABLE workload_stats (
+        workload_id BIGINT NOT NULL,
+        stats_version INTEGER NOT NULL CHECK (stats_version >= 1),
+        n_clients INTEGER NOT NULL CHECK (n_clients > 0),
+        n_classes INTEGER NOT NULL CHECK (n_classes > 0),
+        n_records BIGINT NOT NULL CHECK (n_records >= 0),
+        sketch_eps DOUBLE NOT NULL CHECK (sketch_eps > 0 AND sketch_eps < 1),
+        sketch_delta DOUBLE NOT NULL CHECK (sketch_delta > 0 AND sketch_delta < 1),
+        depth INTEGER NOT NULL CHECK (depth > 0),
+        width INTEGER NOT NULL CHECK (width > 0),
+        alpha_paper DOUBLE,
+        alpha_dirichlet DOUBLE,
+        label_entropy DOUBLE,
+        sketch_bytes BIGINT NOT NULL CHECK (sketch_bytes >= 0),
+        model_bytes BIGINT NOT NULL CHECK (model_bytes >= 0),
+        stats_overhead DOUBLE,
+        dp_epsilon DOUBLE CHECK (dp_epsilon IS NULL OR dp_epsilon >= 0),
+        dp_delta DOUBLE CHECK (dp_delta IS NULL OR (dp_delta >= 0 AND dp_delta < 1)),
+        created_at TIMESTAMP NOT NULL DEFAULT {_NOW_UTC},
+        PRIMARY KEY (workload_id, stats_version)
+    )""",
+    # ---- topology cache ---------------------------------------------------------------------
+    f"""CREATE TABLE topologies (
+        topology_id BIGINT PRIMARY KEY DEFAULT nextval('topology_id_seq'),
+        family VARCHAR NOT NULL,
+        params JSON NOT NULL DEFAULT '{{}}',
+        n_nodes INTEGER NOT NULL CHECK (n_nodes > 0),
+        seed BIGINT NOT NULL,
+        weights_rule VARCHAR NOT NULL,
+        n_edges BIGINT NOT NULL CHECK (n_edges = len(edges_src)),
+        max_degree INTEGER NOT NULL CHECK (max_degree >= 0),
+        mean_degree DOUBLE NOT NULL CHECK (mean_degree >= 0),
+        lambda2_laplacian DOUBLE,
+        lambda2_normalized DOUBLE,
+        mixing_rho DOUBLE,
+        mixing_gap DOUBLE,
+        mixing_p DOUBLE,
+        slots_per_round INTEGER CHECK (slots_per_round IS NULL OR slots_per_round > 0),
+        slots_lower_bound INTEGER CHECK (slots_lower_bound IS NULL OR slots_lower_bound > 0),
+        edges_src INTEGER[] NOT NULL,
+        edges_dst INTEGER[] NOT NULL CHECK (len(edges_dst) = len(edges_src)),
+        weights DOUBLE[] NOT NULL CHECK (len(weights) = len(edges_src)),
+        self_weights DOUBLE[] NOT NULL CHECK (len(self_weights) = n_nodes),
+        compute_ms DOUBLE,
+        created_at TIMESTAMP NOT NULL DEFAULT {_NOW_UTC},
+        UNIQUE (family, params, n_nodes, seed, weights_rule)
+    )""",
+    # ---- planning ---------------------------------------------------------------------------
+    f"""CREATE TABLE planning_runs (
+        planning_run_id BIGINT PRIMARY KEY DEFAULT nextval('planning_run_id_seq'),
+        workload_id BIGINT,
+        statement VARCHAR NOT NULL,
+        estimator VARCHAR NOT NULL,
+        objective VARCHAR NOT NULL,
+        sla VARCHAR,
+        sla_threshold DOUBLE,
+        n_candidates INTEGER NOT NULL CHECK (n_candidates >= 0),
+        chosen_plan_id BIGINT,
+        fallback BOOLEAN NOT NULL DEFAULT false,
+        warnings VARCHAR[] NOT NULL DEFAULT [],
+        planning_time_ms DOUBLE CHECK (planning_time_ms IS NULL OR planning_time_ms >= 0),
+        created_at TIMESTAMP NOT NULL DEFAULT {_NOW_UTC}
+    )""",
+    f"""CREATE TABLE plans (
+        plan_id BIGINT PRIMARY KEY DEFAULT nextval('plan_id_seq'),
+        planning_run_id BIGINT NOT NULL,
+        chosen BOOLEAN NOT NULL DEFAULT false,
+        rank INTEGER CHECK (rank IS NULL OR rank >= 1),
+        family VARCHAR NOT NULL,
+        topology_params JSON NOT NULL DEFAULT '{{}}',
+        topology_seed BIGINT,
+        weights_rule VARCHAR NOT NULL,
+        topology_id BIGINT,
+        k_ratio DOUBLE NOT NULL CHECK (k_ratio > 0 AND k_ratio <= 1),
+        algorithm VARCHAR NOT NULL,
+        snr_db DOUBLE,
+        g_th DOUBLE CHECK (g_th IS NULL OR g_th >= 0),
+        tx_power_dbm DOUBLE,
+        est_rounds DOUBLE CHECK (est_rounds IS NULL OR est_rounds >= 0),
+        reaches_target BOOLEAN NOT NULL,
+        est_accuracy DOUBLE,
+        est_accuracy_lo DOUBLE,
+        est_accuracy_hi DOUBLE,
+        channel_uses DOUBLE,
+        slots DOUBLE,
+        airtime_s DOUBLE,
+        energy_j DOUBLE,
+        bits DOUBLE,
+        privacy_epsilon DOUBLE,
+        total_cost DOUBLE,
+        pruned_reason VARCHAR,
+        calibration_ids BIGINT[] NOT NULL DEFAULT [],
+        terms JSON NOT NULL DEFAULT '{{}}',
+        CHECK (NOT chosen OR pruned_reason IS NULL)
+    )""",
+    # ---- execution --------------------------------------------------------------------------
+    f"""CREATE TABLE executions (
+        exec_id BIGINT PRIMARY KEY DEFAULT nextval('exec_id_seq'),
+        plan_id BIGINT NOT NULL,
+        status VARCHAR NOT NULL DEFAULT 'running'
+            CHECK (status IN ('running', 'succeeded', 'failed', 'aborted')),
+        started_at TIMESTAMP NOT NULL DEFAULT {_NOW_UTC},
+        finished_at TIMESTAMP,
+        actual_rounds INTEGER CHECK (actual_rounds IS NULL OR actual_rounds >= 0),
+        final_accuracy DOUBLE,
+        final_loss DOUBLE,
+        client_acc_mean DOUBLE,
+        client_acc_var DOUBLE,
+        jain_fairness DOUBLE,
+        data_seed BIGINT NOT NULL,
+        train_seed BIGINT NOT NULL,
+        channel_seed BIGINT NOT NULL,
+        reason VARCHAR,
+        checkpoint_path VARCHAR,
+        resumed_from BIGINT,
+        options JSON NOT NULL DEFAULT '{{}}'
+    )""",
+    f"""CREATE TABLE round_stats (
+        exec_id BIGINT NOT NULL,
+        round INTEGER NOT NULL CHECK (round >= 0),
+        test_accuracy DOUBLE,
+        client_acc_mean DOUBLE,
+        client_acc_min DOUBLE,
+        train_loss DOUBLE,
+        consensus_distance DOUBLE,
+        channel_uses DOUBLE,
+        slots DOUBLE,
+        energy_j DOUBLE,
+        bits DOUBLE,
+        link_drop_rate DOUBLE,
+        dropout_rate DOUBLE,
+        wall_time_s DOUBLE,
+        PRIMARY KEY (exec_id, round)
+    )""",
+    # ---- learning from executions -----------------------------------------------------------
+    f"""CREATE TABLE feedback (
+        feedback_id BIGINT PRIMARY KEY DEFAULT nextval('feedback_id_seq'),
+        exec_id BIGINT NOT NULL,
+        plan_id BIGINT NOT NULL,
+        estimator VARCHAR NOT NULL,
+        metric VARCHAR NOT NULL,
+        estimated DOUBLE,
+        actual DOUBLE,
+        model_term DOUBLE,
+        censored BOOLEAN NOT NULL DEFAULT false,
+        created_at TIMESTAMP NOT NULL DEFAULT {_NOW_UTC}
+    )""",
+    f"""CREATE TABLE calibration (
+        calibration_id BIGINT PRIMARY KEY DEFAULT nextval('calibration_id_seq'),
+        estimator VARCHAR NOT NULL,
+        scope VARCHAR NOT NULL CHECK (scope IN ('global', 'dataset', 'dataset_family')),
+        scope_key VARCHAR NOT NULL DEFAULT '' CHECK (scope <> 'global' OR scope_key = ''),
+        constant_name VARCHAR NOT NULL,
+        value DOUBLE NOT NULL,
+        n_obs INTEGER NOT NULL CHECK (n_obs >= 0),
+        fit_error DOUBLE,
+        source VARCHAR NOT NULL,
+        superseded_by BIGINT CHECK (superseded_by IS NULL OR superseded_by > calibration_id),
+        created_at TIMESTAMP NOT NULL DEFAULT {_NOW_UTC}
+    )""",
+    f"""CREATE TABLE privacy_ledger (
+        release_id BIGINT PRIMARY KEY DEFAULT nextval('release_id_seq'),
+        workload_id BIGINT NOT NULL,
+        stats_version INTEGER NOT NULL CHECK (stats_version >= 1),
+        mechanism VARCHAR NOT NULL,
+        sensitivity DOUBLE NOT NULL CHECK (sensitivity >= 0),
+        sigma DOUBLE NOT NULL CHECK (sigma >= 0),
+        epsilon DOUBLE NOT NULL CHECK (epsilon >= 0),
+        delta DOUBLE NOT NULL CHECK (delta >= 0 AND delta <= 1),
+        cumulative_epsilon DOUBLE NOT NULL CHECK (cumulative_epsilon >= 0),
+        cumulative_delta DOUBLE NOT NULL CHECK (cumulative_delta >= 0 AND cumulative_delta <= 1),
+        note VARCHAR,
+        created_at TIMESTAMP NOT NULL DEFAULT {_NOW_UTC}
+    )""",
+    # ---- macros (persisted in the file; usable from any DuckDB client) ----------------------
+    """CREATE MACRO ape(est, act) AS
+        100.0 * abs(est - act) / nullif(abs(act), 0)""",
+    """CREATE MACRO rel_err(est, act) AS
+        (est - act) / nullif(abs(act), 0)""",
+    """CREATE MACRO within(x, lo, hi) AS
+        x >= lo AND x <= hi""",
+    """CREATE MACRO curve(e) AS TABLE
+        SELECT * FROM round_stats WHERE exec_id = e ORDER BY round""",
+    """CREATE MACRO candidates(r) AS TABLE
+        SELECT * FROM plans WHERE planning_run_id = r
+        ORDER BY rank NULLS LAST, plan_id""",
+    """CREATE MACRO last_candidates() AS TABLE
+        SELECT * FROM plans
+        WHERE planning_run_id = (SELECT max(planning_run_id) FROM planning_runs)
+        ORDER BY rank NULLS LAST, plan_id""",
+    # ---- views (bodies bind inside the file, so they work under any database name) ----------
+    """CREATE VIEW v_estimate_vs_actual AS
+        SELECT f.feedback_id, f.exec_id, f.plan_id, p.planning_run_id, f.estimator,
+               p.family, p.k_ratio, f.metric, f.estimated, f.actual, f.model_term,
+               100.0 * abs(f.estimated - f.actual) / nullif(abs(f.actual), 0) AS ape,
+               f.censored, f.created_at
+        FROM feedback AS f
+        JOIN plans AS p ON p.plan_id = f.plan_id""",
+    """CREATE VIEW v_current_calibration AS
+        SELECT * FROM calibration WHERE superseded_by IS NULL""",
+)
+
+#: Every migration, oldest first; versions are consecutive from 1.
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "initial catalog: workloads, statistics, topologies, plans, executions, "
+                 "feedback, calibration, privacy ledger, views and macros", _V1),
+)
+
+#: The schema version this code writes and expects.
+SCHEMA_VERSION: int = MIGRATIONS[-1].version
+
+#: Tables whose rows get a generated id, mapped to that id column and its sequence.
+ID_COLUMNS: dict[str, str] = {
+    "workloads": "workload_id",
+    "topologies": "topology_id",
+    "planning_runs": "planning_run_id",
+    "plans": "plan_id",
+    "executions": "exec_id",
+    "feedback": "feedback_id",
+    "calibration": "calibration_id",
+    "privacy_ledger": "release_id",
+}
+
+SEQUENCES: dict[str, str] = {table: f"{column}_seq" for table, column in ID_COLUMNS.items()}
+
+#: Every table of the current schema (``schema_version`` included).
+TABLES: tuple[str, ...] = (
+    "schema_version", "workloads", "client_sketches", "workload_stats", "topologies",
+    "planning_runs", "plans", "executions", "round_stats", "feedback", "calibration",
+    "privacy_ledger",
+)
+
+VIEWS: tuple[str, ...] = ("v_estimate_vs_actual", "v_current_calibration")
+
+MACROS: tuple[str, ...] = ("ape", "rel_err", "within", "curve", "candidates", "last_candidates")
+
+
+def pending(current: int) -> tuple[Migration, ...]:
+    """The migrations that bring a catalog at version ``current`` up to :data:`SCHEMA_VERSION`."""
+    return tuple(m for m in MIGRATIONS if m.version > current)
+
+
+def _check_migrations() -> None:
+    versions = [m.version for m in MIGRATIONS]
+    if versions != list(range(1, len(versions) + 1)):
+        raise RuntimeError(f"catalog migrations must be numbered 1..n in order, got {versions}")
+
+
+_check_migrations()

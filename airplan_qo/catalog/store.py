@@ -1,0 +1,803 @@
+"""The DuckDB catalog store: the engine's memory and the only code that writes to it.
+
+One :class:`Catalog` wraps one DuckDB connection to one file (or ``:memory:``). Opening it for
+writing creates or migrates the schema; opening it read-only checks that the schema is there.
+Bulk data (sketches, candidate plans, per-round statistics) travels through Arrow in both
+directions, never through per-row Python loops. DuckDB errors are turned into
+:class:`~airplan_qo.errors.CatalogError` (or a subclass) whose message names the file.
+
+The file is attached under the database name ``airplan`` (see
+:data:`~airplan_qo.catalog.schema.CATALOG_NAME`), so ``airplan.<table>`` works on the connection
+whatever the file is called. DuckDB allows one read-write process per file, and while a writer
+holds the file no other process can open it at all, not even read-only; several read-only
+processes can share a file. Within one process, Catalogs on the same file and mode share one
+DuckDB database (each with its own connection and transactions).
+
+Every helper reads its results to the end: DuckDB 2.0 refuses new work (registering an Arrow
+table, starting a relation) on a connection whose last ``execute()`` result is only partly read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import itertools
+import json
+import os
+import re
+import sys
+import threading
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from airplan_qo.catalog.schema import (
+    CATALOG_NAME,
+    ID_COLUMNS,
+    SCHEMA_VERSION,
+    SEQUENCES,
+    TABLES,
+    pending,
+)
+from airplan_qo.errors import (
+    CatalogError,
+    CatalogLockedError,
+    SchemaVersionError,
+    ValidationError,
+)
+
+ENV_VAR = "AIRPLAN_CATALOG"
+DEFAULT_PATH = "airplan.duckdb"
+MEMORY = ":memory:"
+
+_LOCK_RE = re.compile(r"Conflicting lock is held in (?P<exe>.+?) \(PID (?P<pid>\d+)\)")
+_INT32_MAX = np.iinfo(np.int32).max
+_INT32_MIN = np.iinfo(np.int32).min
+_INT64_MAX = np.iinfo(np.int64).max
+_INT64_MIN = np.iinfo(np.int64).min
+_arrow_names = itertools.count()
+
+# Fully qualified prefix of every catalog object on a Catalog connection.
+_Q = f"{CATALOG_NAME}.main"
+
+# Databases opened by this process, by (path, read_only): the root connection and its users.
+_open_databases: dict[tuple[str, bool], list[Any]] = {}
+_open_lock = threading.RLock()  # re-entrant: __del__ may close a Catalog while one opens
+
+
+class Sketches(NamedTuple):
+    """Per-client Count-Min sketches of one workload statistics version, as numpy arrays."""
+
+    counts: np.ndarray  # (n_clients, depth, width) int32
+    n_records: np.ndarray  # (n_clients,) int64
+    hash_seed: int
+    noise_sigma: float
+
+
+def resolve_path(path: str | os.PathLike[str] | None = None) -> str:
+    """The catalog location: ``path``, else ``$AIRPLAN_CATALOG``, else ``./airplan.duckdb``."""
+    if path is None:
+        path = os.environ.get(ENV_VAR) or DEFAULT_PATH
+    path = os.fspath(path)
+    if path == MEMORY:
+        return MEMORY
+    return str(Path(path).expanduser().absolute())
+
+
+def canonical_json(value: Any) -> str:
+    """A JSON text with sorted keys and no spaces, so equal objects compare equal as text."""
+    if isinstance(value, str):
+        value = json.loads(value)
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=_json_default)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+class Catalog:
+    """A connection to the AirPlan catalog (a DuckDB file or ``:memory:``).
+
+    Use :meth:`open` (or the constructor) and close it with :meth:`close` or a ``with`` block.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, read_only: bool = False):
+        self.path = resolve_path(path)
+        self.read_only = bool(read_only)
+        self._tx_depth = 0
+        self._columns: dict[str, dict[str, str]] = {}
+        if self.read_only and self.path == MEMORY:
+            raise CatalogError("an in-memory catalog cannot be opened read-only: it would be empty")
+        if self.read_only and not os.path.exists(self.path):
+            raise CatalogError(f"catalog file {self.path} does not exist; a read-only open needs "
+                               "an existing catalog (open it once read-write to create it)")
+        self._con: duckdb.DuckDBPyConnection | None = None
+        self._con = self._connect()
+        try:
+            if self.read_only:
+                self._check_schema_read_only()
+            else:
+                self._migrate()
+            self._load_columns()
+        except BaseException:
+            self.close()
+            raise
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str] | None = None, *,
+             read_only: bool = False) -> Catalog:
+        """Open the catalog at ``path`` (see :func:`resolve_path`); writers create or migrate it."""
+        return cls(path, read_only=read_only)
+
+    #: Same as :meth:`open`, for readers who expect DB-API naming.
+    connect = open
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    def __enter__(self) -> Catalog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        # a forgotten Catalog must not keep the file locked for the rest of the process
+        with contextlib.suppress(Exception):
+            self.close()
+
+    def __repr__(self) -> str:
+        mode = "read-only" if self.read_only else "read-write"
+        state = "closed" if self._con is None else "open"
+        return f"Catalog({self.path!r}, {mode}, {state})"
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` has been called."""
+        return self._con is None
+
+    def close(self) -> None:
+        """Close the connection (and release the file lock with the last user); idempotent."""
+        if self._con is None:
+            return
+        con, self._con = self._con, None
+        with contextlib.suppress(duckdb.Error):
+            con.close()
+        if self.path == MEMORY:
+            with contextlib.suppress(duckdb.Error):
+                self._memory_root.close()
+            return
+        key = (self.path, self.read_only)
+        with _open_lock:
+            entry = _open_databases.get(key)
+            if entry is None:
+                return
+            entry[1] -= 1
+            if entry[1] <= 0:
+                del _open_databases[key]
+                with contextlib.suppress(duckdb.Error):
+                    entry[0].close()
+
+    def _connect(self) -> duckdb.DuckDBPyConnection:
+        """A connection whose default database is the catalog file, attached as ``airplan``."""
+        key = (self.path, self.read_only)
+        with _open_lock:
+            entry = _open_databases.get(key)
+            if entry is None:
+                if self.path != MEMORY and (self.path, not self.read_only) in _open_databases:
+                    mode = "read-write" if self.read_only else "read-only"
+                    raise _locked(
+                        f"catalog file {self.path} is already open {mode} in this process; "
+                        "DuckDB cannot open one file read-only and read-write in the same "
+                        "process. Close the other Catalog first or reuse it.",
+                        sys.executable, os.getpid())
+                root = duckdb.connect()
+                try:
+                    options = "TYPE DUCKDB, READ_ONLY" if self.read_only else "TYPE DUCKDB"
+                    root.execute(f"ATTACH ? AS {CATALOG_NAME} ({options})", [self.path])
+                except duckdb.Error as exc:
+                    root.close()
+                    raise self._open_error(exc) from None
+                entry = [root, 0]
+                if self.path != MEMORY:
+                    _open_databases[key] = entry
+            try:
+                con = entry[0].cursor()
+                con.execute(f"USE {CATALOG_NAME}")
+            except duckdb.Error as exc:
+                raise self._open_error(exc) from None
+            entry[1] += 1
+            if self.path == MEMORY:
+                self._memory_root = entry[0]  # an in-memory catalog dies with its Catalog
+            return con
+
+    def _open_error(self, exc: duckdb.Error) -> CatalogError:
+        msg = str(exc)
+        lock = _LOCK_RE.search(msg)
+        if lock is not None:
+            exe, pid = lock.group("exe"), int(lock.group("pid"))
+            if "read-only mode" in msg:
+                hint = ("That process has it open read-only, so you can open it read-only too "
+                        "(--read-only, or Catalog.open(path, read_only=True)); writing has to "
+                        "wait until it exits.")
+            elif self.read_only:
+                hint = ("That process holds it for writing, and while it does DuckDB lets no "
+                        "other process open the file, not even with --read-only. Wait for it to "
+                        "finish or stop it.")
+            else:
+                hint = ("DuckDB allows one read-write process per file. Wait for that process "
+                        "to finish or stop it; once it is gone, readers can also use --read-only "
+                        "(Catalog.open(path, read_only=True)) to share the file.")
+            return _locked(f"catalog file {self.path} is locked by another process: {exe} "
+                           f"(PID {pid}). {hint}", exe, pid)
+        if "Unique file handle conflict" in msg:
+            return _locked(f"catalog file {self.path} is already open in this process under "
+                           f"another name ({_strip(msg)}); close it first",
+                           sys.executable, os.getpid())
+        if "not a valid DuckDB database" in msg or "Corrupt database" in msg:
+            return CatalogError(f"catalog file {self.path} is not a DuckDB database or is "
+                                f"corrupt ({_strip(msg)}); it was left unchanged")
+        if "does not exist" in msg and self.read_only:
+            return CatalogError(f"catalog file {self.path} does not exist; a read-only open needs "
+                                "an existing catalog")
+        return CatalogError(f"cannot open catalog file {self.path}: {_strip(msg)}")
+
+    # ---- schema ------------------------------------------------------------------------------
+
+    def _current_version(self) -> int | None:
+        """The recorded schema version, or None when the file has no ``airplan`` catalog."""
+        found = self._con.execute(
+            "SELECT count(*) FROM duckdb_tables() WHERE database_name = ? "
+            "AND schema_name = 'main' AND table_name = 'schema_version'",
+            [CATALOG_NAME]).fetchall()[0][0]
+        if not found:
+            return None
+        row = self._con.execute(f"SELECT max(version) FROM {_Q}.schema_version").fetchall()[0]
+        return 0 if row[0] is None else int(row[0])
+
+    def _newer_error(self, version: int) -> SchemaVersionError:
+        return SchemaVersionError(
+            f"catalog file {self.path} has schema version {version}, but this version of "
+            f"airplan-qo understands schema versions up to {SCHEMA_VERSION}. Upgrade airplan-qo "
+            "to use this catalog (the file was left unchanged).")
+
+    def _migrate(self) -> None:
+        """Create the schema or bring it forward, all in one transaction."""
+        con = self._con
+        try:
+            con.execute("BEGIN TRANSACTION")
+            try:
+                current = self._current_version()
+                if current is not None and current > SCHEMA_VERSION:
+                    raise self._newer_error(current)
+                for step in pending(current or 0):
+                    for statement in step.statements:
+                        con.execute(statement)
+                    con.execute(f"INSERT INTO {_Q}.schema_version (version, description) "
+                                "VALUES (?, ?)", [step.version, step.description])
+            except BaseException:
+                with contextlib.suppress(duckdb.Error):
+                    con.execute("ROLLBACK")
+                raise
+            con.execute("COMMIT")
+        except duckdb.Error as exc:
+            raise CatalogError(f"cannot create or migrate the catalog schema in {self.path}: "
+                               f"{_strip(str(exc))}") from None
+
+    def _check_schema_read_only(self) -> None:
+        try:
+            current = self._current_version()
+        except duckdb.Error as exc:
+            raise CatalogError(
+                f"cannot read catalog file {self.path}: {_strip(str(exc))}") from None
+        if current is None:
+            raise CatalogError(
+                f"{self.path} is a DuckDB database but holds no AirPlan catalog (no "
+                "schema_version table); open it once read-write to create one")
+        if current > SCHEMA_VERSION:
+            raise self._newer_error(current)
+        if current < SCHEMA_VERSION:
+            raise CatalogError(
+                f"catalog file {self.path} has schema version {current}, older than this "
+                f"version's {SCHEMA_VERSION}; open it once read-write to migrate it")
+
+    def _load_columns(self) -> None:
+        rows = self._con.execute(
+            "SELECT table_name, column_name, data_type FROM duckdb_columns() "
+            "WHERE database_name = ? AND schema_name = 'main' AND list_contains(?, table_name) "
+            "ORDER BY table_name, column_index", [CATALOG_NAME, list(TABLES)]).fetchall()
+        self._columns = {}
+        for table, column, dtype in rows:
+            self._columns.setdefault(table, {})[column] = dtype
+
+    @property
+    def schema_version(self) -> int:
+        """The schema version recorded in the file."""
+        return int(self._scalar(f"SELECT max(version) FROM {_Q}.schema_version"))
+
+    def columns(self, table: str) -> list[str]:
+        """The column names of catalog table ``table``, in table order."""
+        return list(self._table_columns(table))
+
+    # ---- plumbing ----------------------------------------------------------------------------
+
+    @property
+    def _live(self) -> duckdb.DuckDBPyConnection:
+        if self._con is None:
+            raise CatalogError(f"catalog {self.path} is closed")
+        return self._con
+
+    @contextlib.contextmanager
+    def _errors(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except duckdb.Error as exc:
+            raise CatalogError(
+                f"{what} failed in catalog {self.path}: {_strip(str(exc))}") from None
+
+    def _writable(self, table: str) -> None:
+        if self.read_only:
+            raise CatalogError(f"catalog {self.path} is open read-only; cannot write to "
+                               f"{CATALOG_NAME}.{table}")
+
+    def _table_columns(self, table: str) -> dict[str, str]:
+        cols = self._columns.get(table)
+        if cols is None:
+            close = difflib.get_close_matches(table, TABLES, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ValidationError(f"unknown catalog table {table!r}{hint}")
+        return cols
+
+    def _check_columns(self, table: str, names: Any) -> dict[str, str]:
+        cols = self._table_columns(table)
+        for name in names:
+            if name not in cols:
+                close = difflib.get_close_matches(name, list(cols), n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise ValidationError(
+                    f"table {CATALOG_NAME}.{table} has no column {name!r}{hint}")
+        return cols
+
+    def _scalar(self, sql: str, params: list[Any] | None = None) -> Any:
+        with self._errors("query"):
+            rows = self._live.execute(sql, params or []).fetchall()
+        return rows[0][0] if rows else None
+
+    @contextlib.contextmanager
+    def _registered(self, table: pa.Table) -> Iterator[str]:
+        name = f"__airplan_arrow_{next(_arrow_names)}"
+        self._live.register(name, table)
+        try:
+            yield name
+        finally:
+            self._live.unregister(name)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Catalog]:
+        """BEGIN ... COMMIT around the block; ROLLBACK and re-raise on any exception.
+
+        Nested blocks join the outermost transaction (DuckDB has no savepoints), so an exception
+        anywhere inside undoes the whole outer block.
+        """
+        con = self._live
+        if self._tx_depth:
+            self._tx_depth += 1
+            try:
+                yield self
+            finally:
+                self._tx_depth -= 1
+            return
+        with self._errors("BEGIN"):
+            con.execute("BEGIN TRANSACTION")
+        self._tx_depth = 1
+        try:
+            yield self
+        except BaseException:
+            self._tx_depth = 0
+            with contextlib.suppress(duckdb.Error):
+                con.execute("ROLLBACK")
+            raise
+        self._tx_depth = 0
+        try:
+            con.execute("COMMIT")
+        except duckdb.Error as exc:
+            with contextlib.suppress(duckdb.Error):
+                con.execute("ROLLBACK")
+            raise CatalogError(
+                f"COMMIT failed in catalog {self.path}: {_strip(str(exc))}") from None
+
+    # ---- generic writes ----------------------------------------------------------------------
+
+    def insert_arrow(self, table: str, data: pa.Table | Mapping[str, Any]) -> int:
+        """Bulk-insert an Arrow table (or a dict of columns) into ``airplan.<table>`` by name.
+
+        Columns are matched by name; missing ones take their defaults. Returns the row count.
+        """
+        self._writable(table)
+        arrow = (data if isinstance(data, pa.Table)
+                 else _to_arrow(table, data, self._table_columns(table)))
+        self._check_columns(table, arrow.column_names)
+        if arrow.num_rows == 0:
+            return 0
+        with self._errors(f"insert into {CATALOG_NAME}.{table}"), self._registered(arrow) as name:
+            self._live.execute(f"INSERT INTO {_Q}.{table} BY NAME SELECT * FROM {name}")
+        return arrow.num_rows
+
+    def insert_rows(self, table: str, columns: Mapping[str, Any]) -> np.ndarray | None:
+        """Bulk-insert columns (equal-length sequences or numpy arrays) through Arrow.
+
+        For tables with a generated id, the ids are drawn from the table's sequence first and
+        returned in row order (int64 array); otherwise returns None.
+        """
+        self._writable(table)
+        cols = self._check_columns(table, columns)
+        arrow = _to_arrow(table, columns, cols)
+        id_col = ID_COLUMNS.get(table)
+        if id_col is None or id_col in columns:
+            self.insert_arrow(table, arrow)
+            return None if id_col is None else np.asarray(columns[id_col], dtype=np.int64)
+        with self.transaction():
+            with self._errors(f"id allocation for {CATALOG_NAME}.{table}"):
+                ids = self._live.execute(
+                    f"SELECT nextval('{_Q}.{SEQUENCES[table]}') FROM range(?)",
+                    [arrow.num_rows]).fetchnumpy()
+            id_array = np.asarray(next(iter(ids.values())), dtype=np.int64)
+            self.insert_arrow(table, arrow.append_column(id_col, pa.array(id_array)))
+        return id_array
+
+    def insert_row(self, table: str, row: Mapping[str, Any]) -> int | None:
+        """Insert one row (a dict of column values) and return its generated id (None if none).
+
+        Dict or list values of JSON columns are stored as canonical JSON; numpy arrays go to list
+        columns without a Python loop.
+        """
+        self._writable(table)
+        cols = self._check_columns(table, row)
+        id_col = ID_COLUMNS.get(table)
+        arrow = _to_arrow(table, {k: [v] for k, v in row.items()}, cols, one_row=row)
+        returning = f" RETURNING {id_col}" if id_col else ""
+        with self._errors(f"insert into {CATALOG_NAME}.{table}"), self._registered(arrow) as name:
+            if arrow.num_columns:
+                sql = f"INSERT INTO {_Q}.{table} BY NAME SELECT * FROM {name}{returning}"
+            else:
+                sql = f"INSERT INTO {_Q}.{table} DEFAULT VALUES{returning}"
+            result = self._live.execute(sql).fetchall()
+        return None if not id_col else int(result[0][0])
+
+    def update_row(self, table: str, row_id: int, values: Mapping[str, Any]) -> None:
+        """Set columns of the row of ``table`` whose generated id is ``row_id``.
+
+        Calibration rows are versioned and never updated here: use :meth:`supersede_calibration`.
+        """
+        self._writable(table)
+        if table == "calibration":
+            raise ValidationError("calibration rows are never overwritten; record new values "
+                                  "with supersede_calibration()")
+        id_col = ID_COLUMNS.get(table)
+        if id_col is None:
+            raise ValidationError(f"table {CATALOG_NAME}.{table} has no generated id; update_row "
+                                  f"works on {', '.join(sorted(ID_COLUMNS))}")
+        cols = self._check_columns(table, values)
+        if not values:
+            return
+        names = list(values)
+        params = [_param(values[n], cols[n]) for n in names]
+        assign = ", ".join(f'"{n}" = ?' for n in names)
+        with self._errors(f"update of {CATALOG_NAME}.{table}"):
+            found = self._live.execute(
+                f"UPDATE {_Q}.{table} SET {assign} WHERE {id_col} = ? RETURNING {id_col}",
+                [*params, int(row_id)]).fetchall()
+        if not found:
+            raise CatalogError(f"no row with {id_col} = {row_id} in {CATALOG_NAME}.{table} of "
+                               f"catalog {self.path}")
+
+    # ---- generic reads -----------------------------------------------------------------------
+
+    def query(self, sql: str, params: list[Any] | Mapping[str, Any] | None = None
+              ) -> list[dict[str, Any]]:
+        """Run a read query and return its rows as dicts (for small results)."""
+        with self._errors("query"):
+            cur = self._live.execute(sql, params if params is not None else [])
+            names = [d[0] for d in cur.description or ()]
+            return [dict(zip(names, r)) for r in cur.fetchall()]
+
+    def query_arrow(self, sql: str, params: list[Any] | Mapping[str, Any] | None = None
+                    ) -> pa.Table:
+        """Run a read query and return an Arrow table (for bulk results)."""
+        with self._errors("query"):
+            rel = self._live.sql(sql, params=params)
+            if rel is None:
+                raise CatalogError(f"query_arrow needs a statement that returns rows: {sql!r}")
+            return rel.to_arrow_table()
+
+    def execute_user_sql(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """Run arbitrary SQL from a user on the catalog connection; return (column names, rows).
+
+        Errors (syntax, unknown tables, writes on a read-only catalog) become CatalogError with
+        DuckDB's message. Several statements may be given; the last one's result is returned.
+        """
+        with self._errors("SQL"):
+            cur = self._live.execute(sql)
+            names = [d[0] for d in cur.description or ()]
+            rows = cur.fetchall() if names else []
+        return names, rows
+
+    # ---- workloads and sketches --------------------------------------------------------------
+
+    def find_workload(self, fingerprint: str) -> dict[str, Any] | None:
+        """The ``workloads`` row with this fingerprint, or None."""
+        rows = self.query(f"SELECT * FROM {_Q}.workloads WHERE fingerprint = ?", [fingerprint])
+        return rows[0] if rows else None
+
+    def next_stats_version(self, workload_id: int) -> int:
+        """One more than the highest statistics version recorded for the workload (1 if none)."""
+        return int(self._scalar(
+            f"SELECT coalesce(max(v), 0) + 1 FROM ("
+            f"SELECT max(stats_version) AS v FROM {_Q}.workload_stats WHERE workload_id = ? "
+            f"UNION ALL SELECT max(stats_version) FROM {_Q}.client_sketches "
+            f"WHERE workload_id = ?)", [int(workload_id), int(workload_id)]))
+
+    def write_sketches(self, workload_id: int, stats_version: int, counts: np.ndarray,
+                       n_records: np.ndarray, hash_seed: int, noise_sigma: float = 0.0) -> int:
+        """Store one Count-Min sketch per client (``counts`` shape (n_clients, depth, width)).
+
+        Each sketch becomes one row with a flat row-major INTEGER[]; the whole batch is a single
+        Arrow insert. Returns the number of clients written.
+        """
+        self._writable("client_sketches")
+        counts = np.asarray(counts)
+        n_records = np.asarray(n_records)
+        if counts.ndim != 3:
+            raise ValidationError(f"sketch counts must have shape (n_clients, depth, width), "
+                                  f"got shape {counts.shape}")
+        n, depth, width = counts.shape
+        if n == 0 or depth == 0 or width == 0:
+            raise ValidationError(f"sketch counts must be non-empty, got shape {counts.shape}")
+        if not np.issubdtype(counts.dtype, np.integer):
+            raise ValidationError(f"sketch counts must be integers, got dtype {counts.dtype}")
+        if counts.size and (counts.max() > _INT32_MAX or counts.min() < _INT32_MIN):
+            raise ValidationError("sketch counts do not fit the catalog's INTEGER cells "
+                                  f"(range {counts.min()}..{counts.max()})")
+        if n_records.shape != (n,) or not np.issubdtype(n_records.dtype, np.integer):
+            raise ValidationError(f"n_records must be an integer array of shape ({n},), got "
+                                  f"{n_records.dtype} {n_records.shape}")
+        if not noise_sigma >= 0:
+            raise ValidationError(f"noise_sigma must be >= 0, got {noise_sigma}")
+        if not _INT64_MIN <= int(hash_seed) <= _INT64_MAX:
+            raise ValidationError(f"hash_seed {hash_seed} does not fit the catalog's BIGINT")
+        cells = depth * width
+        flat = np.ascontiguousarray(counts, dtype=np.int32).reshape(-1)
+        offsets = np.arange(n + 1, dtype=np.int64) * cells
+        offset_type = pa.int32() if offsets[-1] <= _INT32_MAX else pa.int64()
+        list_cls = pa.ListArray if offset_type == pa.int32() else pa.LargeListArray
+        sketch_list = list_cls.from_arrays(pa.array(offsets, type=offset_type), pa.array(flat))
+        table = pa.table({
+            "workload_id": pa.array(np.full(n, int(workload_id), dtype=np.int64)),
+            "stats_version": pa.array(np.full(n, int(stats_version), dtype=np.int32)),
+            "client": pa.array(np.arange(n, dtype=np.int32)),
+            "n_records": pa.array(n_records.astype(np.int64, copy=False)),
+            "depth": pa.array(np.full(n, depth, dtype=np.int32)),
+            "width": pa.array(np.full(n, width, dtype=np.int32)),
+            "hash_seed": pa.array(np.full(n, int(hash_seed), dtype=np.int64)),
+            "counts": sketch_list,
+            "noise_sigma": pa.array(np.full(n, float(noise_sigma), dtype=np.float64)),
+        })
+        with self.transaction():
+            self.insert_arrow("client_sketches", table)
+        return n
+
+    def read_sketches(self, workload_id: int, stats_version: int) -> Sketches:
+        """Load the sketches written by :meth:`write_sketches` as numpy arrays (no Python loop).
+
+        Returns ``(counts (n_clients, depth, width) int32, n_records int64, hash_seed,
+        noise_sigma)``; raises CatalogError when there are none or they are inconsistent.
+        """
+        where = f"{_Q}.client_sketches WHERE workload_id = $w AND stats_version = $v"
+        params = {"w": int(workload_id), "v": int(stats_version)}
+        meta = self.query(
+            f"SELECT count(*) AS n, min(client) AS lo, max(client) AS hi, "
+            f"count(DISTINCT (depth, width, hash_seed, noise_sigma)) AS kinds, "
+            f"any_value(depth) AS depth, any_value(width) AS width, "
+            f"any_value(hash_seed) AS hash_seed, any_value(noise_sigma) AS noise_sigma "
+            f"FROM {where}", params)[0]
+        label = f"workload {workload_id}, stats version {stats_version}"
+        if meta["n"] == 0:
+            raise CatalogError(f"catalog {self.path} has no client sketches for {label}")
+        n = int(meta["n"])
+        if meta["kinds"] != 1 or meta["lo"] != 0 or meta["hi"] != n - 1:
+            raise CatalogError(f"client sketches for {label} in catalog {self.path} are "
+                               "inconsistent (clients not 0..n-1, or mixed depth/width/seed)")
+        depth, width = int(meta["depth"]), int(meta["width"])
+        table = self.query_arrow(
+            f"SELECT n_records, counts FROM {where} ORDER BY client", params)
+        lists = table.column("counts").combine_chunks()
+        values = lists.flatten().to_numpy(zero_copy_only=False)
+        if values.size != n * depth * width:
+            raise CatalogError(f"client sketches for {label} in catalog {self.path} have the "
+                               f"wrong number of cells ({values.size}, expected "
+                               f"{n} x {depth} x {width})")
+        # copies: arrays viewing Arrow buffers would be read-only
+        counts = np.array(values, dtype=np.int32).reshape(n, depth, width)
+        n_records = np.array(table.column("n_records").to_numpy(), dtype=np.int64)
+        return Sketches(counts, n_records, int(meta["hash_seed"]), float(meta["noise_sigma"]))
+
+    # ---- calibration -------------------------------------------------------------------------
+
+    def supersede_calibration(self, estimator: str, scope: str, scope_key: str,
+                              values: Mapping[str, float], *, n_obs: int | Mapping[str, int],
+                              source: str,
+                              fit_error: float | Mapping[str, float] | None = None
+                              ) -> dict[str, int]:
+        """Record new versions of calibration constants and retire the current ones.
+
+        For each constant a new ``calibration`` row is inserted; the rows it replaces (same
+        estimator, scope, scope_key and constant_name, not yet superseded) get ``superseded_by``
+        set to it. All in one transaction. Returns ``{constant_name: new calibration_id}``.
+        """
+        self._writable("calibration")
+        if not values:
+            return {}
+        names = list(values)
+
+        def per_name(v: Any) -> list[Any]:
+            return [v.get(k) for k in names] if isinstance(v, Mapping) else [v] * len(names)
+
+        with self.transaction():
+            ids = self.insert_rows("calibration", {
+                "estimator": [estimator] * len(names),
+                "scope": [scope] * len(names),
+                "scope_key": [scope_key] * len(names),
+                "constant_name": names,
+                "value": [float(values[k]) for k in names],
+                "n_obs": per_name(n_obs),
+                "fit_error": per_name(fit_error),
+                "source": [source] * len(names),
+            })
+            new = pa.table({"constant_name": names, "new_id": pa.array(ids)})
+            with self._errors("superseding calibration"), self._registered(new) as reg:
+                self._live.execute(
+                    f"UPDATE {_Q}.calibration AS c SET superseded_by = r.new_id "
+                    f"FROM {reg} AS r WHERE c.constant_name = r.constant_name "
+                    f"AND c.estimator = ? AND c.scope = ? AND c.scope_key = ? "
+                    f"AND c.superseded_by IS NULL AND c.calibration_id < r.new_id",
+                    [estimator, scope, scope_key])
+        return dict(zip(names, (int(i) for i in ids)))
+
+    def current_calibration(self, estimator: str, scope: str | None = None,
+                            scope_key: str | None = None) -> list[dict[str, Any]]:
+        """Current (not superseded) calibration rows of an estimator, optionally of one scope."""
+        sql = f"SELECT * FROM {_Q}.v_current_calibration WHERE estimator = ?"
+        params: list[Any] = [estimator]
+        if scope is not None:
+            sql += " AND scope = ?"
+            params.append(scope)
+        if scope_key is not None:
+            sql += " AND scope_key = ?"
+            params.append(scope_key)
+        return self.query(sql + " ORDER BY scope, scope_key, constant_name", params)
+
+    # ---- topology cache ----------------------------------------------------------------------
+
+    def cached_topology(self, family: str, params_json: str | Mapping[str, Any], n_nodes: int,
+                        seed: int, weights_rule: str) -> dict[str, Any] | None:
+        """The cached ``topologies`` row for this exact graph and weight rule, or None.
+
+        ``params_json`` is compared in canonical form (sorted keys); edge and weight lists come
+        back as numpy arrays.
+        """
+        if seed is None:
+            raise ValidationError("a cached topology needs an integer seed (use 0 for families "
+                                  "without randomness)")
+        table = self.query_arrow(
+            f"SELECT * FROM {_Q}.topologies WHERE family = ? AND params = ?::JSON "
+            f"AND n_nodes = ? AND seed = ? AND weights_rule = ?",
+            [family, canonical_json(params_json), int(n_nodes), int(seed), weights_rule])
+        if table.num_rows == 0:
+            return None
+        row: dict[str, Any] = {}
+        for name in table.column_names:
+            col = table.column(name).combine_chunks()
+            if pa.types.is_list(col.type) or pa.types.is_large_list(col.type):
+                row[name] = np.array(col.flatten().to_numpy(zero_copy_only=False))
+            else:
+                row[name] = col[0].as_py()
+        return row
+
+    def cache_topology(self, row: Mapping[str, Any]) -> int:
+        """Insert a computed topology (a ``topologies`` row as a dict); returns its id."""
+        row = dict(row)
+        if row.get("seed") is None:
+            raise ValidationError("a cached topology needs an integer seed (use 0 for families "
+                                  "without randomness)")
+        row["params"] = canonical_json(row.get("params", {}))
+        return int(self.insert_row("topologies", row))
+
+
+def _locked(message: str, exe: str, pid: int) -> CatalogLockedError:
+    """A CatalogLockedError that also carries the holder as ``holder_exe`` and ``holder_pid``."""
+    err = CatalogLockedError(message)
+    err.holder_exe, err.holder_pid = exe, pid  # type: ignore[attr-defined]
+    return err
+
+
+def _strip(msg: str) -> str:
+    """DuckDB's message without its trailing documentation link."""
+    return re.sub(r"\s*See also https?://\S+\s*$", "", msg).strip()
+
+
+def _param(value: Any, dtype: str) -> Any:
+    """A Python value ready to bind to a column of DuckDB type ``dtype``."""
+    if dtype == "JSON" and value is not None and not isinstance(value, str):
+        return canonical_json(value)
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _to_arrow(table: str, columns: Mapping[str, Any], types: Mapping[str, str],
+              one_row: Mapping[str, Any] | None = None) -> pa.Table:
+    """Columns (sequences or numpy arrays) as an Arrow table; JSON columns as canonical text."""
+    arrays: dict[str, pa.Array] = {}
+    length = None
+    for name, data in columns.items():
+        try:
+            arrays[name] = _column_array(data, types.get(name, ""),
+                                         None if one_row is None else (one_row[name],))
+        except (pa.ArrowException, OverflowError, TypeError, ValueError) as exc:
+            raise ValidationError(f"cannot convert column {name!r} of {CATALOG_NAME}.{table}: "
+                                  f"{exc}") from None
+        if length is None:
+            length = len(arrays[name])
+        elif len(arrays[name]) != length:
+            raise ValidationError(f"column {name!r} of {CATALOG_NAME}.{table} has "
+                                  f"{len(arrays[name])} values, expected {length} like the "
+                                  "columns before it")
+    return pa.table(arrays)
+
+
+def _column_array(data: Any, dtype: str, one: tuple[Any] | None) -> pa.Array:
+    """One column as an Arrow array; ``one`` holds the value when building a single row."""
+    if one is not None:
+        return _one_value_array(one[0], dtype)
+    if dtype == "JSON":
+        return pa.array([v if v is None or isinstance(v, str) else canonical_json(v)
+                         for v in data], type=pa.string())
+    if isinstance(data, np.ndarray) and data.ndim == 1:
+        return pa.array(data)
+    if isinstance(data, np.ndarray) and data.ndim == 2:
+        rows, per = data.shape
+        offsets = np.arange(rows + 1, dtype=np.int64) * per
+        return pa.LargeListArray.from_arrays(pa.array(offsets),
+                                             pa.array(np.ascontiguousarray(data).reshape(-1)))
+    return pa.array(list(data))
+
+
+def _one_value_array(value: Any, dtype: str) -> pa.Array:
+    """A one-element Arrow array holding ``value`` (numpy arrays become one list, no loop)."""
+    if dtype == "JSON" and value is not None and not isinstance(value, str):
+        return pa.array([canonical_json(value)], type=pa.string())
+    if isinstance(value, np.ndarray):
+        flat = np.ascontiguousarray(value).reshape(-1)
+        return pa.LargeListArray.from_arrays(pa.array(np.array([0, flat.size], dtype=np.int64)),
+                                             pa.array(flat))
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, (list, tuple)) and len(value) == 0:
+        inner = dtype[:-2] if dtype.endswith("[]") else "VARCHAR"
+        return pa.array([[]], type=pa.list_(_ARROW_SCALARS.get(inner, pa.string())))
+    return pa.array([value])
+
+
+_ARROW_SCALARS = {
+    "INTEGER": pa.int32(), "BIGINT": pa.int64(), "DOUBLE": pa.float64(), "VARCHAR": pa.string(),
+    "BOOLEAN": pa.bool_(),
+}

@@ -1,0 +1,353 @@
+"""Topology families: named, seeded graph generators that form the plan space's first axis.
+
+Each family is a pure function ``(n, *, seed, **params) -> networkx.Graph`` with nodes 0..n-1,
+connected by construction or by seeded resampling (else a clear error). Parameters are declared
+with their defaults and allowed ranges so the CLI, the SQL binder and the enumerator validate
+them the same way.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Callable
+
+import attrs
+import networkx as nx
+import numpy as np
+
+from ..errors import ValidationError
+from ..registry import Registry, suggest
+
+MAX_RESAMPLES = 1000
+
+
+@attrs.frozen
+class Param:
+    """A declared family parameter: type, default (a value or a function of n) and range check."""
+
+    name: str
+    kind: type
+    default: Any
+    doc: str
+    check: Callable[[Any, int], str | None] = lambda v, n: None
+
+    def default_for(self, n: int) -> Any:
+        return self.default(n) if callable(self.default) else self.default
+
+
+@attrs.frozen
+class Family:
+    """A topology family: its generator and its declared parameters."""
+
+    name: str
+    build: Callable[..., nx.Graph]
+    params: tuple[Param, ...]
+    doc: str
+
+    def resolve(self, n: int, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Fill defaults, coerce types and validate ranges; unknown keys are an error."""
+        params = dict(params or {})
+        known = {p.name: p for p in self.params}
+        for key in params:
+            if key not in known:
+                hint = suggest(key, list(known))
+                allowed = ", ".join(known) or "none"
+                raise ValidationError(
+                    f"unknown parameter '{key}' for topology '{self.name}'{hint}; allowed: {allowed}")
+        out: dict[str, Any] = {}
+        for p in self.params:
+            value = params[p.name] if p.name in params else p.default_for(n)
+            if value is not None:
+                value = _coerce(self.name, p, value)
+                problem = p.check(value, n)
+                if problem:
+                    raise ValidationError(
+                        f"parameter '{p.name}' of topology '{self.name}' {problem}, got {value!r}")
+            out[p.name] = value
+        return out
+
+
+def _coerce(family: str, p: Param, value: Any) -> Any:
+    if p.kind is Path or p.kind is object:
+        return value
+    try:
+        if p.kind is int:
+            f = float(value)
+            if not f.is_integer():
+                raise ValueError
+            return int(f)
+        return p.kind(value)
+    except (TypeError, ValueError):
+        raise ValidationError(
+            f"parameter '{p.name}' of topology '{family}' must be {p.kind.__name__}, got {value!r}"
+        ) from None
+
+
+FAMILIES: Registry[Family] = Registry("topology family")
+
+
+def family(name: str, *params: Param):
+    """Register a generator function as a family with declared parameters."""
+
+    def wrap(fn: Callable[..., nx.Graph]) -> Callable[..., nx.Graph]:
+        FAMILIES.register(name, Family(name, fn, params, (fn.__doc__ or "").strip().split("\n")[0]))
+        return fn
+
+    return wrap
+
+
+def validate_n(n: Any) -> int:
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 2:
+        raise ValidationError(f"number of clients must be an integer >= 2, got {n!r}")
+    return int(n)
+
+
+def build_graph(name: str, n: int, *, seed: int = 0, **params: Any) -> nx.Graph:
+    """Build a connected graph of the named family with nodes 0..n-1."""
+    fam = FAMILIES.get(name)
+    n = validate_n(n)
+    resolved = fam.resolve(n, params)
+    graph = fam.build(n, seed=seed, **resolved)
+    if graph.number_of_nodes() != n or not nx.is_connected(graph):
+        raise ValidationError(f"topology '{name}' produced a disconnected graph for n={n}")
+    return graph
+
+
+def _rng(seed: int | np.random.Generator) -> np.random.Generator:
+    return seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+
+
+def _seed_stream(seed):
+    rng = _rng(seed)
+    while True:
+        yield int(rng.integers(0, 2**63 - 1))
+
+
+def _resample(make: Callable[[int], nx.Graph], seed, what: str) -> nx.Graph:
+    for sub in _take(_seed_stream(seed), MAX_RESAMPLES):
+        g = make(sub)
+        if nx.is_connected(g):
+            return g
+    raise ValidationError(f"{what}: no connected graph after {MAX_RESAMPLES} seeded draws; "
+                          "increase the edge density")
+
+
+def _take(it, k):
+    for _ in range(k):
+        yield next(it)
+
+
+def _prob(v, n):
+    return None if 0 < v <= 1 else "must be in (0, 1]"
+
+
+def _unit(v, n):
+    return None if 0 <= v <= 1 else "must be in [0, 1]"
+
+
+# ---------------------------------------------------------------------------------- families
+
+
+@family("ring")
+def ring(n: int, *, seed: int = 0) -> nx.Graph:
+    """Cycle over all clients (a path for n = 2): the sparsest connected regular graph."""
+    return nx.cycle_graph(n)
+
+
+@family("erdos_renyi", Param("p", float, 0.2, "edge probability", _prob))
+def erdos_renyi(n: int, *, seed: int = 0, p: float = 0.2) -> nx.Graph:
+    """G(n, p), resampled with derived seeds until connected."""
+    return _resample(lambda s: nx.fast_gnp_random_graph(n, p, seed=s), seed,
+                     f"erdos_renyi(p={p}) with n={n}")
+
+
+def _small_world_k(n: int) -> int:
+    k = max(2, 2 * round(math.log2(n) / 2))
+    return min(k, (n - 1) // 2 * 2) if n > 3 else 2
+
+
+def _even_k(v, n):
+    if v < 2 or v % 2:
+        return "must be an even integer >= 2"
+    if v >= n and n > 3:
+        return f"must be < n = {n}"
+    return None
+
+
+@family("small_world",
+        Param("k", int, _small_world_k, "ring-lattice degree (even), default ~log2 n", _even_k),
+        Param("beta", float, 0.3, "rewiring probability", _unit))
+def small_world(n: int, *, seed: int = 0, k: int = 4, beta: float = 0.3) -> nx.Graph:
+    """Watts-Strogatz ring lattice of even degree k with rewiring probability beta, kept connected.
+
+    For n <= 3 every lattice is complete, so the complete graph is returned.
+    """
+    if n <= 3 or k >= n - 1:
+        return nx.complete_graph(n)
+    return _resample(lambda s: nx.watts_strogatz_graph(n, k, beta, seed=s), seed,
+                     f"small_world(k={k}, beta={beta}) with n={n}")
+
+
+def _communities(v, n):
+    return None if 1 <= v <= n else f"must be in [1, n = {n}]"
+
+
+@family("clustered",
+        Param("c", int, lambda n: max(1, min(5, n // 2)), "number of communities (default 5)",
+              _communities),
+        Param("p_in", float, 0.8, "edge probability inside a community", _prob),
+        Param("p_out", float, lambda n: min(1.0, 1.0 / n), "probability of extra random bridges",
+              _unit),
+        Param("bridges", int, 1, "guaranteed bridges between consecutive communities",
+              lambda v, n: None if v >= 1 else "must be >= 1"))
+def clustered(n: int, *, seed: int = 0, c: int = 5, p_in: float = 0.8, p_out: float = 0.02,
+              bridges: int = 1) -> nx.Graph:
+    """c communities of size floor(n/c) (the n mod c extra nodes go one each to the first
+    communities), each a connected G(size, p_in); consecutive communities (in a cycle) joined by
+    ``bridges`` random edges, plus extra random inter-community edges with probability p_out."""
+    rng = _rng(seed)
+    sizes = [n // c + (1 if i < n % c else 0) for i in range(c)]
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    g = nx.empty_graph(n)
+    for i, size in enumerate(sizes):
+        block = _resample(lambda s, size=size: nx.fast_gnp_random_graph(size, p_in, seed=s),
+                          rng, f"clustered community of size {size} with p_in={p_in}")
+        g.add_edges_from((u + starts[i], v + starts[i]) for u, v in block.edges())
+    members = [np.arange(starts[i], starts[i + 1]) for i in range(c)]
+    pairs = [(i, (i + 1) % c) for i in range(c if c > 2 else c - 1)]
+    for a, b in pairs:
+        for _ in range(bridges):
+            g.add_edge(int(rng.choice(members[a])), int(rng.choice(members[b])))
+    if p_out > 0 and c > 1:
+        label = np.repeat(np.arange(c), sizes)
+        iu, ju = np.triu_indices(n, 1)
+        cross = label[iu] != label[ju]
+        pick = rng.random(int(cross.sum())) < p_out
+        g.add_edges_from(zip(iu[cross][pick].tolist(), ju[cross][pick].tolist()))
+    return g
+
+
+@family("complete")
+def complete(n: int, *, seed: int = 0) -> nx.Graph:
+    """Every client talks to every other: the fully connected upper bound."""
+    return nx.complete_graph(n)
+
+
+@family("exponential")
+def exponential(n: int, *, seed: int = 0) -> nx.Graph:
+    """Static exponential graph (Ying et al. 2021), undirected: i ~ i +- 2^j mod n, 2^j < n."""
+    g = nx.empty_graph(n)
+    nodes = np.arange(n)
+    j = 1
+    while j < n:
+        g.add_edges_from(zip(nodes.tolist(), ((nodes + j) % n).tolist()))
+        j *= 2
+    g.remove_edges_from(nx.selfloop_edges(g))
+    return g
+
+
+def _square_rows(n: int) -> int:
+    r = int(math.isqrt(n))
+    while n % r:
+        r -= 1
+    return r
+
+
+@family("torus",
+        Param("rows", int, _square_rows, "grid rows (must divide n); default most square",
+              lambda v, n: None if v >= 1 and n % v == 0 else f"must divide n = {n}"))
+def torus(n: int, *, seed: int = 0, rows: int = 1) -> nx.Graph:
+    """rows x (n/rows) grid with wrap-around; a ring when n is prime."""
+    cols = n // rows
+    idx = np.arange(n).reshape(rows, cols)
+    g = nx.empty_graph(n)
+    g.add_edges_from(zip(idx.ravel().tolist(), np.roll(idx, -1, axis=0).ravel().tolist()))
+    g.add_edges_from(zip(idx.ravel().tolist(), np.roll(idx, -1, axis=1).ravel().tolist()))
+    g.remove_edges_from(list(nx.selfloop_edges(g)))
+    return g
+
+
+def _regular_degree(n: int) -> int:
+    d = min(4, n - 1)
+    return d - 1 if (n * d) % 2 else d
+
+
+def _check_degree(v, n):
+    if not 1 <= v < n:
+        return f"must be in [1, n - 1 = {n - 1}]"
+    if (v * n) % 2:
+        return f"times n = {n} must be even"
+    if v == 1 and n > 2:
+        return "must be >= 2 for a connected graph with n > 2"
+    return None
+
+
+@family("k_regular", Param("d", int, _regular_degree, "degree of every node (default 4)",
+                           _check_degree))
+def k_regular(n: int, *, seed: int = 0, d: int = 4) -> nx.Graph:
+    """Uniform random d-regular graph, resampled until connected."""
+    return _resample(lambda s: nx.random_regular_graph(d, n, seed=s), seed,
+                     f"k_regular(d={d}) with n={n}")
+
+
+@family("star")
+def star(n: int, *, seed: int = 0) -> nx.Graph:
+    """Hub 0 linked to every other client: the server-based reference."""
+    return nx.star_graph(n - 1)
+
+
+@family("from_edges", Param("edges", object, None, "edge-list file path or networkx graph"))
+def from_edges(n: int, *, seed: int = 0, edges: Any = None) -> nx.Graph:
+    """A user-supplied graph: an edge-list file ("u v" per line, '#' comments) or a networkx graph.
+
+    Node labels are mapped to 0..n-1 in sorted order; the graph must have exactly n nodes and be
+    connected.
+    """
+    if edges is None:
+        raise ValidationError("topology 'from_edges' needs an edge list: edges=PATH or a graph")
+    g = edges.copy() if isinstance(edges, nx.Graph) else read_edge_list(edges)
+    g = nx.Graph(g)
+    g.remove_edges_from(list(nx.selfloop_edges(g)))
+    if g.number_of_nodes() != n:
+        raise ValidationError(f"edge list has {g.number_of_nodes()} nodes but {n} clients were "
+                              "requested")
+    if not nx.is_connected(g):
+        parts = nx.number_connected_components(g)
+        raise ValidationError(f"edge list graph is not connected ({parts} components)")
+    try:
+        order = sorted(g.nodes())
+    except TypeError:
+        order = sorted(g.nodes(), key=str)
+    return nx.relabel_nodes(g, {v: i for i, v in enumerate(order)})
+
+
+def read_edge_list(path: str | Path) -> nx.Graph:
+    """Parse an edge-list file: two node ids per line (space, tab or comma separated)."""
+    p = Path(path)
+    if not p.is_file():
+        raise ValidationError(f"edge list file not found: {p}")
+    g = nx.Graph()
+    try:
+        text = p.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValidationError(f"cannot read edge list {p}: {exc}") from None
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].replace(",", " ").strip()
+        if not line:
+            continue
+        parts = line.split()
+        if len(parts) < 2:
+            raise ValidationError(f"{p}:{lineno}: expected two node ids, got {raw.strip()!r}")
+        u, v = (_node_id(x) for x in parts[:2])
+        g.add_edge(u, v)
+    if g.number_of_edges() == 0:
+        raise ValidationError(f"edge list {p} has no edges")
+    return g
+
+
+def _node_id(token: str):
+    try:
+        return int(token)
+    except ValueError:
+        return token

@@ -1,0 +1,96 @@
+"""Mixing-weight rules: how each client averages its neighbours' models.
+
+Every rule returns a sparse symmetric doubly-stochastic W (scipy CSR) with the sparsity pattern of
+G plus the diagonal. The mixing gap of W, not lambda2 of the graph, governs D-SGD, so the rule is
+a real axis of the plan space.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import networkx as nx
+import numpy as np
+import scipy.sparse as sp
+
+from ..registry import Registry
+
+WeightsRule = Callable[[nx.Graph], sp.csr_matrix]
+WEIGHTS: Registry[WeightsRule] = Registry("mixing weights rule")
+DEFAULT_WEIGHTS = "metropolis_hastings"
+
+
+def edge_arrays(graph: nx.Graph) -> tuple[np.ndarray, np.ndarray]:
+    """Undirected edges as two int arrays (u < v), in a deterministic order."""
+    if graph.number_of_edges() == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    e = np.array(graph.edges(), dtype=np.int64)
+    u, v = np.minimum(e[:, 0], e[:, 1]), np.maximum(e[:, 0], e[:, 1])
+    order = np.lexsort((v, u))
+    return u[order], v[order]
+
+
+def from_edge_weights(n: int, u: np.ndarray, v: np.ndarray, w: np.ndarray) -> sp.csr_matrix:
+    """W with off-diagonal weights w on edges (u, v) and the diagonal making rows sum to one."""
+    off = sp.coo_matrix((np.concatenate([w, w]), (np.concatenate([u, v]), np.concatenate([v, u]))),
+                        shape=(n, n)).tocsr()
+    diag = 1.0 - np.asarray(off.sum(axis=1)).ravel()
+    return (off + sp.diags(diag)).tocsr()
+
+
+def adjacency(graph: nx.Graph) -> sp.csr_matrix:
+    """0/1 adjacency matrix (CSR) of an undirected graph with nodes 0..n-1."""
+    n = graph.number_of_nodes()
+    u, v = edge_arrays(graph)
+    return sp.coo_matrix((np.ones(2 * len(u)), (np.concatenate([u, v]), np.concatenate([v, u]))),
+                         shape=(n, n)).tocsr()
+
+
+def laplacian(graph: nx.Graph) -> sp.csr_matrix:
+    a = adjacency(graph)
+    deg = np.asarray(a.sum(axis=1)).ravel()
+    return (sp.diags(deg) - a).tocsr()
+
+
+def degrees(graph: nx.Graph) -> np.ndarray:
+    n = graph.number_of_nodes()
+    u, v = edge_arrays(graph)
+    return np.bincount(np.concatenate([u, v]), minlength=n).astype(float)
+
+
+@WEIGHTS.register("metropolis_hastings")
+def metropolis_hastings(graph: nx.Graph) -> sp.csr_matrix:
+    """W_ij = 1 / (1 + max(d_i, d_j)): locally computable, the default."""
+    deg = degrees(graph)
+    u, v = edge_arrays(graph)
+    return from_edge_weights(len(deg), u, v, 1.0 / (1.0 + np.maximum(deg[u], deg[v])))
+
+
+@WEIGHTS.register("max_degree")
+def max_degree(graph: nx.Graph) -> sp.csr_matrix:
+    """W_ij = 1 / (1 + d_max): one constant weight on every edge."""
+    deg = degrees(graph)
+    u, v = edge_arrays(graph)
+    return from_edge_weights(len(deg), u, v, np.full(len(u), 1.0 / (1.0 + deg.max())))
+
+
+@WEIGHTS.register("best_constant")
+def best_constant(graph: nx.Graph) -> sp.csr_matrix:
+    """W = I - a L with a = 2 / (lambda2(L) + lambda_N(L)): the optimal single edge weight."""
+    from .spectra import laplacian_extremes
+
+    lam2, lam_n = laplacian_extremes(graph)
+    u, v = edge_arrays(graph)
+    return from_edge_weights(graph.number_of_nodes(), u, v, np.full(len(u), 2.0 / (lam2 + lam_n)))
+
+
+@WEIGHTS.register("fastest_mixing")
+def fastest_mixing(graph: nx.Graph) -> sp.csr_matrix:
+    """Fastest-mixing symmetric Markov chain on G (Boyd, Diaconis, Xiao).
+
+    Solved as an SDP with cvxpy when it is installed (extra ``sdp``), else by a projected
+    subgradient method on the edge weights. Never returns a smaller gap than Metropolis-Hastings.
+    """
+    from .fastest_mixing import optimise
+
+    return optimise(graph)

@@ -1,0 +1,165 @@
+"""Spectral statistics of a topology and its mixing matrix.
+
+Three quantities are often confused (DESIGN section 6): lambda2 of the Laplacian L, lambda2 of
+the normalised Laplacian, and the gap of the mixing matrix W actually applied. D-SGD is governed by
+p = 1 - rho^2 with rho = max |eigenvalue| of W - 11^T/n (Koloskova et al. 2020); all are reported.
+
+Solvers: closed forms for the ring and the complete graph; dense ``eigvalsh`` up to
+``DENSE_LIMIT`` nodes; beyond, ARPACK on the two smallest eigenvalues of the (PSD, known-null)
+matrix with LOBPCG as fallback, each checked by its residual ||M x - lambda x||.
+Gaps are computed from I - W directly, so tiny gaps keep their relative precision.
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+import networkx as nx
+import numpy as np
+import scipy.sparse as sp
+import scipy.sparse.linalg as sla
+
+from ..errors import PlanningError
+from .mixing import degrees, edge_arrays, laplacian
+
+DENSE_LIMIT = 2000
+RESIDUAL_TOL = 1e-6
+
+
+@attrs.frozen
+class SpectralStats:
+    """Graph and mixing-matrix spectra; ``method`` says how they were computed."""
+
+    n_nodes: int
+    n_edges: int
+    max_degree: int
+    mean_degree: float
+    lambda2_laplacian: float
+    lambda2_normalized: float
+    mixing_rho: float
+    mixing_gap: float
+    mixing_p: float
+    method: str
+
+
+def spectral_stats(graph: nx.Graph, w: sp.spmatrix, *, family: str | None = None) -> SpectralStats:
+    n = graph.number_of_nodes()
+    deg = degrees(graph)
+    lam2, lam2_norm, method = _laplacian_lambda2(graph, family)
+    gap, rho = _mixing_gap(graph, w, family)
+    return SpectralStats(
+        n_nodes=n, n_edges=graph.number_of_edges(), max_degree=int(deg.max()),
+        mean_degree=float(deg.mean()), lambda2_laplacian=lam2, lambda2_normalized=lam2_norm,
+        mixing_rho=rho, mixing_gap=gap, mixing_p=gap * (2.0 - gap), method=method)
+
+
+def _closed_form(graph: nx.Graph, family: str | None) -> str | None:
+    n, m = graph.number_of_nodes(), graph.number_of_edges()
+    if family == "complete" or m == n * (n - 1) // 2:
+        return "complete"
+    if family == "ring" and n >= 3 and m == n:
+        return "ring"
+    return None
+
+
+def _laplacian_lambda2(graph: nx.Graph, family: str | None) -> tuple[float, float, str]:
+    n = graph.number_of_nodes()
+    form = _closed_form(graph, family)
+    if form == "complete":
+        return float(n), n / (n - 1.0), "closed-form"
+    if form == "ring":
+        lam2 = 2.0 - 2.0 * math.cos(2.0 * math.pi / n)
+        return lam2, lam2 / 2.0, "closed-form"
+    lap = laplacian(graph)
+    deg = degrees(graph)
+    inv_sqrt = sp.diags(1.0 / np.sqrt(deg))
+    norm_lap = (inv_sqrt @ lap @ inv_sqrt).tocsr()
+    lam2, m1 = second_smallest(lap, np.ones(n))
+    lam2n, m2 = second_smallest(norm_lap, np.sqrt(deg))
+    return lam2, lam2n, m1 if m1 == m2 else f"{m1}+{m2}"
+
+
+def laplacian_extremes(graph: nx.Graph) -> tuple[float, float]:
+    """(lambda2, lambda_max) of the Laplacian, used by the best-constant weights rule."""
+    n = graph.number_of_nodes()
+    lap = laplacian(graph)
+    if n <= DENSE_LIMIT:
+        ev = np.linalg.eigvalsh(lap.toarray())
+        return float(ev[1]), float(ev[-1])
+    lam2, _ = second_smallest(lap, np.ones(n))
+    return lam2, _largest(lap)
+
+
+def _mixing_gap(graph: nx.Graph, w: sp.spmatrix, family: str | None) -> tuple[float, float]:
+    """(1 - rho, rho) of W - 11^T/n, computed from I - W to keep tiny gaps precise."""
+    n = graph.number_of_nodes()
+    w = sp.csr_matrix(w)
+    u, v = edge_arrays(graph)
+    off = np.asarray(w[u, v]).ravel()
+    form = _closed_form(graph, family)
+    if form and len(off) and np.allclose(off, off[0], rtol=1e-12, atol=0):
+        # W = I - a L: eigenvalues 1 - a * mu over the nonzero Laplacian eigenvalues mu.
+        a = float(off[0])
+        if form == "complete":
+            mus = np.array([float(n)])
+        else:
+            k = np.arange(1, n)
+            mus = 2.0 - 2.0 * np.cos(2.0 * math.pi * k / n)
+        eig_i_minus_w = a * mus
+    elif n <= DENSE_LIMIT:
+        eig_i_minus_w = np.linalg.eigvalsh(np.eye(n) - w.toarray())[1:]
+    else:
+        i_minus_w = (sp.identity(n, format="csr") - w).tocsr()
+        small, _ = second_smallest(i_minus_w, np.ones(n))
+        large = _largest(i_minus_w)
+        eig_i_minus_w = np.array([small, large])
+    # W's eigenvalues are 1 - e, so 1 - |1 - e| is a tent in e and its minimum over the
+    # non-consensus spectrum (the gap) is reached at the smallest or the largest e.
+    tent = np.where(eig_i_minus_w <= 1.0, eig_i_minus_w, 2.0 - eig_i_minus_w)
+    gap = float(tent.min())
+    gap = float(min(max(gap, 0.0), 1.0))
+    return gap, 1.0 - gap
+
+
+def mixing_rho(w: sp.spmatrix) -> float:
+    """rho(W - 11^T/n) for a symmetric doubly-stochastic W of any size."""
+    n = w.shape[0]
+    graph = nx.from_scipy_sparse_array(sp.csr_matrix(w) - sp.diags(sp.csr_matrix(w).diagonal()))
+    return _mixing_gap(graph, w, None)[1] if n > 1 else 0.0
+
+
+def second_smallest(m: sp.spmatrix, null: np.ndarray) -> tuple[float, str]:
+    """Second-smallest eigenvalue of a PSD matrix whose kernel is spanned by ``null``."""
+    n = m.shape[0]
+    if n <= DENSE_LIMIT:
+        return float(np.linalg.eigvalsh(m.toarray())[1]), "dense"
+    null = null / np.linalg.norm(null)
+    rng = np.random.default_rng(0)
+    try:
+        vals, vecs = sla.eigsh(m, k=2, which="SM", tol=1e-10, v0=rng.standard_normal(n),
+                               maxiter=20 * n)
+        i = int(np.argmax(vals))
+        x = vecs[:, i]
+        if abs(x @ null) < 1e-3 and _residual(m, x, vals[i]) < RESIDUAL_TOL * max(1.0, vals[i]):
+            return float(vals[i]), "arpack"
+    except sla.ArpackNoConvergence:
+        pass
+    x0 = rng.standard_normal((n, 2))
+    precond = sp.diags(1.0 / np.maximum(m.diagonal(), 1e-12))
+    vals, vecs = sla.lobpcg(m, x0, Y=null[:, None], M=precond, largest=False, tol=1e-9,
+                            maxiter=5000)
+    i = int(np.argmin(vals))
+    res = _residual(m, vecs[:, i], vals[i])
+    if res > RESIDUAL_TOL * max(1.0, vals[i]) * 100:
+        raise PlanningError(f"eigensolver did not converge (residual {res:.2e}) for n={n}")
+    return float(vals[i]), "lobpcg"
+
+
+def _largest(m: sp.spmatrix) -> float:
+    return float(sla.eigsh(m, k=1, which="LA", return_eigenvectors=False, tol=1e-10)[0])
+
+
+def _residual(m, x, lam) -> float:
+    x = x / np.linalg.norm(x)
+    return float(np.linalg.norm(m @ x - lam * x))

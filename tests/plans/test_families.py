@@ -1,0 +1,117 @@
+import networkx as nx
+import numpy as np
+import pytest
+
+from airplan_qo.errors import UnknownNameError, ValidationError
+from airplan_qo.plans.families import FAMILIES, build_graph, read_edge_list
+
+GENERATED = [f for f in FAMILIES.names() if f != "from_edges"]
+
+
+@pytest.mark.parametrize("family", GENERATED)
+@pytest.mark.parametrize("n", [2, 3, 10, 50, 200])
+def test_every_family_connected(family, n):
+    g = build_graph(family, n, seed=1)
+    assert g.number_of_nodes() == n
+    assert sorted(g.nodes()) == list(range(n))
+    assert nx.is_connected(g)
+    assert nx.number_of_selfloops(g) == 0
+
+
+@pytest.mark.parametrize("family", GENERATED)
+def test_seed_reproduces_graph(family):
+    a = build_graph(family, 40, seed=7)
+    b = build_graph(family, 40, seed=7)
+    assert sorted(a.edges()) == sorted(b.edges())
+
+
+@pytest.mark.parametrize("family", ["erdos_renyi", "small_world", "clustered", "k_regular"])
+def test_different_seeds_differ(family):
+    assert sorted(build_graph(family, 60, seed=1).edges()) != sorted(
+        build_graph(family, 60, seed=2).edges())
+
+
+def test_known_structures():
+    assert build_graph("ring", 10).number_of_edges() == 10
+    assert build_graph("complete", 10).number_of_edges() == 45
+    assert build_graph("star", 10).number_of_edges() == 9
+    torus = build_graph("torus", 12, rows=3)
+    assert all(d == 4 for _, d in torus.degree())
+    reg = build_graph("k_regular", 20, d=6, seed=0)
+    assert all(d == 6 for _, d in reg.degree())
+    sw = build_graph("small_world", 64, seed=0)  # default k = 6 ~ log2 64
+    assert sw.number_of_edges() == 64 * 6 // 2
+    ex = build_graph("exponential", 16)
+    assert all(d == 7 for _, d in ex.degree())  # +-1, +-2, +-4, 8 (8 = -8 mod 16)
+
+
+def test_clustered_communities_are_dense_inside():
+    g = build_graph("clustered", 50, seed=3, c=5, p_in=1.0, p_out=0.0, bridges=1)
+    # 5 complete blocks of 10 = 5 * 45 edges, plus one bridge between consecutive blocks
+    assert g.number_of_edges() <= 5 * 45 + 5
+    assert g.number_of_edges() >= 5 * 45 + 1
+
+
+@pytest.mark.parametrize("family,params,word", [
+    ("erdos_renyi", {"p": 0}, "'p'"),
+    ("erdos_renyi", {"p": 1.5}, "(0, 1]"),
+    ("small_world", {"k": 3}, "even"),
+    ("small_world", {"k": 60}, "< n"),
+    ("small_world", {"beta": -0.1}, "'beta'"),
+    ("clustered", {"c": 0}, "'c'"),
+    ("torus", {"rows": 7}, "divide"),
+    ("k_regular", {"d": 60}, "'d'"),
+    ("ring", {"k": 2}, "unknown parameter 'k'"),
+    ("erdos_renyi", {"p": "abc"}, "must be float"),
+])
+def test_bad_parameters_name_the_parameter(family, params, word):
+    with pytest.raises(ValidationError) as err:
+        build_graph(family, 50, **params)
+    assert word in str(err.value)
+
+
+@pytest.mark.parametrize("n", [1, 0, -3, 2.5, "x"])
+def test_bad_n(n):
+    with pytest.raises(ValidationError, match="clients"):
+        build_graph("ring", n)
+
+
+def test_unknown_family_suggests():
+    with pytest.raises(UnknownNameError, match="did you mean 'small_world'"):
+        build_graph("smallworld", 10)
+
+
+def test_from_edges_file(tmp_path):
+    path = tmp_path / "g.txt"
+    path.write_text("# a comment\n10 11\n11,12\n12 10  # tail comment\n12 13\n")
+    g = build_graph("from_edges", 4, edges=path)
+    assert sorted(g.edges()) == [(0, 1), (0, 2), (1, 2), (2, 3)]
+    with pytest.raises(ValidationError, match="4 nodes but 5"):
+        build_graph("from_edges", 5, edges=path)
+
+
+def test_from_edges_errors(tmp_path):
+    with pytest.raises(ValidationError, match="not found"):
+        read_edge_list(tmp_path / "missing.txt")
+    bad = tmp_path / "bad.txt"
+    bad.write_text("1 2\n3\n")
+    with pytest.raises(ValidationError, match="bad.txt:2"):
+        read_edge_list(bad)
+    split = tmp_path / "split.txt"
+    split.write_text("0 1\n2 3\n")
+    with pytest.raises(ValidationError, match="not connected"):
+        build_graph("from_edges", 4, edges=split)
+    g = nx.path_graph(["a", "b", "c"])
+    assert nx.is_connected(build_graph("from_edges", 3, edges=g))
+
+
+def test_erdos_renyi_density_close_to_p():
+    g = build_graph("erdos_renyi", 200, p=0.1, seed=0)
+    density = g.number_of_edges() / (200 * 199 / 2)
+    assert abs(density - 0.1) < 0.01
+    assert np.isfinite(density)
+
+
+def test_k_regular_parity():
+    with pytest.raises(ValidationError, match="must be even"):
+        build_graph("k_regular", 51, d=3)

@@ -1,0 +1,90 @@
+import networkx as nx
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from airplan_qo.errors import UnknownNameError
+from airplan_qo.plans.families import build_graph
+from airplan_qo.plans import fastest_mixing
+from airplan_qo.plans.mixing import WEIGHTS
+from airplan_qo.plans.spectra import spectral_stats
+
+@pytest.fixture(autouse=True)
+def no_sdp(monkeypatch):
+    """Exercise the always-available subgradient method; the SDP has its own test."""
+    monkeypatch.setattr(fastest_mixing, "_have_cvxpy", lambda: False)
+
+
+GRAPHS = [("ring", {}), ("erdos_renyi", {"p": 0.15}), ("small_world", {}), ("clustered", {}),
+          ("star", {}), ("torus", {}), ("exponential", {})]
+
+
+@pytest.mark.parametrize("rule", WEIGHTS.names())
+@pytest.mark.parametrize("family,params", GRAPHS)
+def test_weights_symmetric_doubly_stochastic_with_graph_pattern(rule, family, params):
+    g = build_graph(family, 30, seed=4, **params)
+    w = WEIGHTS.get(rule)(g)
+    assert sp.issparse(w)
+    dense = w.toarray()
+    assert np.allclose(dense, dense.T, atol=1e-12)
+    assert np.allclose(dense.sum(axis=0), 1.0, atol=1e-9)
+    assert np.allclose(dense.sum(axis=1), 1.0, atol=1e-9)
+    adj = nx.to_numpy_array(g, nodelist=range(30)) > 0
+    off = ~np.eye(30, dtype=bool)
+    assert not np.any((np.abs(dense) > 1e-12) & off & ~adj), "weight outside G's edges"
+
+
+@pytest.mark.parametrize("rule", ["metropolis_hastings", "max_degree", "fastest_mixing"])
+def test_markov_rules_are_nonnegative(rule):
+    w = WEIGHTS.get(rule)(build_graph("erdos_renyi", 40, seed=2)).toarray()
+    assert w.min() >= -1e-12
+
+
+def test_metropolis_formula():
+    g = nx.path_graph(3)  # degrees 1, 2, 1
+    w = WEIGHTS.get("metropolis_hastings")(g).toarray()
+    assert w[0, 1] == pytest.approx(1 / 3)
+    assert w[0, 0] == pytest.approx(2 / 3)
+    assert w[1, 1] == pytest.approx(1 / 3)
+
+
+def test_best_constant_beats_max_degree():
+    g = build_graph("ring", 20)
+    gaps = {r: spectral_stats(g, WEIGHTS.get(r)(g)).mixing_gap
+            for r in ("max_degree", "best_constant")}
+    assert gaps["best_constant"] >= gaps["max_degree"] - 1e-12
+
+
+@pytest.mark.parametrize("family,params,seed", [
+    ("ring", {}, 0), ("erdos_renyi", {"p": 0.2}, 1), ("small_world", {"k": 4}, 2),
+    ("clustered", {}, 3), ("k_regular", {"d": 3}, 4), ("star", {}, 5)])
+def test_fastest_mixing_never_worse_than_metropolis(family, params, seed):
+    g = build_graph(family, 30, seed=seed, **params)
+    mh = spectral_stats(g, WEIGHTS.get("metropolis_hastings")(g)).mixing_gap
+    fm = spectral_stats(g, WEIGHTS.get("fastest_mixing")(g)).mixing_gap
+    assert fm >= mh - 1e-12
+    if family in ("ring", "erdos_renyi", "small_world", "clustered"):
+        assert fm > 1.2 * mh  # a real improvement, as DESIGN reports 1.5-3.3x at n = 50
+
+
+def test_fastest_mixing_ring_reaches_known_optimum():
+    # the fastest-mixing chain on a cycle has edge weight ~1/2: gap = (1 - cos(2 pi / n))
+    n = 20
+    g = build_graph("ring", n)
+    gap = spectral_stats(g, WEIGHTS.get("fastest_mixing")(g)).mixing_gap
+    assert gap == pytest.approx(1 - np.cos(2 * np.pi / n), rel=0.05)
+
+
+def test_unknown_rule_suggests():
+    with pytest.raises(UnknownNameError, match="did you mean 'metropolis_hastings'"):
+        WEIGHTS.get("metropolis")
+
+
+def test_sdp_at_least_as_good_as_subgradient(monkeypatch):
+    pytest.importorskip("cvxpy")
+    monkeypatch.setattr(fastest_mixing, "_have_cvxpy", lambda: True)
+    g = build_graph("erdos_renyi", 16, seed=1, p=0.3)
+    exact = spectral_stats(g, WEIGHTS.get("fastest_mixing")(g)).mixing_gap
+    monkeypatch.setattr(fastest_mixing, "_have_cvxpy", lambda: False)
+    sub = spectral_stats(g, WEIGHTS.get("fastest_mixing")(g)).mixing_gap
+    assert exact >= sub - 1e-9

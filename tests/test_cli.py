@@ -1,0 +1,76 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from airplan_qo import __version__
+from airplan_qo.cli import main
+
+KEYS = {"family", "n_nodes", "n_edges", "max_degree", "mean_degree", "lambda2_laplacian",
+        "lambda2_normalized", "mixing_rho", "mixing_gap", "mixing_p", "weights",
+        "slots_per_round", "seed"}
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert __version__ in capsys.readouterr().out
+
+
+def test_topology_json_shape(capsys):
+    assert main(["topology", "ring", "--clients", "50", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert KEYS <= set(data)
+    assert data["n_nodes"] == 50 and data["n_edges"] == 50
+    assert data["weights"] == "metropolis_hastings"
+
+
+def test_topology_params_and_weights(capsys):
+    assert main(["topology", "erdos_renyi", "-n", "30", "--param", "p=0.3", "--seed", "4",
+                 "--weights", "best_constant", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["params"] == {"p": 0.3} and data["seed"] == 4
+    assert data["weights"] == "best_constant"
+
+
+def test_topology_text(capsys):
+    assert main(["topology", "small_world", "-n", "20"]) == 0
+    out = capsys.readouterr().out
+    assert "lambda2_laplacian" in out and "slots_per_round" in out
+
+
+def test_from_edges(tmp_path, capsys):
+    f = tmp_path / "edges.txt"
+    f.write_text("a b\nb c\nc d\nd a\n")
+    assert main(["topology", "from_edges", "--edges", str(f), "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["n_nodes"] == 4 and data["lambda2_laplacian"] == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["topology", "ring", "-n", "1"], "clients"),
+    (["topology", "rin", "-n", "10"], "did you mean 'ring'"),
+    (["topology", "erdos_renyi", "-n", "10", "--param", "p=2"], "'p'"),
+    (["topology", "erdos_renyi", "-n", "10", "--param", "p"], "key=value"),
+    (["topology", "ring", "-n", "10", "--weights", "metro"], "weights"),
+    (["topology", "from_edges", "--edges", "/nonexistent/file.txt"], "not found"),
+    (["topology", "ring"], "--clients"),
+])
+def test_user_errors_exit_2_without_traceback(argv, needle, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert needle in err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_console_script_exit_status():
+    proc = subprocess.run([sys.executable, "-m", "airplan_qo.cli", "topology", "ring", "-n", "0"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "airplan_qo.cli", "topology"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
