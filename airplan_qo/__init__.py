@@ -18,8 +18,14 @@ from .errors import (
 
 __version__ = "0.1.0"
 
+from .plans.workload import Workload  # noqa: E402
+from .session import Session, connect  # noqa: E402
+
 __all__ = [
     "__version__",
+    "Session",
+    "Workload",
+    "connect",
     "AirPlanError",
     "BindError",
     "CatalogError",

@@ -63,6 +63,64 @@ def cmd_topology(args: argparse.Namespace) -> int:
     return 0
 
 
+def _workload(args: argparse.Namespace):
+    from .plans.workload import Workload
+
+    return Workload.from_params(args.dataset, args.clients, _parse_params(args.param))
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from .session import connect
+
+    with connect(args.catalog) as db:
+        stats = db.analyze(_workload(args))
+    data = {k: v for k, v in attrs_dict(stats).items()}
+    _print_mapping(data, args.format)
+    return 0
+
+
+def attrs_dict(value: Any) -> dict[str, Any]:
+    import attrs
+
+    return attrs.asdict(value)
+
+
+def _parse_topology(text: str) -> tuple[str, dict[str, Any]]:
+    name, sep, rest = text.partition("(")
+    params: dict[str, Any] = {}
+    if sep:
+        if not rest.endswith(")"):
+            raise ValidationError(f"topology {text!r}: expected NAME or NAME(key=value, ...)")
+        params = _parse_params([p for p in rest[:-1].split(",") if p.strip()])
+    return name.strip(), params
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from .session import connect
+
+    if args.statement:
+        from .sql.executor import run_script
+
+        text = args.statement.strip()
+        if not text.upper().startswith("EXPLAIN"):
+            text = "EXPLAIN " + text
+        return run_script(text, catalog=args.catalog, fmt=args.format, read_only=False)
+    if args.clients is None:
+        raise ValidationError("airplan explain needs a statement (\"TRAIN ...\") or --clients N")
+    budgets = {}
+    if args.within_rounds:
+        budgets["rounds"] = args.within_rounds
+    with connect(args.catalog) as db:
+        result = db.plan(
+            _workload(args), sla=args.sla,
+            topologies=[_parse_topology(t) for t in args.topology] if args.topology else None,
+            weights=args.weights, sparsity=args.sparsity, budgets=budgets,
+            estimator=args.estimator, objective=args.objective)
+        print(result.explain(format=args.format, verbose=args.verbose,
+                             alternatives=args.alternatives))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="airplan",
@@ -85,6 +143,50 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--edges", help="edge-list file for from_edges ('u v' per line)")
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.set_defaults(func=cmd_topology)
+
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--catalog", help="catalog file (default $AIRPLAN_CATALOG or "
+                                          "./airplan.duckdb; ':memory:' for a throwaway one)")
+
+    workload = argparse.ArgumentParser(add_help=False)
+    workload.add_argument("--dataset", "-d", default="digits",
+                          help="dataset (digits, synthetic, cifar10, cifar100, tiny_imagenet)")
+    workload.add_argument("--clients", "-n", type=int, help="number of clients")
+    workload.add_argument("--param", "-p", action="append", metavar="KEY=VALUE",
+                          help="workload parameter, repeatable: alpha, snr_db, model, lr, "
+                               "rounds, seed, ... (docs/sql.md lists them all)")
+
+    p = sub.add_parser("analyze", parents=[common],
+                       help="collect workload statistics (label sketches, heterogeneity)",
+                       description="Partition a dataset as training will, sketch each "
+                                   "client's labels (Count-Min, optionally DP-noised) and store "
+                                   "the statistics in the catalog.")
+    p.add_argument("dataset", help="dataset name")
+    p.add_argument("--clients", "-n", type=int, required=True, help="number of clients")
+    p.add_argument("--param", "-p", action="append", metavar="KEY=VALUE",
+                   help="workload parameter (alpha, partition, seed, sketch_eps, sketch_delta, "
+                        "dp_epsilon, dp_delta, model, ...)")
+    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.set_defaults(func=cmd_analyze)
+
+    p = sub.add_parser("explain", parents=[common, workload],
+                       help="plan a workload and print the EXPLAIN output",
+                       description="Either a statement (airplan explain \"TRAIN digits ON 20 "
+                                   "CLIENTS ...\") or a workload given by options.")
+    p.add_argument("statement", nargs="?", help="a TRAIN statement (EXPLAIN is implied)")
+    p.add_argument("--sla", help="SLA predicate (default 'accuracy >= 0.95 * fc')")
+    p.add_argument("--topology", "-t", action="append", metavar="FAMILY[(k=v,...)]",
+                   help="restrict to these topologies (repeatable)")
+    p.add_argument("--weights", action="append", help="mixing weights rules to consider")
+    p.add_argument("--sparsity", "-k", type=float, action="append",
+                   help="sparsification ratios to consider (repeatable)")
+    p.add_argument("--within-rounds", type=int, help="round budget")
+    p.add_argument("--estimator", help="cost model: dsgd (default) or paper")
+    p.add_argument("--objective", help="channel_uses (default), energy_j, airtime_s, c_ours")
+    p.add_argument("--verbose", action="store_true", help="show the estimator's terms")
+    p.add_argument("--alternatives", type=int, default=0, help="list the best N rejected plans")
+    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.set_defaults(func=cmd_explain)
     return parser
 
 

@@ -74,3 +74,34 @@ def test_console_script_exit_status():
     proc = subprocess.run([sys.executable, "-m", "airplan_qo.cli", "topology"],
                           capture_output=True, text=True)
     assert proc.returncode == 2
+
+
+def test_explain_options(tmp_path, capsys):
+    cat = str(tmp_path / "c.duckdb")
+    assert main(["explain", "--catalog", cat, "-n", "20", "-p", "alpha=0.3", "-t", "ring",
+                 "-t", "small_world(k=4)", "-k", "0.1", "-k", "1", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc[0]["candidates"]["considered"] == 2 * 2 * 2  # topologies x k x weights rules
+
+
+def test_analyze_then_explain_uses_sketches(tmp_path, capsys):
+    cat = str(tmp_path / "c.duckdb")
+    assert main(["analyze", "digits", "-n", "20", "--catalog", cat, "--format", "json"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["depth"] == 5 and stats["width"] == 55 and stats["stats_overhead"] > 0
+    assert main(["explain", "--catalog", cat, "-n", "20"]) == 0
+    assert "estimated from sketches" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["explain", "-n", "20", "-p", "alpah=1"], "did you mean 'alpha'"),
+    (["explain", "-n", "20", "--sla", "accuracy >= 0.9 OR rounds < 3"], "OR"),
+    (["explain", "-n", "20", "--estimator", "papr"], "did you mean 'paper'"),
+    (["explain", "-n", "20", "-t", "ring(k=2)"], "unknown parameter 'k'"),
+    (["analyze", "digits", "-n", "1"], "clients"),
+    (["analyze", "digts", "-n", "5"], "did you mean 'digits'"),
+])
+def test_planner_user_errors(argv, needle, tmp_path, capsys):
+    assert main(argv + ["--catalog", str(tmp_path / "c.duckdb")]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err

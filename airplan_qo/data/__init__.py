@@ -3,13 +3,14 @@
 Shared by the catalog's statistics and the PyTorch runtime; nothing here imports torch.
 """
 
-from .datasets import DATA_DIR_ENV, DATASETS, Dataset, load, safe_extract
+from .datasets import DATA_DIR_ENV, DATASETS, Dataset, dataset_info, load, safe_extract
 from .partition import PARTITIONERS, Partition, dirichlet, iid, partition, shards
 
 __all__ = [
     "DATA_DIR_ENV",
     "DATASETS",
     "Dataset",
+    "dataset_info",
     "PARTITIONERS",
     "Partition",
     "dirichlet",

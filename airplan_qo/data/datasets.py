@@ -197,6 +197,29 @@ def load(name: str, *, root: str | os.PathLike | None = None, seed: int = 0,
     return loader(root=root, seed=_check_seed(seed), **options)
 
 
+# (input_shape, n_classes) of each registered dataset, known without reading any data, so the
+# planner can size a model (d parameters) cheaply; synthetic's depend on its options.
+_SHAPES: dict[str, tuple[tuple[int, ...], int]] = {
+    "digits": ((1, 8, 8), 10),
+    "cifar10": ((3, 32, 32), 10),
+    "cifar100": ((3, 32, 32), 100),
+    "tiny_imagenet": ((3, 64, 64), 200),
+}
+
+
+def dataset_info(name: str, **options: Any) -> tuple[tuple[int, ...], int]:
+    """(input_shape, n_classes) of a dataset without loading it."""
+    key = DATASETS.get(name) and name.lower()
+    if key == "synthetic":
+        return (int(options.get("n_features", 60)),), int(options.get("n_classes", 10))
+    if key in _SHAPES:
+        if key == "cifar100" and options.get("label_mode") == "coarse":
+            return _SHAPES[key][0], 20
+        return _SHAPES[key]
+    data = load(name, **options)
+    return tuple(data.input_shape), data.n_classes
+
+
 def _check_seed(seed: Any) -> int:
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValidationError(f"seed must be a non-negative integer, got {seed!r}")

@@ -51,9 +51,11 @@ def square_adjacency(graph: nx.Graph) -> sp.csr_matrix:
 def ota_schedule(graph: nx.Graph) -> Schedule:
     """Colour G^2 greedily; small graphs try several orders (incl. DSATUR) and keep the best."""
     n = graph.number_of_nodes()
-    a2 = square_adjacency(graph)
     deg = np.diff(adjacency(graph).indptr)
     lower = int(deg.max()) + 1 if n else 0
+    if lower == n:  # a node sees everyone (star, complete): every receiver needs its own slot
+        return Schedule(slots=tuple((i,) for i in range(n)), lower_bound=lower)
+    a2 = square_adjacency(graph)
     deg2 = np.diff(a2.indptr)
     orders = [np.argsort(-deg2, kind="stable")]
     if n <= EXACT_STRATEGY_LIMIT:

@@ -43,10 +43,12 @@ class SpectralStats:
     method: str
 
 
-def spectral_stats(graph: nx.Graph, w: sp.spmatrix, *, family: str | None = None) -> SpectralStats:
+def spectral_stats(graph: nx.Graph, w: sp.spmatrix, *, family: str | None = None,
+                   laplacian_lambda2: tuple[float, float, str] | None = None) -> SpectralStats:
+    """Spectra of (G, W); pass ``laplacian_lambda2`` to reuse G's part across weights rules."""
     n = graph.number_of_nodes()
     deg = degrees(graph)
-    lam2, lam2_norm, method = _laplacian_lambda2(graph, family)
+    lam2, lam2_norm, method = laplacian_lambda2 or graph_lambda2(graph, family)
     gap, rho = _mixing_gap(graph, w, family)
     return SpectralStats(
         n_nodes=n, n_edges=graph.number_of_edges(), max_degree=int(deg.max()),
@@ -63,7 +65,8 @@ def _closed_form(graph: nx.Graph, family: str | None) -> str | None:
     return None
 
 
-def _laplacian_lambda2(graph: nx.Graph, family: str | None) -> tuple[float, float, str]:
+def graph_lambda2(graph: nx.Graph, family: str | None = None) -> tuple[float, float, str]:
+    """(lambda2(L), lambda2(normalised L), method) of a connected graph."""
     n = graph.number_of_nodes()
     form = _closed_form(graph, family)
     if form == "complete":
@@ -120,6 +123,14 @@ def _mixing_gap(graph: nx.Graph, w: sp.spmatrix, family: str | None) -> tuple[fl
     gap = float(tent.min())
     gap = float(min(max(gap, 0.0), 1.0))
     return gap, 1.0 - gap
+
+
+def complete_stats(n: int) -> SpectralStats:
+    """Closed-form spectra of K_n under any of the registered rules (all give W = 11^T/n)."""
+    return SpectralStats(n_nodes=n, n_edges=n * (n - 1) // 2, max_degree=n - 1,
+                         mean_degree=float(n - 1), lambda2_laplacian=float(n),
+                         lambda2_normalized=n / (n - 1.0), mixing_rho=0.0, mixing_gap=1.0,
+                         mixing_p=1.0, method="closed-form")
 
 
 def mixing_rho(w: sp.spmatrix) -> float:

@@ -20,7 +20,7 @@ import scipy.sparse as sp
 from .families import FAMILIES, build_graph, validate_n
 from .mixing import DEFAULT_WEIGHTS, WEIGHTS, edge_arrays
 from .schedule import Schedule, ota_schedule
-from .spectra import SpectralStats, spectral_stats
+from .spectra import SpectralStats, complete_stats, graph_lambda2, spectral_stats
 
 
 def _freeze_params(params: Any) -> tuple[tuple[str, Any], ...]:
@@ -120,3 +120,33 @@ def describe(spec: TopologySpec) -> tuple[Topology, TopologyStats]:
     stats = TopologyStats(spec, spectra, topo.schedule.slots_per_round,
                           topo.schedule.lower_bound, (time.perf_counter() - start) * 1e3)
     return topo, stats
+
+
+def describe_many(specs: list[TopologySpec]) -> list[TopologyStats]:
+    """Statistics of many specs; the graph, its schedule and its Laplacian spectra are computed
+    once per (family, n, params, seed) and shared by the weights rules. The complete graph is
+    closed-form at every n (W = 11^T/n under every rule; every receiver needs its own slot)."""
+    out: dict[TopologySpec, TopologyStats] = {}
+    groups: dict[tuple, list[TopologySpec]] = {}
+    for spec in specs:
+        groups.setdefault((spec.family, spec.n, spec.params, spec.seed), []).append(spec)
+    for (family, n, _params, _seed), members in groups.items():
+        start = time.perf_counter()
+        if family == "complete":
+            for spec in members:
+                out[spec] = TopologyStats(spec, complete_stats(n), n, n,
+                                          (time.perf_counter() - start) * 1e3)
+            continue
+        first = members[0]
+        graph = build_graph(family, n, seed=first.seed, **first.param_dict)
+        schedule = ota_schedule(graph)
+        lam = graph_lambda2(graph, family)
+        shared_ms = (time.perf_counter() - start) * 1e3
+        for spec in members:
+            t0 = time.perf_counter()
+            w = WEIGHTS.get(spec.weights)(graph)
+            spectra = spectral_stats(graph, w, family=family, laplacian_lambda2=lam)
+            out[spec] = TopologyStats(spec, spectra, schedule.slots_per_round,
+                                      schedule.lower_bound,
+                                      shared_ms + (time.perf_counter() - t0) * 1e3)
+    return [out[s] for s in specs]

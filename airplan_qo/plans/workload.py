@@ -64,7 +64,6 @@ WORKLOAD_PARAMS: dict[str, WorkloadParam] = {p.name: p for p in [
                   _range(0, 1, hi_open=True)),
     WorkloadParam("error_feedback", bool, True, "error feedback for top-k compression"),
     WorkloadParam("channel", str, "ota", "channel model", choices=("ota", "ideal")),
-    WorkloadParam("weights", str, "metropolis_hastings", "mixing weights rule"),
     WorkloadParam("topology_seed", int, 0, "seed of random topologies", _range(0, None)),
     WorkloadParam("seed", int, 0, "master seed (data, training and channel seeds derive from it)",
                   _range(0, None)),
@@ -151,7 +150,6 @@ class Workload:
     dropout: float = 0.0
     error_feedback: bool = True
     channel: str = "ota"
-    weights: str = "metropolis_hastings"
     topology_seed: int = 0
     seed: int = 0
     sketch_eps: float = 0.05

@@ -1,0 +1,311 @@
+"""EXPLAIN: the chosen plan as a PostgreSQL-style tree, in text or JSON.
+
+Plan nodes declare their own attributes (:class:`Node`); one renderer formats them as text
+(``->`` children, ``(cost=startup..total rounds=.. acc=..)``, footer lines) or as JSON (a
+one-element array with ``format_version``, ``plan`` and nested ``plans``, snake_case keys,
+estimates and ``actual_*`` side by side) that can be stored and queried in DuckDB.
+Output is deterministic apart from the timing lines.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from typing import Any
+
+import attrs
+
+FORMAT_VERSION = 1
+
+
+@attrs.frozen
+class Node:
+    """One plan node: its type, declared attributes, optional costs and actuals, children."""
+
+    node_type: str
+    attributes: dict[str, Any] = attrs.field(factory=dict)
+    startup_cost: float | None = None
+    total_cost: float | None = None
+    rounds: float | None = None
+    accuracy: float | None = None
+    actual: dict[str, Any] = attrs.field(factory=dict)
+    children: tuple["Node", ...] = ()
+
+
+def _num(v: Any) -> str:
+    if v is None:
+        return "unknown"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            return "never" if v > 0 else str(v)
+        if v != 0 and (abs(v) >= 1e7 or abs(v) < 1e-3):
+            return f"{v:.4g}"
+        return f"{v:.4f}".rstrip("0").rstrip(".") if abs(v) < 10 else f"{v:.2f}"
+    return str(v)
+
+
+def _rounds(v: float | None) -> str:
+    return "never" if v is None else str(int(math.ceil(v)))
+
+
+def _cost(v: float | None) -> str:
+    return "unknown" if v is None else f"{v:.2f}"
+
+
+def build_tree(result, analyze: dict[str, Any] | None = None) -> Node:
+    """The plan tree of a :class:`~airplan_qo.plans.optimizer.PlanResult`."""
+    c = result.chosen
+    plan, stats, cost, est = c.plan, c.stats, c.cost, c.cost.estimate
+    s = stats.spectra
+    w = result.request.workload
+    pr = cost.per_round
+    act = analyze or {}
+    startup = cost.startup if result.objective == "channel_uses" else 0.0
+    total = cost.total()
+    per_round_obj = (getattr(pr, result.objective) if result.objective != "c_ours" else None)
+    setup = Node("Topology Setup", {
+        "family": plan.topology.family, "params": plan.topology.label(),
+        "seed": plan.topology.seed, "weights": plan.topology.weights, "n": s.n_nodes,
+        "edges": s.n_edges, "max_degree": s.max_degree,
+        "lambda2": s.lambda2_laplacian, "lambda2_normalized": s.lambda2_normalized,
+        "mixing_gap": s.mixing_gap, "p": s.mixing_p, "slots_per_round": stats.slots_per_round,
+        "statistics": "sketch broadcast " + _num(cost.startup) + " channel uses"},
+        startup_cost=0.0, total_cost=startup)
+    local = Node("Local SGD", {
+        "model": w.model, "d": result.context.d, "local_steps": w.local_steps, "lr": w.lr,
+        "momentum": w.momentum, "batch_size": w.batch_size})
+    children = [local]
+    if plan.k_ratio < 1:
+        children.append(Node("Top-k Sparsify", {
+            "k": plan.k_ratio, "coords": pr.coords,
+            "mask": "common rand-k (shared seed): one support per slot, summed in k/2 uses",
+            "error_feedback": w.error_feedback}))
+    ota_attrs = {"channel": plan.channel.kind, "algorithm": plan.effective_algorithm,
+                 "weights": plan.topology.weights, "slots": stats.slots_per_round,
+                 "channel_uses_per_round": pr.channel_uses}
+    if plan.channel.kind == "ota":
+        ota_attrs.update({"snr_db": plan.channel.snr_db, "g_th": plan.channel.g_th,
+                          "truncation": 1 - plan.channel.active_probability,
+                          "tx_power_dbm": plan.channel.tx_power_dbm})
+    if plan.channel.dropout:
+        ota_attrs["dropout"] = plan.channel.dropout
+    children.append(Node("OTA Consensus" if plan.channel.kind == "ota" else "Noiseless Consensus",
+                         ota_attrs, actual={k: act[k] for k in ("actual_link_drop_rate",)
+                                            if k in act}))
+    loop = Node("Gossip Loop", {"per_round_cost": per_round_obj,
+                                "rounds_interval": _interval(est.rounds_lo, est.rounds_hi)},
+                startup_cost=startup, total_cost=total, rounds=est.rounds,
+                actual={k: act[k] for k in ("actual_rounds", "actual_channel_uses")
+                        if k in act},
+                children=tuple(children))
+    top_attrs = {"plan": plan.label(), "estimator": result.estimator,
+                 "objective": result.objective}
+    if est.accuracy_lo is not None:
+        top_attrs["accuracy_interval"] = _interval(est.accuracy_lo, est.accuracy_hi)
+    return Node("Decentralized Train", top_attrs, startup_cost=startup, total_cost=total,
+                rounds=est.rounds, accuracy=est.accuracy,
+                actual={k: v for k, v in act.items() if k in (
+                    "actual_rounds", "actual_accuracy", "actual_total_cost", "status")},
+                children=(loop, setup))
+
+
+def _interval(lo, hi):
+    if lo is None or hi is None:
+        return None
+    return [lo, hi]
+
+
+def render(result, *, format: str = "text", verbose: bool = False, costs: bool = True,
+           alternatives: int = 0, analyze: dict[str, Any] | None = None) -> str:
+    fmt = format.lower()
+    if fmt not in ("text", "json"):
+        from ..errors import ValidationError
+
+        raise ValidationError(f"EXPLAIN format must be TEXT or JSON, got {format!r}")
+    tree = build_tree(result, analyze)
+    if fmt == "json":
+        return json.dumps([_json_doc(result, tree, verbose, alternatives, analyze)], indent=2)
+    return _text(result, tree, verbose, costs, alternatives, analyze)
+
+
+# ---- text ------------------------------------------------------------------------------------
+
+def _text_node(node: Node, depth: int, costs: bool, verbose: bool, lines: list[str]) -> None:
+    head = node.node_type
+    parts = []
+    if costs and node.total_cost is not None or (costs and node.startup_cost is not None):
+        parts.append(f"cost={_cost(node.startup_cost)}..{_cost(node.total_cost)}")
+    if node.rounds is not None or node.node_type in ("Decentralized Train", "Gossip Loop"):
+        parts.append(f"rounds={_rounds(node.rounds)}")
+    if node.accuracy is not None:
+        parts.append(f"acc={node.accuracy:.3f}")
+    if parts:
+        head += "  (" + " ".join(parts) + ")"
+    if node.actual:
+        shown = []
+        for k, v in node.actual.items():
+            name = k.replace("actual_", "")
+            shown.append(f"{name}={_rounds(v) if name == 'rounds' else _num(v)}")
+        head += " (actual " + " ".join(shown) + ")"
+    pad = "  " + "      " * (depth - 1) if depth else ""
+    lines.append((pad + "->  " if depth else "") + head)
+    inner = "  " + "      " * depth if depth else "  "
+    shown_attrs = node.attributes if verbose else {
+        k: v for k, v in node.attributes.items() if k not in _VERBOSE_ONLY}
+    attr_text = " ".join(f"{k}={_fmt_attr(v)}" for k, v in shown_attrs.items() if v is not None)
+    if attr_text:
+        lines.append(inner + "  " + attr_text)
+    for child in node.children:
+        _text_node(child, depth + 1, costs, verbose, lines)
+
+
+_VERBOSE_ONLY = {"lambda2_normalized", "momentum", "rounds_interval", "accuracy_interval",
+                 "seed", "max_degree", "statistics", "tx_power_dbm", "estimator", "objective"}
+
+
+def _fmt_attr(v: Any) -> str:
+    if isinstance(v, list):
+        return "[" + ", ".join(_num(x) for x in v) + "]"
+    text = _num(v)
+    return f'"{text}"' if isinstance(v, str) and " " in text else text
+
+
+def _text(result, tree: Node, verbose, costs, alternatives, analyze) -> str:
+    lines: list[str] = []
+    _text_node(tree, 0, costs, verbose, lines)
+    sla = result.request.sla
+    lines.append(f"SLA: {sla.render()}  => accuracy >= {result.target_accuracy:.4f} "
+                 f"(fc = {result.fc_accuracy:.4f} after {result.context.round_budget} rounds)")
+    bd = result.chosen.cost.breakdown()
+    lines.append("Cost Breakdown: " + " ".join(
+        f"{k}={_rounds(v) if k == 'rounds' else _num(v)}" for k, v in bd.items()
+        if k not in ("startup_channel_uses", "per_round_channel_uses")))
+    ctx = result.context
+    lines.append(f"Workload: {result.request.workload.dataset} on "
+                 f"{result.request.workload.clients} clients, alpha="
+                 f"{_num(ctx.alpha)} ({ctx.alpha_source}), d={ctx.d}")
+    cand = _candidates(result)
+    pruned = ", ".join(f"{k}: {v}" for k, v in cand["pruned"].items()) or "none"
+    line = f"Candidates: {cand['considered']} considered, {cand['pruned_total']} pruned ({pruned})"
+    ru = cand["runner_up"]
+    if ru:
+        line += f"; runner-up {ru['plan']} {ru['gap_pct']:+.1f}%"
+    lines.append(line)
+    if verbose:
+        terms = result.chosen.cost.estimate.terms
+        lines.append("Estimator Terms: " + " ".join(f"{k}={_num(v)}" for k, v in terms.items()))
+        consts = " ".join(f"{k}={_num(v)}" for k, v in ctx.constants.items())
+        ids = ", ".join(map(str, ctx.calibration_ids)) or "none (priors)"
+        lines.append(f"Calibration: {result.estimator} {consts}; calibration ids: {ids}")
+    for alt in _alternatives(result, alternatives):
+        lines.append(f"Alternative {alt['rank']}: {alt['plan']} rounds={_rounds(alt['rounds'])} "
+                     f"acc={_num(alt['accuracy'])} total_cost={_cost(alt['total_cost'])}"
+                     + (f" pruned: {alt['pruned_reason']}" if alt["pruned_reason"] else ""))
+    for warn in result.warnings:
+        lines.append(f"WARNING: {warn}")
+    lines.append(f"Planning Time: {result.planning_time_ms:.3f} ms")
+    if analyze:
+        for fb in analyze.get("feedback", []):
+            lines.append(f"Feedback: {fb['metric']} estimated={_num(fb['estimated'])} "
+                         f"actual={_num(fb['actual'])}"
+                         + (" (censored)" if fb.get("censored") else ""))
+        for ev in analyze.get("events", []):
+            lines.append(f"Event: {ev}")
+        if "execution_time_ms" in analyze:
+            lines.append(f"Execution Time: {analyze['execution_time_ms']:.3f} ms")
+    return "\n".join(lines)
+
+
+# ---- shared pieces ---------------------------------------------------------------------------
+
+def _reason_kind(reason: str) -> str:
+    return reason.split(":", 1)[0]
+
+
+def _candidates(result) -> dict[str, Any]:
+    pruned = Counter(_reason_kind(c.pruned_reason) for c in result.candidates
+                     if c.pruned_reason)
+    ru = result.runner_up()
+    chosen_total = result.chosen.cost.total()
+    runner = None
+    if ru is not None:
+        gap = (ru.cost.total() / chosen_total - 1) * 100 if chosen_total else 0.0
+        runner = {"plan": ru.plan.label(), "total_cost": ru.cost.total(), "gap_pct": gap}
+    return {"considered": len(result.candidates), "pruned_total": sum(pruned.values()),
+            "pruned": dict(sorted(pruned.items())), "runner_up": runner}
+
+
+def _alternatives(result, n: int) -> list[dict[str, Any]]:
+    out = []
+    for c in [c for c in result.candidates if c is not result.chosen][:max(0, n)]:
+        out.append({"rank": c.rank, "plan": c.plan.label(), "rounds": c.cost.rounds,
+                    "accuracy": c.cost.estimate.accuracy, "total_cost": c.cost.total(),
+                    "pruned_reason": c.pruned_reason})
+    return out
+
+
+# ---- JSON ------------------------------------------------------------------------------------
+
+def _json_node(node: Node) -> dict[str, Any]:
+    out: dict[str, Any] = {"node_type": node.node_type}
+    if node.total_cost is not None or node.startup_cost is not None:
+        out["startup_cost"] = node.startup_cost
+        out["total_cost"] = node.total_cost
+    if node.node_type in ("Decentralized Train", "Gossip Loop"):
+        out["plan_rounds"] = node.rounds
+    if node.accuracy is not None:
+        out["plan_accuracy"] = node.accuracy
+    out.update({k: _clean(v) for k, v in node.attributes.items()})
+    out.update({k: _clean(v) for k, v in node.actual.items()})
+    if node.children:
+        out["plans"] = [_json_node(ch) for ch in node.children]
+    return out
+
+
+def _clean(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, (list, tuple)):
+        return [_clean(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _clean(x) for k, x in v.items()}
+    return v
+
+
+def _json_doc(result, tree: Node, verbose, alternatives, analyze) -> dict[str, Any]:
+    ctx = result.context
+    doc: dict[str, Any] = {
+        "format_version": FORMAT_VERSION,
+        "planning_time_ms": result.planning_time_ms,
+        "planning_run_id": result.planning_run_id,
+        "plan_id": result.chosen.plan_id,
+        "estimator": result.estimator,
+        "objective": result.objective,
+        "plan": _json_node(tree),
+        "sla": {"text": result.request.sla.render(), "accuracy_threshold": result.target_accuracy,
+                "fc_accuracy": result.fc_accuracy, "round_budget": ctx.round_budget},
+        "cost_breakdown": _clean(result.chosen.cost.breakdown()),
+        "candidates": _clean(_candidates(result)),
+        "workload": {"dataset": result.request.workload.dataset,
+                     "clients": result.request.workload.clients, "alpha": _clean(ctx.alpha),
+                     "alpha_source": ctx.alpha_source, "d": ctx.d},
+        "fallback": result.fallback,
+        "warnings": list(result.warnings),
+    }
+    if verbose:
+        doc["estimator_terms"] = _clean(result.chosen.cost.estimate.terms)
+        doc["calibration"] = {"constants": ctx.constants,
+                              "calibration_ids": list(ctx.calibration_ids)}
+    if alternatives:
+        doc["alternatives"] = _clean(_alternatives(result, alternatives))
+    if analyze:
+        doc["execution_time_ms"] = analyze.get("execution_time_ms")
+        doc["feedback"] = _clean(analyze.get("feedback", []))
+        if analyze.get("events"):
+            doc["events"] = list(analyze["events"])
+    return doc

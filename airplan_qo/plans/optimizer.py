@@ -1,0 +1,460 @@
+"""The optimizer: enumerate physical plans, cost them, enforce the SLA and budgets, pick one.
+
+Like a query optimizer: statistics come from the catalog (topology spectra are computed and
+cached on a miss; heterogeneity from ``ANALYZE WORKLOAD`` when available, else the declared
+alpha), every candidate is costed by the chosen estimator, constraints prune, and the cheapest
+feasible plan under the objective wins. When nothing is feasible the fully connected,
+uncompressed plan is returned as the paper does, with a warning that lists the nearest candidates
+and what each failed. Every planning run and all its candidates are recorded in the catalog.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from typing import Any
+
+import attrs
+import numpy as np
+
+from ..catalog.analyze import workload_fingerprint
+from ..catalog.sketch import dimensions
+from ..catalog.store import Catalog
+from ..data import dataset_info
+from ..errors import ValidationError
+from .estimators import DEFAULT_ESTIMATOR, ESTIMATORS, EstimationContext, resolve_constants
+from .families import FAMILIES
+from .mixing import WEIGHTS, edge_arrays
+from .plan import OBJECTIVES, ChannelConfig, Cost, PhysicalPlan, round_cost
+from .sla import SLA, parse_sla
+from .spectra import SpectralStats
+from .topology import TopologySpec, TopologyStats, describe_many
+from .workload import Workload
+
+DEFAULT_FAMILIES = ("ring", "erdos_renyi", "small_world", "clustered", "complete", "exponential")
+DEFAULT_WEIGHTS = ("metropolis_hastings", "best_constant")
+DEFAULT_SPARSITY = (0.01, 0.05, 0.1, 0.2, 1.0)
+DEFAULT_SLA = "accuracy >= 0.95 * fc"
+MAX_CACHED_EDGES = 1_000_000
+DENSE_FAMILY_LIMIT = 2000
+
+
+def parameter_variants(family: str, n: int) -> list[dict[str, Any]]:
+    """Parameter variants the enumerator tries for a family at n clients.
+
+    Dense families are kept sparse at large n (expected degree O(log n), communities of 50) so
+    that planning stays tractable; the defaults of the paper are used up to n = 250.
+    """
+    if family == "erdos_renyi":
+        if n <= DENSE_FAMILY_LIMIT:
+            return [{"p": p} for p in (0.1, 0.2, 0.3)]
+        base = math.log(n) / n
+        return [{"p": round(m * base, 6)} for m in (2, 4)]
+    if family == "small_world":
+        ks = sorted({k for k in (4, 6, 8) if k < n - 1}) or [2]
+        return [{"k": k} for k in ks]
+    if family == "clustered":
+        if n > 250:
+            return [{"c": n // 50}]
+        return [{}]
+    return [{}]
+
+
+@attrs.frozen
+class PlanRequest:
+    """Everything a planning call needs besides the catalog."""
+
+    workload: Workload
+    sla: SLA = attrs.field(factory=lambda: parse_sla(DEFAULT_SLA))
+    topologies: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] | None = None
+    weights: tuple[str, ...] | None = None
+    sparsity: tuple[float, ...] | None = None
+    budgets: tuple[tuple[str, float], ...] = ()
+    estimator: str | None = None
+    objective: str | None = None
+    statement: str = ""
+
+
+@attrs.define
+class Candidate:
+    """One costed plan of a planning run (mutable only while the run is being recorded)."""
+
+    plan: PhysicalPlan
+    stats: TopologyStats
+    cost: Cost
+    pruned_reason: str | None = None
+    plan_id: int | None = None
+    rank: int | None = None
+    topology_id: int | None = None
+
+    @property
+    def feasible(self) -> bool:
+        return self.pruned_reason is None
+
+    def metrics(self) -> dict[str, float | None]:
+        return {"accuracy": self.cost.estimate.accuracy, "rounds": self.cost.rounds,
+                "energy_j": self.cost.total("energy_j"),
+                "airtime_s": self.cost.total("airtime_s"),
+                "channel_uses": self.cost.total("channel_uses")}
+
+
+@attrs.frozen
+class PlanResult:
+    """The outcome of planning: the chosen candidate, all candidates and the context."""
+
+    request: PlanRequest
+    context: EstimationContext
+    estimator: str
+    objective: str
+    chosen: Candidate
+    candidates: tuple[Candidate, ...]
+    fc_accuracy: float
+    target_accuracy: float
+    fallback: bool
+    warnings: tuple[str, ...]
+    planning_time_ms: float
+    planning_run_id: int | None
+
+    def explain(self, *, format: str = "text", verbose: bool = False, costs: bool = True,
+                alternatives: int = 0, analyze: Any = None) -> str:
+        from .explain import render
+
+        return render(self, format=format, verbose=verbose, costs=costs,
+                      alternatives=alternatives, analyze=analyze)
+
+    def runner_up(self) -> Candidate | None:
+        ranked = [c for c in self.candidates if c.feasible and c is not self.chosen]
+        return ranked[0] if ranked else None
+
+
+def _budget_dict(request: PlanRequest) -> dict[str, float]:
+    out = dict(request.budgets)
+    for key, value in out.items():
+        if key not in ("rounds", "seconds", "joules"):
+            raise ValidationError(f"unknown budget '{key}'; use ROUNDS, SECONDS or JOULES")
+        if not value > 0:
+            raise ValidationError(f"budget {key} must be positive, got {value}")
+    return out
+
+
+def model_dimension(workload: Workload) -> tuple[int, int]:
+    """(d, n_classes) of the workload's model on its dataset, without importing torch."""
+    from ..runtime.model_size import parameter_count
+
+    shape, n_classes = dataset_info(workload.dataset)
+    return int(parameter_count(workload.model, tuple(shape), n_classes)), n_classes
+
+
+def _heterogeneity(catalog: Catalog, w: Workload) -> tuple[float, str, float | None]:
+    """alpha used by estimators: from the latest ANALYZE WORKLOAD statistics when present."""
+    alpha = w.alpha if w.partition == "dirichlet" else None
+    found = catalog.find_workload(workload_fingerprint(w.dataset, w.clients, w.partition, alpha,
+                                                       w.seed))
+    if found is not None:
+        rows = catalog.query(
+            "SELECT s.stats_version, s.alpha_dirichlet, "
+            "(SELECT max(cumulative_epsilon) FROM airplan.privacy_ledger l "
+            " WHERE l.workload_id = s.workload_id) AS eps "
+            "FROM airplan.workload_stats s WHERE s.workload_id = ? "
+            "ORDER BY s.stats_version DESC LIMIT 1", [found["workload_id"]])
+        if rows:
+            r = rows[0]
+            a = r["alpha_dirichlet"]
+            return (math.inf if a is None else float(a),
+                    f"estimated from sketches: workload {found['workload_id']}, "
+                    f"stats v{r['stats_version']}", r["eps"])
+    if w.partition == "iid":
+        return math.inf, "declared: iid partition", None
+    return float(w.alpha), "declared: no ANALYZE WORKLOAD statistics", None
+
+
+class Optimizer:
+    """Plans workloads against one catalog."""
+
+    def __init__(self, catalog: Catalog):
+        self.catalog = catalog
+
+    # ---- statistics --------------------------------------------------------------------------
+
+    def topology_stats(self, specs: list[TopologySpec]) -> tuple[list[TopologyStats], list[int]]:
+        """Statistics for each spec: from the catalog cache, computing and caching the misses."""
+        if not specs:
+            return [], []
+        n, seeds = specs[0].n, sorted({s.seed for s in specs})
+        cached: dict[tuple, tuple[TopologyStats, int]] = {}
+        rows = self.catalog.query(
+            "SELECT topology_id, family, params::VARCHAR AS params, seed, weights_rule, n_edges, "
+            "max_degree, mean_degree, lambda2_laplacian, lambda2_normalized, mixing_rho, "
+            "mixing_gap, mixing_p, slots_per_round, slots_lower_bound, compute_ms "
+            "FROM airplan.topologies WHERE n_nodes = ? AND list_contains(?, seed)",
+            [n, seeds])
+        by_key = {(r["family"], json.dumps(json.loads(r["params"]), sort_keys=True), r["seed"],
+                   r["weights_rule"]): r for r in rows}
+        missing: list[TopologySpec] = []
+        for spec in specs:
+            row = by_key.get(_cache_key(spec)) if _cacheable(spec) else None
+            if row is None:
+                missing.append(spec)
+                continue
+            spectra = SpectralStats(
+                n_nodes=n, n_edges=row["n_edges"], max_degree=row["max_degree"],
+                mean_degree=row["mean_degree"], lambda2_laplacian=row["lambda2_laplacian"],
+                lambda2_normalized=row["lambda2_normalized"], mixing_rho=row["mixing_rho"],
+                mixing_gap=row["mixing_gap"], mixing_p=row["mixing_p"], method="cached")
+            cached[_cache_key(spec)] = (TopologyStats(
+                spec, spectra, row["slots_per_round"], row["slots_lower_bound"],
+                row["compute_ms"] or 0.0), row["topology_id"])
+        if missing:
+            computed = describe_many(missing)
+            cacheable = [s for s in computed if _cacheable(s.spec)]
+            ids = self._cache(cacheable) if cacheable and not self.catalog.read_only else []
+            for stats, tid in zip(cacheable, ids):
+                cached[_cache_key(stats.spec)] = (stats, tid)
+            for stats in computed:
+                cached.setdefault(_cache_key(stats.spec), (stats, None))
+        out = [cached[_cache_key(s)] for s in specs]
+        return [o[0] for o in out], [o[1] for o in out]
+
+    def _cache(self, stats: list[TopologyStats]) -> list[int]:
+        from .topology import build
+
+        cols: dict[str, list[Any]] = {k: [] for k in (
+            "family", "params", "n_nodes", "seed", "weights_rule", "n_edges", "max_degree",
+            "mean_degree", "lambda2_laplacian", "lambda2_normalized", "mixing_rho", "mixing_gap",
+            "mixing_p", "slots_per_round", "slots_lower_bound", "edges_src", "edges_dst",
+            "weights", "self_weights", "compute_ms")}
+        for st in stats:
+            s = st.spectra
+            src = dst = w_edges = w_self = None
+            if s.n_edges <= MAX_CACHED_EDGES and st.spec.family != "complete":
+                topo = build(st.spec)
+                u, v = edge_arrays(topo.graph)
+                src, dst = u.tolist(), v.tolist()
+                w_edges = np.asarray(topo.weights[u, v]).ravel().tolist()
+                w_self = topo.weights.diagonal().tolist()
+            for key, value in (("family", st.spec.family), ("params", st.spec.params_json()),
+                               ("n_nodes", st.spec.n), ("seed", st.spec.seed),
+                               ("weights_rule", st.spec.weights), ("n_edges", s.n_edges),
+                               ("max_degree", s.max_degree), ("mean_degree", s.mean_degree),
+                               ("lambda2_laplacian", s.lambda2_laplacian),
+                               ("lambda2_normalized", s.lambda2_normalized),
+                               ("mixing_rho", s.mixing_rho), ("mixing_gap", s.mixing_gap),
+                               ("mixing_p", s.mixing_p), ("slots_per_round", st.slots_per_round),
+                               ("slots_lower_bound", st.slots_lower_bound), ("edges_src", src),
+                               ("edges_dst", dst), ("weights", w_edges), ("self_weights", w_self),
+                               ("compute_ms", st.compute_ms)):
+                cols[key].append(value)
+        with self.catalog.transaction():
+            ids = self.catalog.insert_rows("topologies", cols)
+        return [int(i) for i in ids]
+
+    # ---- planning ----------------------------------------------------------------------------
+
+    def candidate_specs(self, request: PlanRequest) -> list[TopologySpec]:
+        w = request.workload
+        weights = request.weights or DEFAULT_WEIGHTS
+        for rule in weights:
+            WEIGHTS.get(rule)
+        if request.topologies:
+            topo = [(FAMILIES.get(f).name, [dict(p)]) for f, p in request.topologies]
+        else:
+            topo = [(f, parameter_variants(f, w.clients)) for f in DEFAULT_FAMILIES]
+        specs: list[TopologySpec] = []
+        for family, variants in topo:
+            for params in variants:
+                for rule in weights:
+                    spec = TopologySpec.create(family, w.clients, seed=w.topology_seed,
+                                               weights=rule, **params)
+                    if spec not in specs:
+                        specs.append(spec)
+        return specs
+
+    def plan(self, request: PlanRequest) -> PlanResult:
+        start = time.perf_counter()
+        w = request.workload
+        est_name = (request.estimator or DEFAULT_ESTIMATOR).lower()
+        estimator = ESTIMATORS.get(est_name)
+        objective = request.objective or ("c_ours" if est_name == "paper" else "channel_uses")
+        if objective not in OBJECTIVES:
+            raise ValidationError(f"unknown objective '{objective}'; use one of "
+                                  f"{', '.join(OBJECTIVES)}")
+        if objective == "c_ours" and est_name != "paper":
+            raise ValidationError("objective c_ours is only defined by the paper estimator")
+        budgets = _budget_dict(request)
+        sparsity = tuple(request.sparsity or DEFAULT_SPARSITY)
+        for k in sparsity:
+            if not 0 < k <= 1:
+                raise ValidationError(f"sparsity k must be in (0, 1], got {k}")
+
+        d, n_classes = model_dimension(w)
+        alpha, alpha_source, privacy_eps = _heterogeneity(self.catalog, w)
+        rows = self.catalog.current_calibration(est_name)
+        constants, cal_ids = resolve_constants(estimator, rows, w.dataset)
+        round_budget = int(min(w.rounds, budgets.get("rounds", math.inf)))
+        ctx = EstimationContext(n_classes=n_classes, d=d, alpha=alpha, alpha_source=alpha_source,
+                                round_budget=round_budget, constants=constants,
+                                calibration_ids=cal_ids, privacy_epsilon=privacy_eps)
+        channel = ChannelConfig(kind=w.channel, snr_db=w.snr_db, g_th=w.g_th,
+                                tx_power_dbm=w.tx_power_dbm, bandwidth_hz=w.bandwidth_hz,
+                                dropout=w.dropout)
+        depth, width = dimensions(w.sketch_eps, w.sketch_delta)
+        startup = float(w.clients * math.ceil(depth * width / 2))
+
+        specs = self.candidate_specs(request)
+        fc_spec = TopologySpec.create("complete", w.clients, seed=w.topology_seed,
+                                      weights="metropolis_hastings")
+        all_stats, ids = self.topology_stats(specs + ([fc_spec] if fc_spec not in specs else []))
+        stats_of = {s.spec: (s, i) for s, i in zip(all_stats, ids)}
+        fc_plan = PhysicalPlan(fc_spec, 1.0, channel)
+        fc_accuracy = estimator.accuracy_at(ctx, fc_plan, stats_of[fc_spec][0], round_budget)
+        target = self._target(request.sla, w, fc_accuracy)
+
+        candidates: list[Candidate] = []
+        for spec in specs:
+            st, tid = stats_of[spec]
+            for k in sparsity:
+                plan = PhysicalPlan(spec, k, channel)
+                cand = self._cost(estimator, ctx, plan, st, d, startup, objective, target)
+                cand.topology_id = tid
+                cand.pruned_reason = self._prune(cand, request.sla, fc_accuracy, budgets,
+                                                 round_budget)
+                candidates.append(cand)
+        candidates.sort(key=lambda c: (not c.feasible,) + c.cost.sort_key(c.plan.label()))
+        for rank, cand in enumerate(candidates, 1):
+            cand.rank = rank
+        feasible = [c for c in candidates if c.feasible]
+        warnings: list[str] = []
+        fallback = not feasible
+        if feasible:
+            chosen = feasible[0]
+        else:
+            chosen = next((c for c in candidates if c.plan == fc_plan), None)
+            if chosen is None:
+                fc_st, fc_tid = stats_of[fc_spec]
+                chosen = self._cost(estimator, ctx, fc_plan, fc_st, d, startup, objective,
+                                    target)
+                chosen.topology_id = fc_tid
+                chosen.rank = len(candidates) + 1
+                candidates.append(chosen)
+            near = sorted(candidates, key=lambda c: -(c.cost.estimate.accuracy or 0.0))[:3]
+            warnings.append(
+                "no candidate satisfies all constraints; falling back to the fully connected "
+                "uncompressed plan. Nearest candidates: " + "; ".join(
+                    f"{c.plan.label()} ({c.pruned_reason})" for c in near))
+            chosen.pruned_reason = None
+        if alpha_source.startswith("declared") and w.partition == "dirichlet":
+            warnings.append("heterogeneity is the declared alpha; run ANALYZE WORKLOAD for "
+                            "sketch-based statistics")
+        planning_ms = (time.perf_counter() - start) * 1e3
+        result = PlanResult(request=request, context=ctx, estimator=est_name,
+                            objective=objective, chosen=chosen, candidates=tuple(candidates),
+                            fc_accuracy=fc_accuracy, target_accuracy=target, fallback=fallback,
+                            warnings=tuple(warnings), planning_time_ms=planning_ms,
+                            planning_run_id=None)
+        if self.catalog.read_only:
+            return result
+        return attrs.evolve(result, planning_run_id=self._record(result))
+
+    @staticmethod
+    def _target(sla: SLA, w: Workload, fc_accuracy: float) -> float:
+        threshold = sla.accuracy_threshold(fc_accuracy)
+        if threshold is not None:
+            return float(threshold)
+        if w.target_accuracy is not None:
+            return float(w.target_accuracy)
+        return 0.95 * fc_accuracy
+
+    @staticmethod
+    def _cost(estimator, ctx, plan, stats, d, startup, objective, target) -> Candidate:
+        est = estimator.estimate(ctx, plan, stats, target)
+        return Candidate(plan=plan, stats=stats,
+                         cost=Cost(est, round_cost(plan, stats, d), startup, objective))
+
+    @staticmethod
+    def _prune(c: Candidate, sla: SLA, fc_accuracy: float, budgets: dict[str, float],
+               round_budget: int) -> str | None:
+        est = c.cost.estimate
+        if c.cost.rounds is None:
+            acc = est.accuracy
+            return (f"sla: never reaches the accuracy target (predicted {acc:.3f} after "
+                    f"{round_budget} rounds)" if acc is not None else
+                    "sla: never reaches the accuracy target")
+        failures = sla.check(c.metrics(), fc_accuracy)
+        if failures:
+            return "sla: " + "; ".join(failures)
+        if c.cost.rounds > round_budget:
+            return f"budget: rounds {c.cost.rounds:.0f} > {round_budget}"
+        seconds, joules = budgets.get("seconds"), budgets.get("joules")
+        if seconds is not None and c.cost.total("airtime_s") > seconds:
+            return f"budget: airtime {c.cost.total('airtime_s'):.4g} s > {seconds:g} s"
+        if joules is not None and c.cost.total("energy_j") > joules:
+            return f"budget: energy {c.cost.total('energy_j'):.4g} J > {joules:g} J"
+        for name, ok in est.extra_constraints:
+            if not ok:
+                return f"{name}: {name} {est.terms.get(name, float('nan')):.3g} above target"
+        return None
+
+    def _record(self, result: PlanResult) -> int:
+        req, w = result.request, result.request.workload
+        cands = result.candidates
+        cols: dict[str, list[Any]] = {k: [] for k in (
+            "planning_run_id", "chosen", "rank", "family", "topology_params", "topology_seed",
+            "weights_rule", "topology_id", "k_ratio", "algorithm", "snr_db", "g_th",
+            "tx_power_dbm", "est_rounds", "reaches_target", "est_accuracy", "est_accuracy_lo",
+            "est_accuracy_hi", "channel_uses", "slots", "airtime_s", "energy_j", "bits",
+            "privacy_epsilon", "total_cost", "pruned_reason", "calibration_ids", "terms")}
+        with self.catalog.transaction():
+            run_id = self.catalog.insert_row("planning_runs", {
+                "statement": req.statement or f"plan {w.dataset} on {w.clients} clients",
+                "estimator": result.estimator, "objective": result.objective,
+                "sla": req.sla.render(), "sla_threshold": result.target_accuracy,
+                "n_candidates": len(cands), "fallback": result.fallback,
+                "warnings": list(result.warnings),
+                "planning_time_ms": result.planning_time_ms})
+            for c in cands:
+                bd = c.cost.breakdown()
+                e = c.cost.estimate
+                for key, value in (
+                        ("planning_run_id", run_id), ("chosen", c is result.chosen),
+                        ("rank", c.rank), ("family", c.plan.topology.family),
+                        ("topology_params", c.plan.topology.params_json()),
+                        ("topology_seed", c.plan.topology.seed),
+                        ("weights_rule", c.plan.topology.weights),
+                        ("topology_id", c.topology_id), ("k_ratio", c.plan.k_ratio),
+                        ("algorithm", c.plan.effective_algorithm),
+                        ("snr_db", c.plan.channel.snr_db), ("g_th", c.plan.channel.g_th),
+                        ("tx_power_dbm", c.plan.channel.tx_power_dbm),
+                        ("est_rounds", e.rounds), ("reaches_target", c.cost.reaches_target),
+                        ("est_accuracy", e.accuracy), ("est_accuracy_lo", e.accuracy_lo),
+                        ("est_accuracy_hi", e.accuracy_hi),
+                        ("channel_uses", bd["channel_uses"]), ("slots", bd["slots"]),
+                        ("airtime_s", bd["airtime_s"]), ("energy_j", bd["energy_j"]),
+                        ("bits", bd["bits"]), ("privacy_epsilon", bd["privacy_epsilon"]),
+                        ("total_cost", c.cost.total()), ("pruned_reason", c.pruned_reason),
+                        ("calibration_ids", list(e.calibration_ids)),
+                        ("terms", json.dumps(_finite(e.terms), sort_keys=True))):
+                    cols[key].append(value)
+            ids = self.catalog.insert_rows("plans", cols)
+            for c, pid in zip(cands, ids):
+                c.plan_id = int(pid)
+            self.catalog.update_row("planning_runs", run_id,
+                                    {"chosen_plan_id": result.chosen.plan_id})
+        return int(run_id)
+
+
+def _finite(terms: dict[str, Any]) -> dict[str, Any]:
+    return {k: (v if not isinstance(v, float) or math.isfinite(v) else None)
+            for k, v in terms.items()}
+
+
+def _cacheable(spec: TopologySpec) -> bool:
+    return spec.family != "from_edges"
+
+
+def _cache_key(spec: TopologySpec) -> tuple:
+    return (spec.family, spec.params_json(), spec.seed, spec.weights)
+
+
+__all__ = ["Optimizer", "PlanRequest", "PlanResult", "Candidate", "DEFAULT_FAMILIES",
+           "DEFAULT_SPARSITY", "DEFAULT_WEIGHTS", "parameter_variants"]

@@ -1,0 +1,191 @@
+"""Physical plans and their costs, as values.
+
+A :class:`PhysicalPlan` is topology (family, params, seed, weights rule) x sparsification ratio k
+x channel configuration x algorithm. A :class:`Cost` is what an estimator predicts for it, with a
+breakdown the EXPLAIN output shows and the catalog records.
+
+Cost accounting (shared by every estimator; estimators only predict rounds and accuracy):
+
+* payload: ``coords = ceil(k * d)`` real coordinates, sent as ``ceil(coords / 2)`` complex
+  channel uses. Sparse payloads use a mask shared by all transmitters of a round (rand-k from a
+  shared seed), because over-the-air superposition adds coordinate by coordinate: no indices are
+  sent and the receiver sums k coordinates in k/2 channel uses.
+* one gossip round = ``slots_per_round`` slots (a colouring of G^2): in a slot all neighbours of
+  that slot's receivers transmit at once, so a round costs ``slots * ceil(coords / 2)`` channel
+  uses and that many symbol times of airtime (``1 / bandwidth_hz`` seconds each).
+* energy: every directed link (j -> i) transmits once per round, unless truncated (probability
+  ``1 - exp(-g_th)``): ``2|E| * exp(-g_th) * ceil(coords / 2)`` symbols at peak power
+  ``P = 10^(tx_power_dbm / 10) mW`` for ``1 / bandwidth_hz`` seconds each. Channel inversion
+  never exceeds P, so this is an upper bound.
+* bits (a digital comparison): the same payloads sent as 32-bit floats over every directed link,
+  plus ``ceil(log2 d)`` index bits per coordinate when sparse (digital links cannot share masks
+  for free): ``2|E| * coords * (32 + index_bits)``.
+* startup: the statistics broadcast (each client's Count-Min sketch, ``cells / 2`` channel uses
+  per client, one slot each), the ``cost=startup..total`` of EXPLAIN.
+
+Costs are ordered by (reaches the target, objective total, rounds, plan label): a plan that never
+reaches the SLA target sorts after every plan that does; "unknown" (None) is not "infinite" and is
+shown as such.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import attrs
+
+from ..errors import ValidationError
+from .topology import TopologySpec, TopologyStats
+
+OBJECTIVES = ("channel_uses", "energy_j", "airtime_s", "c_ours")
+BITS_PER_COORD = 32
+
+
+def _check_k(instance, attribute, value):
+    if not (0 < value <= 1) or not math.isfinite(value):
+        raise ValidationError(f"sparsity k must be in (0, 1], got {value!r}")
+
+
+@attrs.frozen
+class ChannelConfig:
+    """Channel model of a plan: ``ota`` (fading, truncated inversion, AWGN) or ``ideal``."""
+
+    kind: str = "ota"
+    snr_db: float = 10.0
+    g_th: float = 0.1
+    tx_power_dbm: float = 23.0
+    bandwidth_hz: float = 1e6
+    dropout: float = 0.0
+
+    @property
+    def active_probability(self) -> float:
+        """Probability that a link is not truncated: P(|h|^2 >= g_th) = exp(-g_th)."""
+        return 1.0 if self.kind == "ideal" else math.exp(-self.g_th)
+
+    @property
+    def tx_power_w(self) -> float:
+        return 10 ** (self.tx_power_dbm / 10.0) / 1000.0
+
+
+@attrs.frozen
+class PhysicalPlan:
+    """One point of the plan space."""
+
+    topology: TopologySpec
+    k_ratio: float = attrs.field(default=1.0, validator=_check_k)
+    channel: ChannelConfig = ChannelConfig()
+    algorithm: str = "dsgd"
+    mask: str = "common_randk"
+
+    @property
+    def effective_algorithm(self) -> str:
+        """D-SGD for dense payloads; CHOCO-style compressed gossip with error feedback for k < 1."""
+        return "choco" if self.algorithm == "dsgd" and self.k_ratio < 1 else self.algorithm
+
+    def label(self) -> str:
+        return f"{self.topology.label()} [{self.topology.weights}] k={self.k_ratio:g}"
+
+
+@attrs.frozen
+class RoundCost:
+    """Per-round resources of a plan (independent of how many rounds it needs)."""
+
+    coords: int
+    channel_uses: float
+    slots: int
+    airtime_s: float
+    energy_j: float
+    bits: float
+    symbols: float
+
+
+def round_cost(plan: PhysicalPlan, stats: TopologyStats, d: int) -> RoundCost:
+    coords = max(1, math.ceil(plan.k_ratio * d))
+    uses_per_payload = math.ceil(coords / 2)
+    slots = stats.slots_per_round
+    channel_uses = float(slots * uses_per_payload)
+    symbol_s = 1.0 / plan.channel.bandwidth_hz
+    links = 2 * stats.spectra.n_edges * plan.channel.active_probability * (1 - plan.channel.dropout)
+    symbols = links * uses_per_payload
+    index_bits = math.ceil(math.log2(d)) if plan.k_ratio < 1 and d > 1 else 0
+    bits = 2 * stats.spectra.n_edges * coords * (BITS_PER_COORD + index_bits)
+    return RoundCost(coords=coords, channel_uses=channel_uses, slots=slots,
+                     airtime_s=channel_uses * symbol_s,
+                     energy_j=plan.channel.tx_power_w * symbol_s * symbols, bits=float(bits),
+                     symbols=symbols)
+
+
+@attrs.frozen
+class Estimate:
+    """What an estimator predicts for a plan: rounds to the target and accuracy.
+
+    ``rounds`` is None when the plan never reaches the target (its error floor is above it).
+    ``terms`` are the estimator's named intermediate quantities (VERBOSE shows them);
+    ``model_term`` is its uncalibrated core term (recorded with feedback for refits).
+    """
+
+    rounds: float | None
+    accuracy: float | None
+    accuracy_lo: float | None = None
+    accuracy_hi: float | None = None
+    rounds_lo: float | None = None
+    rounds_hi: float | None = None
+    terms: dict[str, float] = attrs.field(factory=dict)
+    model_term: float | None = None
+    calibration_ids: tuple[int, ...] = ()
+    extra_constraints: tuple[tuple[str, bool], ...] = ()
+
+
+@attrs.frozen
+class Cost:
+    """Predicted cost of a plan: the estimate plus the resource breakdown over its rounds."""
+
+    estimate: Estimate
+    per_round: RoundCost
+    startup: float
+    objective: str
+
+    @property
+    def rounds(self) -> float | None:
+        return self.estimate.rounds
+
+    @property
+    def reaches_target(self) -> bool:
+        return self.estimate.rounds is not None
+
+    def total(self, what: str | None = None) -> float | None:
+        """Total of a resource over the predicted rounds (None when the target is never reached).
+
+        The objective total includes the startup (statistics broadcast) in channel uses.
+        """
+        what = what or self.objective
+        if what == "c_ours":
+            return self.estimate.terms.get("c_ours")
+        if what == "rounds":
+            return self.rounds
+        if what == "privacy_epsilon":
+            return self.estimate.terms.get("privacy_epsilon")
+        if self.rounds is None:
+            return None
+        per = getattr(self.per_round, what)
+        return per * self.rounds + (self.startup if what == "channel_uses" else 0.0)
+
+    def breakdown(self) -> dict[str, Any]:
+        r = self.rounds
+        return {
+            "rounds": r,
+            "channel_uses": self.total("channel_uses"),
+            "slots": None if r is None else self.per_round.slots * r,
+            "airtime_s": self.total("airtime_s"),
+            "energy_j": self.total("energy_j"),
+            "bits": self.total("bits"),
+            "privacy_epsilon": self.estimate.terms.get("privacy_epsilon"),
+            "startup_channel_uses": self.startup,
+            "per_round_channel_uses": self.per_round.channel_uses,
+        }
+
+    def sort_key(self, label: str) -> tuple:
+        total = self.total()
+        return (not self.reaches_target, math.inf if total is None else total,
+                math.inf if self.rounds is None else self.rounds, label)

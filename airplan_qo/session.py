@@ -1,0 +1,78 @@
+"""The Python API: a session on one catalog.
+
+    import airplan_qo as aq
+    db = aq.connect("airplan.duckdb")
+    result = db.plan(aq.Workload(dataset="digits", clients=50, alpha=0.5, snr_db=10),
+                     sla="accuracy >= 0.95 * fc")
+    print(result.explain())
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Iterable, Mapping
+
+from .catalog.store import Catalog
+from .errors import ValidationError
+from .plans.workload import Workload
+
+
+def _topologies(items: Iterable[Any] | None):
+    if items is None:
+        return None
+    out = []
+    for item in items:
+        if isinstance(item, str):
+            out.append((item, ()))
+        elif isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[1], Mapping):
+            out.append((str(item[0]), tuple(sorted(item[1].items()))))
+        else:
+            raise ValidationError(f"a topology is a family name or (name, params dict), "
+                                  f"got {item!r}")
+    return tuple(out)
+
+
+class Session:
+    """Plans, analyses and runs workloads against one catalog file."""
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, read_only: bool = False):
+        self.catalog = Catalog(path, read_only=read_only)
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.catalog.close()
+
+    def analyze(self, workload: Workload):
+        """ANALYZE WORKLOAD: sketch every client's labels and store the statistics."""
+        from .catalog.analyze import analyze_workload
+
+        return analyze_workload(self.catalog, workload)
+
+    def plan(self, workload: Workload, *, sla: Any = None, topologies: Iterable[Any] | None = None,
+             weights: Iterable[str] | None = None, sparsity: Iterable[float] | None = None,
+             budgets: Mapping[str, float] | None = None, estimator: str | None = None,
+             objective: str | None = None, statement: str = ""):
+        """Enumerate, cost and choose a plan; returns a PlanResult (``.explain()``)."""
+        from .plans.optimizer import DEFAULT_SLA, Optimizer, PlanRequest
+        from .plans.sla import SLA, parse_sla
+
+        if not isinstance(workload, Workload):
+            raise ValidationError("plan() expects an airplan_qo.Workload")
+        sla_value = sla if isinstance(sla, SLA) else parse_sla(sla or DEFAULT_SLA)
+        request = PlanRequest(
+            workload=workload, sla=sla_value, topologies=_topologies(topologies),
+            weights=tuple(weights) if weights else None,
+            sparsity=tuple(float(k) for k in sparsity) if sparsity else None,
+            budgets=tuple(sorted((budgets or {}).items())), estimator=estimator,
+            objective=objective, statement=statement)
+        return Optimizer(self.catalog).plan(request)
+
+
+def connect(path: str | os.PathLike[str] | None = None, *, read_only: bool = False) -> Session:
+    """Open (or create) a catalog: ``path``, else ``$AIRPLAN_CATALOG``, else ./airplan.duckdb."""
+    return Session(path, read_only=read_only)

@@ -1,0 +1,74 @@
+"""Golden EXPLAIN outputs: deterministic for fixed seeds, apart from timing lines."""
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+import airplan_qo as aq
+
+GOLDEN = Path(__file__).parent.parent / "fixtures" / "explain"
+REGEN = os.environ.get("AIRPLAN_REGEN_GOLDEN") == "1"
+
+CASES = {
+    "digits_default": dict(workload=dict(dataset="digits", clients=20, alpha=0.5, snr_db=10),
+                           kwargs={}),
+    "digits_verbose_alts": dict(
+        workload=dict(dataset="digits", clients=30, alpha=0.1, snr_db=5, model="logistic"),
+        kwargs={}, explain=dict(verbose=True, alternatives=3)),
+    "synthetic_paper": dict(workload=dict(dataset="synthetic", clients=16, alpha=1.0, snr_db=0),
+                            kwargs={"estimator": "paper"}),
+    "restricted_ideal": dict(
+        workload=dict(dataset="digits", clients=12, channel="ideal", alpha=0.3),
+        kwargs={"topologies": ["ring", "exponential"], "sparsity": [0.1, 1.0]}),
+    "infeasible": dict(workload=dict(dataset="digits", clients=10), kwargs={
+        "sla": "accuracy >= 0.99 AND rounds <= 10"}),
+}
+
+
+def _mask(text: str) -> str:
+    text = re.sub(r"Planning Time: [0-9.]+ ms", "Planning Time: <ms> ms", text)
+    return re.sub(r'"planning_time_ms": [0-9.e+-]+', '"planning_time_ms": "<ms>"', text)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_golden(name, fmt, tmp_path):
+    case = CASES[name]
+    with aq.connect(tmp_path / "g.duckdb") as db:
+        result = db.plan(aq.Workload(**case["workload"]), **case["kwargs"])
+        out = _mask(result.explain(format=fmt, **case.get("explain", {})))
+    path = GOLDEN / f"{name}.{'txt' if fmt == 'text' else 'json'}"
+    if REGEN or not path.exists():
+        path.write_text(out + "\n")
+    assert out + "\n" == path.read_text()
+
+
+def test_json_shape(tmp_path):
+    with aq.connect(tmp_path / "g.duckdb") as db:
+        r = db.plan(aq.Workload(dataset="digits", clients=20))
+    doc = json.loads(r.explain(format="json"))
+    assert isinstance(doc, list) and len(doc) == 1
+    top = doc[0]
+    for key in ("format_version", "planning_time_ms", "plan", "sla", "cost_breakdown",
+                "candidates"):
+        assert key in top
+    plan = top["plan"]
+    for key in ("node_type", "startup_cost", "total_cost", "plan_rounds", "plan_accuracy",
+                "plans"):
+        assert key in plan
+    assert {"considered", "pruned", "runner_up"} <= set(top["candidates"])
+    types = [p["node_type"] for p in plan["plans"]]
+    assert types == ["Gossip Loop", "Topology Setup"]
+
+
+def test_text_arithmetic_is_consistent(tmp_path):
+    with aq.connect(tmp_path / "g.duckdb") as db:
+        r = db.plan(aq.Workload(dataset="digits", clients=20))
+    c = r.chosen.cost
+    assert c.total() == pytest.approx(c.startup + c.rounds * c.per_round.channel_uses)
+    first = r.explain().splitlines()[0]
+    assert f"rounds={int(c.rounds)}" in first
+    assert f"..{c.total():.2f}" in first

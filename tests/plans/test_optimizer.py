@@ -1,0 +1,127 @@
+import json
+
+import pytest
+
+import airplan_qo as aq
+from airplan_qo.errors import UnknownNameError, ValidationError
+
+
+@pytest.fixture()
+def db(tmp_path):
+    with aq.connect(tmp_path / "cat.duckdb") as session:
+        yield session
+
+
+W = aq.Workload(dataset="digits", clients=20, alpha=0.5, snr_db=10)
+
+
+def test_plan_records_every_candidate(db):
+    r = db.plan(W)
+    assert r.planning_run_id is not None
+    rows = db.catalog.query("SELECT * FROM airplan.plans WHERE planning_run_id = ?",
+                            [r.planning_run_id])
+    assert len(rows) == len(r.candidates)
+    chosen = [x for x in rows if x["chosen"]]
+    assert len(chosen) == 1 and chosen[0]["plan_id"] == r.chosen.plan_id
+    assert chosen[0]["pruned_reason"] is None
+    run = db.catalog.query("SELECT * FROM airplan.planning_runs WHERE planning_run_id = ?",
+                           [r.planning_run_id])[0]
+    assert run["chosen_plan_id"] == r.chosen.plan_id and run["n_candidates"] == len(rows)
+    # the chosen plan is the cheapest feasible one
+    feasible = [x for x in rows if x["pruned_reason"] is None]
+    assert chosen[0]["total_cost"] == min(x["total_cost"] for x in feasible)
+
+
+def test_candidate_space_and_narrowing(db):
+    r = db.plan(W)
+    families = {c.plan.topology.family for c in r.candidates}
+    assert families == {"ring", "erdos_renyi", "small_world", "clustered", "complete",
+                        "exponential"}
+    assert {c.plan.k_ratio for c in r.candidates} == {0.01, 0.05, 0.1, 0.2, 1.0}
+    r2 = db.plan(W, topologies=["ring", ("small_world", {"k": 4})], sparsity=[0.1, 1.0],
+                 weights=["metropolis_hastings"])
+    assert len(r2.candidates) == 4
+    assert {c.plan.topology.label() for c in r2.candidates} == {
+        "ring", "small_world(beta=0.3, k=4)"}
+
+
+def test_topology_cache_is_used(db):
+    db.plan(W)
+    n = db.catalog.query("SELECT count(*) AS n FROM airplan.topologies")[0]["n"]
+    r = db.plan(W)
+    assert db.catalog.query("SELECT count(*) AS n FROM airplan.topologies")[0]["n"] == n
+    assert all(c.stats.spectra.method in ("cached",) for c in r.candidates
+               if c.plan.topology.family != "complete" or True)
+
+
+def test_infeasible_sla_falls_back_to_fc_and_warns(db):
+    r = db.plan(W, sla="accuracy >= 0.999")
+    assert r.fallback
+    assert r.chosen.plan.topology.family == "complete" and r.chosen.plan.k_ratio == 1.0
+    assert any("falling back" in w and "Nearest candidates" in w for w in r.warnings)
+    text = r.explain()
+    assert "WARNING: no candidate satisfies" in text
+    run = db.catalog.query("SELECT fallback FROM airplan.planning_runs WHERE "
+                           "planning_run_id = ?", [r.planning_run_id])[0]
+    assert run["fallback"] is True
+
+
+def test_round_budget_prunes(db):
+    r = db.plan(W, budgets={"rounds": 5})
+    assert any(c.pruned_reason and c.pruned_reason.startswith(("budget", "sla"))
+               for c in r.candidates)
+    assert all(c.cost.rounds <= 5 for c in r.candidates if c.feasible)
+
+
+def test_paper_estimator_prefers_dense(db):
+    r = db.plan(W, estimator="paper")
+    assert r.objective == "c_ours"
+    assert r.chosen.plan.topology.family == "complete"
+
+
+def test_objective_energy(db):
+    r = db.plan(W, objective="energy_j")
+    feasible = [c for c in r.candidates if c.feasible]
+    assert r.chosen.cost.total("energy_j") == min(c.cost.total("energy_j") for c in feasible)
+
+
+@pytest.mark.parametrize("kwargs,needle", [
+    ({"estimator": "dsgdd"}, "did you mean 'dsgd'"),
+    ({"topologies": ["smallworld"]}, "did you mean 'small_world'"),
+    ({"weights": ["metropolis"]}, "did you mean 'metropolis_hastings'"),
+    ({"objective": "joules"}, "objective"),
+    ({"sparsity": [1.5]}, "sparsity"),
+])
+def test_bad_names_suggest(db, kwargs, needle):
+    with pytest.raises(ValidationError, match=needle):
+        db.plan(W, **kwargs)
+
+
+def test_unknown_name_is_unknown_name_error(db):
+    with pytest.raises(UnknownNameError):
+        db.plan(W, estimator="nope")
+
+
+def test_analyzed_statistics_feed_the_planner(db):
+    stats = db.analyze(W)
+    r = db.plan(W)
+    assert r.context.alpha_source.startswith("estimated from sketches")
+    assert r.context.alpha == pytest.approx(stats.alpha_dirichlet)
+
+
+def test_json_is_queryable_in_duckdb(db):
+    r = db.plan(W)
+    doc = r.explain(format="json")
+    data = json.loads(doc)
+    assert data[0]["format_version"] == 1
+    total = db.catalog.query("SELECT (?::JSON)->>'$[0].plan.total_cost' AS t", [doc])[0]["t"]
+    assert float(total) == pytest.approx(r.chosen.cost.total())
+
+
+def test_read_only_catalog_plans_without_recording(tmp_path):
+    path = tmp_path / "c.duckdb"
+    with aq.connect(path) as s:
+        s.plan(W)
+    with aq.connect(path, read_only=True) as s:
+        r = s.plan(W)
+        assert r.planning_run_id is None
