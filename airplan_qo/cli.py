@@ -121,6 +121,28 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sql(args: argparse.Namespace) -> int:
+    from .sql.executor import run_script
+
+    if args.file:
+        try:
+            with open(args.file, encoding="utf-8") as fh:
+                text = fh.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValidationError(f"cannot read SQL file {args.file}: {exc}") from None
+    elif args.statements:
+        text = args.statements
+    else:
+        raise ValidationError("airplan sql needs statements (\"...\") or -f FILE")
+    return run_script(text, catalog=args.catalog, fmt=args.format, read_only=args.read_only)
+
+
+def cmd_shell(args: argparse.Namespace) -> int:
+    from .shell import Shell
+
+    return Shell(args.catalog, read_only=args.read_only, fmt=args.format).run()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="airplan",
@@ -187,6 +209,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--alternatives", type=int, default=0, help="list the best N rejected plans")
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.set_defaults(func=cmd_explain)
+
+    p = sub.add_parser("sql", parents=[common], help="run statements (TRAIN, EXPLAIN, ANALYZE "
+                       "WORKLOAD, catalog queries)",
+                       description="Run a script of statements separated by ';'. See docs/sql.md.")
+    p.add_argument("statements", nargs="?", help="statements, e.g. \"EXPLAIN TRAIN digits ON 20 "
+                                                 "CLIENTS; SELECT * FROM airplan.plans\"")
+    p.add_argument("-f", "--file", help="read statements from FILE")
+    p.add_argument("--format", choices=["text", "json", "csv"], default="text")
+    p.add_argument("--read-only", action="store_true",
+                   help="open the catalog read-only (queries and EXPLAIN without recording)")
+    p.set_defaults(func=cmd_sql)
+
+    p = sub.add_parser("shell", parents=[common], help="interactive SQL shell",
+                       description="Statements end with ';'. Dot commands: .help .tables "
+                                   ".format text|json|csv .quit")
+    p.add_argument("--format", choices=["text", "json", "csv"], default="text")
+    p.add_argument("--read-only", action="store_true")
+    p.set_defaults(func=cmd_shell)
     return parser
 
 

@@ -13,7 +13,7 @@ import os
 from typing import Any, Iterable, Mapping
 
 from .catalog.store import Catalog
-from .errors import ValidationError
+from .errors import ExecutionError, ValidationError
 from .plans.workload import Workload
 
 
@@ -71,6 +71,18 @@ class Session:
             budgets=tuple(sorted((budgets or {}).items())), estimator=estimator,
             objective=objective, statement=statement)
         return Optimizer(self.catalog).plan(request)
+
+
+    def sql(self, text: str, *, format: str = "text") -> list:
+        """Run a script of statements (EXPLAIN/TRAIN/ANALYZE WORKLOAD or catalog queries)."""
+        from .sql.executor import execute_script
+
+        return execute_script(self, text, fmt=format)
+
+    def run_bound(self, bound, fmt: str = "text"):
+        """TRAIN / EXPLAIN ANALYZE TRAIN: plan, then execute the chosen plan."""
+        raise ExecutionError("execution runtime not available yet: TRAIN and EXPLAIN ANALYZE "
+                             "need it; EXPLAIN TRAIN plans without training")
 
 
 def connect(path: str | os.PathLike[str] | None = None, *, read_only: bool = False) -> Session:

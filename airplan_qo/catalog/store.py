@@ -518,15 +518,22 @@ class Catalog:
             return rel.to_arrow_table()
 
     def execute_user_sql(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
-        """Run arbitrary SQL from a user on the catalog connection; return (column names, rows).
+        """Run a user's query on the catalog connection; return (column names, rows).
 
-        Errors (syntax, unknown tables, writes on a read-only catalog) become CatalogError with
-        DuckDB's message. Several statements may be given; the last one's result is returned.
+        The statement runs inside a transaction that is always rolled back, so user SQL can
+        never change the catalog (the engine is its only writer). DuckDB errors (syntax, unknown
+        tables) become CatalogError carrying DuckDB's message, positions included.
         """
+        con = self._live
         with self._errors("SQL"):
-            cur = self._live.execute(sql)
-            names = [d[0] for d in cur.description or ()]
-            rows = cur.fetchall() if names else []
+            con.execute("BEGIN TRANSACTION")
+            try:
+                cur = con.execute(sql)
+                names = [d[0] for d in cur.description or ()]
+                rows = cur.fetchall() if names else []
+            finally:
+                with contextlib.suppress(duckdb.Error):
+                    con.execute("ROLLBACK")
         return names, rows
 
     # ---- workloads and sketches --------------------------------------------------------------

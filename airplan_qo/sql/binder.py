@@ -1,0 +1,289 @@
+"""Binder: resolve a parsed statement's names and values against the registries.
+
+Parsing checks the shape of a statement; binding checks what it names: the dataset, workload
+parameters, topology families and their parameters, mixing-weights rules, sparsity ratios, the
+SLA, budgets, the cost estimator and EXPLAIN options. Every problem is a ``BindError`` pointing
+at the offending name or value in the original text, with a "did you mean" hint for names.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import attrs
+from sqlglot import exp
+
+from ..data.datasets import DATASETS
+from ..errors import BindError, UnknownNameError, ValidationError
+from ..plans.families import FAMILIES
+from ..plans.mixing import WEIGHTS
+from ..plans.sla import DEFAULT_SLA, SLA, SLAError, sla_from_expression
+from ..plans.workload import WORKLOAD_PARAMS, Workload, coerce_param
+from ..registry import suggest
+from .dialect import node_offset
+from .expressions import AnalyzeWorkload, ExplainTrain, Statement, Train
+from .positions import Source
+
+DEFAULT_ESTIMATORS: tuple[str, ...] = ("paper", "dsgd")
+"""Estimator names accepted when the estimator registry cannot be imported."""
+
+_INT_TEXT = re.compile(r"-?[0-9]+\Z")
+_PARAM_IN_MESSAGE = re.compile(r"parameter '([^']+)'")
+
+
+@attrs.frozen
+class ExplainOptions:
+    """EXPLAIN options with their defaults (see docs/sql.md)."""
+
+    verbose: bool = False
+    costs: bool = True
+    format: str = "text"
+    alternatives: int = 0
+    calibrate: bool = True
+
+
+@attrs.frozen
+class BoundTrain:
+    """A bound EXPLAIN [ANALYZE] TRAIN or TRAIN statement: everything the planner needs."""
+
+    workload: Workload
+    explain: bool = False
+    analyze: bool = False
+    options: ExplainOptions = ExplainOptions()
+    topologies: tuple[tuple[str, dict[str, Any]], ...] | None = None
+    weights: tuple[str, ...] | None = None
+    sparsity: tuple[float, ...] | None = None
+    sla: SLA = DEFAULT_SLA
+    budgets: dict[str, float] = attrs.field(factory=dict)
+    estimator: str | None = None
+    text: str = ""
+
+    @property
+    def runs_training(self) -> bool:
+        """TRAIN and EXPLAIN ANALYZE train; plain EXPLAIN only plans."""
+        return self.analyze or not self.explain
+
+
+@attrs.frozen
+class BoundAnalyze:
+    """A bound ANALYZE WORKLOAD statement: collect statistics for this workload."""
+
+    workload: Workload
+    text: str = ""
+
+
+class _Binder:
+    """Binding state for one statement: its source text, for positioned errors."""
+
+    def __init__(self, root: Statement):
+        self.root = root
+        self.source = Source(root.source_text)
+        self.fallback = root.meta.get("stmt_start", 0)
+
+    def error(self, message: str, node: exp.Expr | None, operator: bool = False) -> BindError:
+        offset = node_offset(node, operator) if node is not None else None
+        return self.source.error(BindError, message,
+                                 self.fallback if offset is None else offset)
+
+    @staticmethod
+    def value(node: exp.Expr) -> Any:
+        """The Python value of a literal node."""
+        if isinstance(node, exp.Boolean):
+            return bool(node.this)
+        if isinstance(node, exp.Literal):
+            if node.is_string:
+                return str(node.this)
+            text = str(node.this)
+            return int(text) if _INT_TEXT.match(text) else float(text)
+        raise ValidationError(f"expected a literal, got {node.sql()}")
+
+    def workload(self, stmt: Train | AnalyzeWorkload) -> Workload:
+        ident = stmt.this
+        name = str(ident.this).lower()
+        try:
+            DATASETS.get(name)
+        except UnknownNameError as e:
+            raise self.error(str(e), ident) from None
+        clients_node = stmt.args["clients"]
+        clients = int(clients_node.this)
+        if clients < 2:
+            raise self.error(f"number of clients must be an integer >= 2, got {clients}",
+                             clients_node)
+        params: dict[str, Any] = {}
+        clause = stmt.args.get("params")
+        for setting in clause.expressions if clause else []:
+            key = str(setting.this.this).lower()
+            if key not in WORKLOAD_PARAMS:
+                raise self.error(f"unknown parameter '{key}'{suggest(key, list(WORKLOAD_PARAMS))}"
+                                 f"; known: {', '.join(sorted(WORKLOAD_PARAMS))}", setting.this)
+            try:
+                value = coerce_param(key, self.value(setting.expression))
+                if key == "weights":
+                    value = _canonical(WEIGHTS, value)
+            except ValidationError as e:
+                raise self.error(str(e), setting.expression) from None
+            params[key] = value
+        try:
+            return Workload.from_params(name, clients, params)
+        except ValidationError as e:
+            raise self.error(str(e), clause if clause is not None else stmt) from None
+
+    def topologies(self, stmt: Train, clients: int):
+        clause = stmt.args.get("topology")
+        if clause is None or clause.args.get("auto"):
+            return None
+        out = []
+        for spec in clause.expressions:
+            try:
+                family = FAMILIES.get(str(spec.this.this))
+            except UnknownNameError as e:
+                raise self.error(str(e), spec.this) from None
+            known = [p.name for p in family.params]
+            given: dict[str, Any] = {}
+            nodes: dict[str, exp.Expr] = {}
+            for setting in spec.expressions:
+                key = str(setting.this.this).lower()
+                if key not in known:
+                    allowed = ", ".join(known) or "none"
+                    raise self.error(f"unknown parameter '{key}' for topology '{family.name}'"
+                                     f"{suggest(key, known)}; allowed: {allowed}", setting.this)
+                given[key] = self.value(setting.expression)
+                nodes[key] = setting.expression
+            try:
+                resolved = family.resolve(clients, given)
+            except ValidationError as e:
+                match = _PARAM_IN_MESSAGE.search(str(e))
+                node = nodes.get(match.group(1)) if match else None
+                raise self.error(str(e), node if node is not None else spec.this) from None
+            out.append((family.name, {k: resolved[k] for k in given}))
+        return tuple(out)
+
+    def weights(self, stmt: Train):
+        clause = stmt.args.get("weights")
+        if clause is None or clause.args.get("auto"):
+            return None
+        names = []
+        for ident in clause.expressions:
+            try:
+                name = _canonical(WEIGHTS, str(ident.this))
+            except UnknownNameError as e:
+                raise self.error(str(e), ident) from None
+            if name not in names:
+                names.append(name)
+        return tuple(names)
+
+    def sparsity(self, stmt: Train):
+        clause = stmt.args.get("sparsity")
+        if clause is None or clause.args.get("auto"):
+            return None
+        values: list[float] = []
+        for literal in clause.expressions:
+            k = float(self.value(literal))
+            if not (math.isfinite(k) and 0 < k <= 1):
+                raise self.error(f"sparsity must be in (0, 1], got {literal.this}", literal)
+            if k not in values:
+                values.append(k)
+        return tuple(values)
+
+    def sla(self, stmt: Train) -> SLA:
+        clause = stmt.args.get("sla")
+        if clause is None:
+            return DEFAULT_SLA
+        try:
+            return sla_from_expression(clause.this)
+        except SLAError as e:
+            node = e.node if e.node is not None else clause.this
+            raise self.error(str(e), node, operator=isinstance(node, (exp.Or, exp.Not))) from None
+        except ValidationError as e:
+            raise self.error(str(e), clause.this) from None
+
+    def budgets(self, stmt: Train) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for clause in stmt.args.get("within") or []:
+            unit = clause.args["unit"].lower()
+            value = self.value(clause.this)
+            if unit == "rounds":
+                if not isinstance(value, int) or value < 1:
+                    raise self.error(f"WITHIN ROUNDS needs a positive integer, got "
+                                     f"{clause.this.this}", clause.this)
+            elif not (math.isfinite(value) and value > 0):
+                raise self.error(f"WITHIN {unit.upper()} needs a positive number, got "
+                                 f"{clause.this.this}", clause.this)
+            out[unit] = value if unit == "rounds" else float(value)
+        return out
+
+    def estimator(self, stmt: Train) -> str | None:
+        clause = stmt.args.get("cost_model")
+        if clause is None:
+            return None
+        name = str(clause.this.this).lower()
+        try:
+            from ..plans.estimators import ESTIMATORS
+        except ImportError:
+            known = list(DEFAULT_ESTIMATORS)
+            if name not in known:
+                raise self.error(f"unknown cost estimator '{name}'{suggest(name, known)}; "
+                                 f"known: {', '.join(known)}", clause.this) from None
+            return name
+        try:
+            return _canonical(ESTIMATORS, name)
+        except UnknownNameError as e:
+            raise self.error(str(e), clause.this) from None
+
+    def options(self, stmt: ExplainTrain) -> ExplainOptions:
+        values: dict[str, Any] = {}
+        for option in stmt.args.get("options") or []:
+            name, node = option.this, option.expression
+            if name in ("VERBOSE", "COSTS", "CALIBRATE"):
+                values[name.lower()] = bool(node.this) if node is not None else True
+            elif name == "FORMAT":
+                fmt = str(node.this).lower()
+                if fmt not in ("text", "json"):
+                    raise self.error(f"FORMAT must be TEXT or JSON, got {node.this}", node)
+                values["format"] = fmt
+            elif name == "ALTERNATIVES":
+                text = str(node.this)
+                if not _INT_TEXT.match(text) or int(text) < 0:
+                    raise self.error(f"ALTERNATIVES must be a non-negative integer, got {text}",
+                                     node)
+                values["alternatives"] = int(text)
+            else:
+                raise self.error(f"unknown EXPLAIN option {name}", option)
+        return ExplainOptions(**values)
+
+
+def _canonical(registry, name: str) -> str:
+    """The registry's own spelling of ``name`` (raises UnknownNameError with a hint)."""
+    registry.get(name)
+    return str(name).lower()
+
+
+def bind(statement: Statement) -> BoundTrain | BoundAnalyze:
+    """Bind a parsed statement of ours; raises ``BindError`` positioned at the bad part."""
+    if not isinstance(statement, (ExplainTrain, Train, AnalyzeWorkload)):
+        raise TypeError(f"bind() takes EXPLAIN/TRAIN/ANALYZE WORKLOAD statements, "
+                        f"got {type(statement).__name__}")
+    root = statement.root()
+    binder = _Binder(root)
+    text = root.statement_text
+    if isinstance(statement, AnalyzeWorkload):
+        return BoundAnalyze(workload=binder.workload(statement), text=text)
+    explain = isinstance(statement, ExplainTrain)
+    train = statement.this if explain else statement
+    options = binder.options(statement) if explain else ExplainOptions()
+    workload = binder.workload(train)
+    return BoundTrain(
+        workload=workload,
+        explain=explain,
+        analyze=bool(statement.args.get("analyze")) if explain else False,
+        options=options,
+        topologies=binder.topologies(train, workload.clients),
+        weights=binder.weights(train),
+        sparsity=binder.sparsity(train),
+        sla=binder.sla(train),
+        budgets=binder.budgets(train),
+        estimator=binder.estimator(train),
+        text=text,
+    )

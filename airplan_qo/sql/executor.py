@@ -1,0 +1,163 @@
+"""Run a script of statements against a session: our statements and read-only catalog SQL.
+
+The whole script is parsed and bound before anything runs, so a malformed statement anywhere
+leaves the catalog untouched. ``EXPLAIN TRAIN`` plans, ``ANALYZE WORKLOAD`` collects statistics,
+``TRAIN`` and ``EXPLAIN ANALYZE TRAIN`` run the execution runtime. Every other statement goes to
+DuckDB unchanged on the catalog connection, read-only: the engine is the catalog's only writer,
+so statements other than queries are refused with a positioned error, and queries run inside a
+transaction that is always rolled back.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from typing import Any
+
+import attrs
+
+from ..errors import CatalogError, ParseError
+from .binder import BoundAnalyze, BoundTrain, bind
+from .parser import PassThrough, parse
+from .positions import Source
+
+READ_ONLY_KEYWORDS = ("SELECT", "WITH", "FROM", "VALUES", "TABLE", "SHOW", "DESCRIBE", "DESC",
+                      "SUMMARIZE", "EXPLAIN")
+_FIRST_WORD = re.compile(r"(?:\s|--[^\n]*\n?|/\*.*?\*/)*\(?\s*([A-Za-z_]+)", re.S)
+_DUCKDB_LINE = re.compile(r"LINE (\d+):")
+
+
+@attrs.frozen
+class Result:
+    """The outcome of one statement: a table (columns, rows) or a document (explain text/JSON)."""
+
+    kind: str
+    columns: tuple[str, ...] = ()
+    rows: tuple[tuple[Any, ...], ...] = ()
+    text: str = ""
+    document: Any = None
+
+
+def _check_read_only(stmt: PassThrough, source: Source) -> None:
+    m = _FIRST_WORD.match(stmt.sql)
+    word = m.group(1).upper() if m else ""
+    if word not in READ_ONLY_KEYWORDS:
+        offset = stmt.start + (m.start(1) if m else 0)
+        shown = word or stmt.sql.strip()[:20]
+        raise source.error(
+            ParseError,
+            f"'{shown}' statements are not run on the catalog: the engine is its only writer. "
+            f"Catalog SQL must be a query ({', '.join(READ_ONLY_KEYWORDS)}); "
+            "use TRAIN / ANALYZE WORKLOAD to add data", offset)
+
+
+def prepare(text: str) -> list[tuple[Any, Any]]:
+    """Parse and bind a whole script: (statement, bound or None for catalog SQL) pairs."""
+    if not text or not text.strip():
+        raise ParseError("empty statement", line=1, col=1)
+    source = Source(text)
+    out = []
+    for stmt in parse(text):
+        if isinstance(stmt, PassThrough):
+            _check_read_only(stmt, source)
+            out.append((stmt, None))
+        else:
+            out.append((stmt, bind(stmt)))
+    if not out:
+        raise ParseError("no statement to run", line=1, col=1)
+    return out
+
+
+def execute_script(session, text: str, *, fmt: str = "text") -> list[Result]:
+    """Run every statement of ``text``; the first failure raises (earlier results are lost)."""
+    return list(iter_script(session, text, fmt=fmt))
+
+
+def iter_script(session, text: str, *, fmt: str = "text"):
+    """Yield one Result per statement as it completes."""
+    for stmt, bound in prepare(text):
+        if bound is None:
+            yield _run_catalog_sql(session, stmt)
+        elif isinstance(bound, BoundAnalyze):
+            stats = session.analyze(bound.workload)
+            data = attrs.asdict(stats)
+            yield Result("table", tuple(data), (tuple(data.values()),))
+        else:
+            yield _run_train(session, bound, fmt)
+
+
+def _run_train(session, bound: BoundTrain, fmt: str) -> Result:
+    opts = bound.options
+    out_fmt = opts.format if opts.format != "text" else ("json" if fmt == "json" else "text")
+    if bound.runs_training:
+        return session.run_bound(bound, out_fmt)
+    result = session.plan(
+        bound.workload, sla=bound.sla, topologies=bound.topologies, weights=bound.weights,
+        sparsity=bound.sparsity, budgets=bound.budgets, estimator=bound.estimator,
+        statement=bound.text)
+    rendered = result.explain(format=out_fmt, verbose=opts.verbose, costs=opts.costs,
+                              alternatives=opts.alternatives)
+    return Result("explain", text=rendered,
+                  document=json.loads(rendered) if out_fmt == "json" else None)
+
+
+def _run_catalog_sql(session, stmt: PassThrough) -> Result:
+    try:
+        columns, rows = session.catalog.execute_user_sql(stmt.sql)
+    except CatalogError as exc:
+        raise _positioned(exc, stmt) from None
+    return Result("table", tuple(columns), tuple(tuple(r) for r in rows))
+
+
+def _positioned(exc: Exception, stmt: PassThrough) -> CatalogError:
+    message = str(exc).strip()
+    m = _DUCKDB_LINE.search(message)
+    if m:  # DuckDB numbers lines within the statement; renumber them within the script
+        line = int(m.group(1)) + stmt.line - 1
+        message = _DUCKDB_LINE.sub(f"LINE {line}:", message, count=1)
+        return CatalogError(message)
+    return CatalogError(f"{message}\n(in the statement at line {stmt.line}, column {stmt.col})")
+
+
+# ---- output ----------------------------------------------------------------------------------
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return "NULL"
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v)
+
+
+def format_result(result: Result, fmt: str) -> str:
+    if result.kind == "explain":
+        return result.text
+    if fmt == "json":
+        return json.dumps([dict(zip(result.columns, r)) for r in result.rows], default=str,
+                          indent=2)
+    if fmt == "csv":
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow(result.columns)
+        writer.writerows([[("" if v is None else v) for v in r] for r in result.rows])
+        return buf.getvalue().rstrip("\n")
+    cells = [[_cell(v) for v in r] for r in result.rows]
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(result.columns)]
+    line = lambda vals: " | ".join(v.ljust(w) for v, w in zip(vals, widths)).rstrip()  # noqa: E731
+    out = [line(result.columns), "-+-".join("-" * w for w in widths)]
+    out += [line(r) for r in cells]
+    out.append(f"({len(cells)} row{'s' if len(cells) != 1 else ''})")
+    return "\n".join(out)
+
+
+def run_script(text: str, *, catalog: str | None, fmt: str = "text",
+               read_only: bool = False) -> int:
+    """Run a script from the CLI and print each result; returns the exit status."""
+    from ..session import connect
+
+    with connect(catalog, read_only=read_only) as session:
+        for result in iter_script(session, text, fmt=fmt):
+            print(format_result(result, fmt))
+    return 0
