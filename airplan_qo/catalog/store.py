@@ -785,7 +785,16 @@ def _column_array(data: Any, dtype: str, one: tuple[Any] | None) -> pa.Array:
         offsets = np.arange(rows + 1, dtype=np.int64) * per
         return pa.LargeListArray.from_arrays(pa.array(offsets),
                                              pa.array(np.ascontiguousarray(data).reshape(-1)))
-    return pa.array(list(data))
+    return pa.array(list(data), type=_arrow_type(dtype))
+
+
+def _arrow_type(dtype: str) -> pa.DataType | None:
+    """The Arrow type of a catalog column type; a typed ``pa.array`` also skips pyarrow's
+    per-call attempt to import pandas, which dominated small inserts."""
+    if dtype.endswith("[]"):
+        inner = _ARROW_SCALARS.get(dtype[:-2])
+        return None if inner is None else pa.list_(inner)
+    return _ARROW_SCALARS.get(dtype)
 
 
 def _one_value_array(value: Any, dtype: str) -> pa.Array:
@@ -801,10 +810,10 @@ def _one_value_array(value: Any, dtype: str) -> pa.Array:
     if isinstance(value, (list, tuple)) and len(value) == 0:
         inner = dtype[:-2] if dtype.endswith("[]") else "VARCHAR"
         return pa.array([[]], type=pa.list_(_ARROW_SCALARS.get(inner, pa.string())))
-    return pa.array([value])
+    return pa.array([value], type=_arrow_type(dtype))
 
 
 _ARROW_SCALARS = {
     "INTEGER": pa.int32(), "BIGINT": pa.int64(), "DOUBLE": pa.float64(), "VARCHAR": pa.string(),
-    "BOOLEAN": pa.bool_(),
+    "BOOLEAN": pa.bool_(), "JSON": pa.string(),
 }

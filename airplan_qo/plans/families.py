@@ -109,7 +109,7 @@ def build_graph(name: str, n: int, *, seed: int = 0, **params: Any) -> nx.Graph:
     n = validate_n(n)
     resolved = fam.resolve(n, params)
     graph = fam.build(n, seed=seed, **resolved)
-    if graph.number_of_nodes() != n or not nx.is_connected(graph):
+    if graph.number_of_nodes() != n or not _connected(graph):
         raise ValidationError(f"topology '{name}' produced a disconnected graph for n={n}")
     return graph
 
@@ -124,10 +124,19 @@ def _seed_stream(seed):
         yield int(rng.integers(0, 2**63 - 1))
 
 
+def _connected(g: nx.Graph) -> bool:
+    from scipy.sparse.csgraph import connected_components
+
+    from .mixing import adjacency
+
+    n = g.number_of_nodes()
+    return n > 0 and (n == 1 or connected_components(adjacency(g), directed=False)[0] == 1)
+
+
 def _resample(make: Callable[[int], nx.Graph], seed, what: str) -> nx.Graph:
     for sub in _take(_seed_stream(seed), MAX_RESAMPLES):
         g = make(sub)
-        if nx.is_connected(g):
+        if _connected(g):
             return g
     raise ValidationError(f"{what}: no connected graph after {MAX_RESAMPLES} seeded draws; "
                           "increase the edge density")
@@ -158,8 +167,25 @@ def ring(n: int, *, seed: int = 0) -> nx.Graph:
 @family("erdos_renyi", Param("p", float, 0.2, "edge probability", _prob))
 def erdos_renyi(n: int, *, seed: int = 0, p: float = 0.2) -> nx.Graph:
     """G(n, p), resampled with derived seeds until connected."""
-    return _resample(lambda s: nx.fast_gnp_random_graph(n, p, seed=s), seed,
-                     f"erdos_renyi(p={p}) with n={n}")
+    return _resample(lambda s: _gnp(n, p, s), seed, f"erdos_renyi(p={p}) with n={n}")
+
+
+def _gnp(n: int, p: float, seed: int) -> nx.Graph:
+    """G(n, p) drawn in numpy: a Binomial number of distinct pairs of the upper triangle."""
+    rng = np.random.default_rng(seed)
+    total = n * (n - 1) // 2
+    m = int(rng.binomial(total, p))
+    k = np.sort(rng.choice(total, size=m, replace=False)) if m < total else np.arange(total)
+    # linear index k of the upper triangle (row-major, i < j) -> (i, j)
+    i = n - 2 - np.floor(np.sqrt(-8.0 * k + 4.0 * n * (n - 1) - 7) / 2.0 - 0.5).astype(np.int64)
+    j = k + i + 1 - total + (n - i) * (n - i - 1) // 2
+    g = nx.empty_graph(n)
+    g.add_edges_from(zip(i.tolist(), j.tolist()))
+    order = np.lexsort((j, i))
+    u, v = i[order], j[order]
+    u.flags.writeable = v.flags.writeable = False
+    g.graph["_edge_arrays"] = (m, u, v)
+    return g
 
 
 def _small_world_k(n: int) -> int:
@@ -211,7 +237,7 @@ def clustered(n: int, *, seed: int = 0, c: int = 5, p_in: float = 0.8, p_out: fl
     starts = np.concatenate([[0], np.cumsum(sizes)])
     g = nx.empty_graph(n)
     for i, size in enumerate(sizes):
-        block = _resample(lambda s, size=size: nx.fast_gnp_random_graph(size, p_in, seed=s),
+        block = _resample(lambda s, size=size: _gnp(size, p_in, s),
                           rng, f"clustered community of size {size} with p_in={p_in}")
         g.add_edges_from((u + starts[i], v + starts[i]) for u, v in block.edges())
     members = [np.arange(starts[i], starts[i + 1]) for i in range(c)]

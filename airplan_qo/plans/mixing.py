@@ -7,6 +7,7 @@ a real axis of the plan space.
 
 from __future__ import annotations
 
+import itertools
 from typing import Callable
 
 import networkx as nx
@@ -21,13 +22,23 @@ DEFAULT_WEIGHTS = "metropolis_hastings"
 
 
 def edge_arrays(graph: nx.Graph) -> tuple[np.ndarray, np.ndarray]:
-    """Undirected edges as two int arrays (u < v), in a deterministic order."""
-    if graph.number_of_edges() == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    e = np.array(graph.edges(), dtype=np.int64)
+    """Undirected edges as two int arrays (u < v), in a deterministic order.
+
+    Cached on the graph (``graph.graph``): topologies are built once and never mutated, and
+    iterating a large networkx graph's edges dominates everything else here.
+    """
+    cached = graph.graph.get("_edge_arrays")
+    if cached is not None and cached[0] == graph.number_of_edges():
+        return cached[1], cached[2]
+    m = graph.number_of_edges()
+    e = np.fromiter(itertools.chain.from_iterable(graph.edges()), dtype=np.int64,
+                    count=2 * m).reshape(m, 2)
     u, v = np.minimum(e[:, 0], e[:, 1]), np.maximum(e[:, 0], e[:, 1])
     order = np.lexsort((v, u))
-    return u[order], v[order]
+    u, v = u[order], v[order]
+    u.flags.writeable = v.flags.writeable = False
+    graph.graph["_edge_arrays"] = (m, u, v)
+    return u, v
 
 
 def from_edge_weights(n: int, u: np.ndarray, v: np.ndarray, w: np.ndarray) -> sp.csr_matrix:

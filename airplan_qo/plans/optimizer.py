@@ -16,7 +16,6 @@ import time
 from typing import Any
 
 import attrs
-import numpy as np
 
 from ..catalog.analyze import workload_fingerprint
 from ..catalog.sketch import dimensions
@@ -25,11 +24,11 @@ from ..data import dataset_info
 from ..errors import ValidationError
 from .estimators import DEFAULT_ESTIMATOR, ESTIMATORS, EstimationContext, resolve_constants
 from .families import FAMILIES
-from .mixing import WEIGHTS, edge_arrays
+from .mixing import WEIGHTS
 from .plan import OBJECTIVES, ChannelConfig, Cost, PhysicalPlan, round_cost
 from .sla import SLA, parse_sla
 from .spectra import SpectralStats
-from .topology import TopologySpec, TopologyStats, describe_many
+from .topology import TopologySpec, TopologyStats, WeightArrays, describe_many
 from .workload import Workload
 
 DEFAULT_FAMILIES = ("ring", "erdos_renyi", "small_world", "clustered", "complete", "exponential")
@@ -206,33 +205,26 @@ class Optimizer:
                 spec, spectra, row["slots_per_round"], row["slots_lower_bound"],
                 row["compute_ms"] or 0.0), row["topology_id"])
         if missing:
-            computed = describe_many(missing)
-            cacheable = [s for s in computed if _cacheable(s.spec)]
+            computed = describe_many(missing, max_edges_kept=MAX_CACHED_EDGES)
+            cacheable = [c for c in computed if _cacheable(c[0].spec)]
             ids = self._cache(cacheable) if cacheable and not self.catalog.read_only else []
-            for stats, tid in zip(cacheable, ids):
+            for (stats, _), tid in zip(cacheable, ids):
                 cached[_cache_key(stats.spec)] = (stats, tid)
-            for stats in computed:
+            for stats, _ in computed:
                 cached.setdefault(_cache_key(stats.spec), (stats, None))
         out = [cached[_cache_key(s)] for s in specs]
         return [o[0] for o in out], [o[1] for o in out]
 
-    def _cache(self, stats: list[TopologyStats]) -> list[int]:
-        from .topology import build
-
+    def _cache(self, computed: list[tuple[TopologyStats, WeightArrays | None]]) -> list[int]:
         cols: dict[str, list[Any]] = {k: [] for k in (
             "family", "params", "n_nodes", "seed", "weights_rule", "n_edges", "max_degree",
             "mean_degree", "lambda2_laplacian", "lambda2_normalized", "mixing_rho", "mixing_gap",
             "mixing_p", "slots_per_round", "slots_lower_bound", "edges_src", "edges_dst",
             "weights", "self_weights", "compute_ms")}
-        for st in stats:
+        for st, arrays in computed:
             s = st.spectra
-            src = dst = w_edges = w_self = None
-            if s.n_edges <= MAX_CACHED_EDGES and st.spec.family != "complete":
-                topo = build(st.spec)
-                u, v = edge_arrays(topo.graph)
-                src, dst = u.tolist(), v.tolist()
-                w_edges = np.asarray(topo.weights[u, v]).ravel().tolist()
-                w_self = topo.weights.diagonal().tolist()
+            lists = ((arrays.src.tolist(), arrays.dst.tolist(), arrays.edge_weights.tolist(),
+                      arrays.self_weights.tolist()) if arrays is not None else (None,) * 4)
             for key, value in (("family", st.spec.family), ("params", st.spec.params_json()),
                                ("n_nodes", st.spec.n), ("seed", st.spec.seed),
                                ("weights_rule", st.spec.weights), ("n_edges", s.n_edges),
@@ -241,8 +233,9 @@ class Optimizer:
                                ("lambda2_normalized", s.lambda2_normalized),
                                ("mixing_rho", s.mixing_rho), ("mixing_gap", s.mixing_gap),
                                ("mixing_p", s.mixing_p), ("slots_per_round", st.slots_per_round),
-                               ("slots_lower_bound", st.slots_lower_bound), ("edges_src", src),
-                               ("edges_dst", dst), ("weights", w_edges), ("self_weights", w_self),
+                               ("slots_lower_bound", st.slots_lower_bound),
+                               ("edges_src", lists[0]), ("edges_dst", lists[1]),
+                               ("weights", lists[2]), ("self_weights", lists[3]),
                                ("compute_ms", st.compute_ms)):
                 cols[key].append(value)
         with self.catalog.transaction():

@@ -16,7 +16,7 @@ import scipy.sparse as sp
 
 from .mixing import adjacency
 
-EXACT_STRATEGY_LIMIT = 3000
+EXACT_STRATEGY_LIMIT = 500  # networkx DSATUR on G^2 costs seconds beyond this
 
 
 @attrs.frozen

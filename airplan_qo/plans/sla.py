@@ -229,10 +229,12 @@ def _name(node: exp.Expr) -> str | None:
 
 
 def _text(node: exp.Expr) -> str:
+    """The node as SQL for a message, shortened to 80 characters."""
     try:
-        return node.sql(dialect="duckdb", comments=False)
+        text = node.sql(dialect="duckdb", comments=False)
     except Exception:  # rendering is only for the message; never mask the real problem
-        return type(node).__name__
+        text = type(node).__name__
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _quoted(node: exp.Expr) -> str:
@@ -258,10 +260,15 @@ def _value_side(node: exp.Expr) -> tuple[float, bool] | None:
 
 
 def _conjuncts(node: exp.Expr) -> list[exp.Expr]:
-    node = _unwrap(node)
-    if isinstance(node, exp.And):
-        return _conjuncts(node.this) + _conjuncts(node.expression)
-    return [node]
+    """The terms of an AND chain, left to right (iterative: long chains are deep trees)."""
+    out, stack = [], [node]
+    while stack:
+        item = _unwrap(stack.pop())
+        if isinstance(item, exp.And):
+            stack.extend((item.expression, item.this))
+        else:
+            out.append(item)
+    return out
 
 
 def _constraint(node: exp.Expr) -> Constraint:

@@ -76,9 +76,15 @@ def graph_lambda2(graph: nx.Graph, family: str | None = None) -> tuple[float, fl
         return lam2, lam2 / 2.0, "closed-form"
     lap = laplacian(graph)
     deg = degrees(graph)
+    if n <= DENSE_LIMIT:
+        ev = np.linalg.eigvalsh(lap.toarray())
+        graph.graph["_laplacian_extremes"] = (float(ev[1]), float(ev[-1]))
     inv_sqrt = sp.diags(1.0 / np.sqrt(deg))
     norm_lap = (inv_sqrt @ lap @ inv_sqrt).tocsr()
-    lam2, m1 = second_smallest(lap, np.ones(n))
+    if n <= DENSE_LIMIT:
+        lam2, m1 = graph.graph["_laplacian_extremes"][0], "dense"
+    else:
+        lam2, m1 = second_smallest(lap, np.ones(n))
     lam2n, m2 = second_smallest(norm_lap, np.sqrt(deg))
     return lam2, lam2n, m1 if m1 == m2 else f"{m1}+{m2}"
 
@@ -86,10 +92,13 @@ def graph_lambda2(graph: nx.Graph, family: str | None = None) -> tuple[float, fl
 def laplacian_extremes(graph: nx.Graph) -> tuple[float, float]:
     """(lambda2, lambda_max) of the Laplacian, used by the best-constant weights rule."""
     n = graph.number_of_nodes()
+    if "_laplacian_extremes" in graph.graph:
+        return graph.graph["_laplacian_extremes"]
     lap = laplacian(graph)
     if n <= DENSE_LIMIT:
         ev = np.linalg.eigvalsh(lap.toarray())
-        return float(ev[1]), float(ev[-1])
+        graph.graph["_laplacian_extremes"] = (float(ev[1]), float(ev[-1]))
+        return graph.graph["_laplacian_extremes"]
     lam2, _ = second_smallest(lap, np.ones(n))
     return lam2, _largest(lap)
 

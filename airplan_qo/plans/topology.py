@@ -122,11 +122,23 @@ def describe(spec: TopologySpec) -> tuple[Topology, TopologyStats]:
     return topo, stats
 
 
-def describe_many(specs: list[TopologySpec]) -> list[TopologyStats]:
+@attrs.frozen
+class WeightArrays:
+    """W on a graph as arrays: edges (u < v), their weights, and the self weights."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    edge_weights: np.ndarray
+    self_weights: np.ndarray
+
+
+def describe_many(specs: list[TopologySpec], *, max_edges_kept: int = 0
+                  ) -> list[tuple[TopologyStats, WeightArrays | None]]:
     """Statistics of many specs; the graph, its schedule and its Laplacian spectra are computed
     once per (family, n, params, seed) and shared by the weights rules. The complete graph is
-    closed-form at every n (W = 11^T/n under every rule; every receiver needs its own slot)."""
-    out: dict[TopologySpec, TopologyStats] = {}
+    closed-form at every n (W = 11^T/n under every rule; every receiver needs its own slot).
+    W's arrays are returned for graphs of at most ``max_edges_kept`` edges (for the cache)."""
+    out: dict[TopologySpec, tuple[TopologyStats, WeightArrays | None]] = {}
     groups: dict[tuple, list[TopologySpec]] = {}
     for spec in specs:
         groups.setdefault((spec.family, spec.n, spec.params, spec.seed), []).append(spec)
@@ -134,19 +146,23 @@ def describe_many(specs: list[TopologySpec]) -> list[TopologyStats]:
         start = time.perf_counter()
         if family == "complete":
             for spec in members:
-                out[spec] = TopologyStats(spec, complete_stats(n), n, n,
-                                          (time.perf_counter() - start) * 1e3)
+                out[spec] = (TopologyStats(spec, complete_stats(n), n, n,
+                                           (time.perf_counter() - start) * 1e3), None)
             continue
         first = members[0]
         graph = build_graph(family, n, seed=first.seed, **first.param_dict)
         schedule = ota_schedule(graph)
         lam = graph_lambda2(graph, family)
         shared_ms = (time.perf_counter() - start) * 1e3
+        u, v = edge_arrays(graph)
         for spec in members:
             t0 = time.perf_counter()
             w = WEIGHTS.get(spec.weights)(graph)
             spectra = spectral_stats(graph, w, family=family, laplacian_lambda2=lam)
-            out[spec] = TopologyStats(spec, spectra, schedule.slots_per_round,
-                                      schedule.lower_bound,
-                                      shared_ms + (time.perf_counter() - t0) * 1e3)
+            arrays = None
+            if len(u) <= max_edges_kept:
+                arrays = WeightArrays(u, v, np.asarray(w[u, v]).ravel(), w.diagonal())
+            out[spec] = (TopologyStats(spec, spectra, schedule.slots_per_round,
+                                       schedule.lower_bound,
+                                       shared_ms + (time.perf_counter() - t0) * 1e3), arrays)
     return [out[s] for s in specs]

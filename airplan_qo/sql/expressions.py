@@ -123,10 +123,6 @@ class AnalyzeWorkload(Statement):
     arg_types = {"this": True, "clients": True, "params": False}
 
 
-CLAUSE_ORDER: tuple[str, ...] = ("params", "topology", "weights", "sparsity", "sla", "within",
-                                 "cost_model")
-"""Canonical order of TRAIN clauses when rendered."""
-
 WITHIN_UNITS: tuple[str, ...] = ("ROUNDS", "SECONDS", "JOULES")
 """Budget units, in canonical order."""
 
