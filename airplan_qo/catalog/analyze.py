@@ -64,6 +64,21 @@ def workload_fingerprint(dataset: str, clients: int, scheme: str, alpha: float |
     return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
+def register_workload(catalog: Catalog, workload: Any, *, options: dict | None = None) -> int:
+    """The ``workloads`` row of this workload's data identity, inserted if missing."""
+    alpha = workload.alpha if workload.partition == "dirichlet" else None
+    fingerprint = workload_fingerprint(workload.dataset, workload.clients, workload.partition,
+                                       alpha, workload.seed)
+    found = catalog.find_workload(fingerprint)
+    if found is not None:
+        return int(found["workload_id"])
+    return int(catalog.insert_row("workloads", {
+        "dataset": workload.dataset, "n_clients": workload.clients,
+        "partition_scheme": workload.partition, "alpha": alpha,
+        "partition_seed": workload.seed, "data_seed": workload.seed,
+        "options": options or {}, "fingerprint": fingerprint}))
+
+
 def model_bytes(model: str, input_shape: tuple[int, ...], n_classes: int) -> int:
     """Bytes of one float32 model transmission (d parameters), computed without torch."""
     from ..runtime.model_size import parameter_count
@@ -77,8 +92,8 @@ def analyze_workload(catalog: Catalog, workload: Any) -> WorkloadStats:
     part = partition(workload.partition, dataset.y_train, workload.clients, seed=workload.seed,
                      **({"alpha": workload.alpha} if workload.partition == "dirichlet" else {}))
     alpha = workload.alpha if workload.partition == "dirichlet" else None
-    fingerprint = workload_fingerprint(dataset.name, workload.clients, workload.partition, alpha,
-                                       workload.seed)
+    fingerprint = workload_fingerprint(workload.dataset, workload.clients, workload.partition,
+                                       alpha, workload.seed)
     depth, width = dimensions(workload.sketch_eps, workload.sketch_delta)
     dp_eps = workload.dp_epsilon
     dp_delta = workload.dp_delta if dp_eps is not None else None
@@ -108,15 +123,8 @@ def analyze_workload(catalog: Catalog, workload: Any) -> WorkloadStats:
         sigma = calibrate_sketch_sigma(dp_eps, dp_delta, depth)
 
     with catalog.transaction():
-        if existing is None:
-            workload_id = catalog.insert_row("workloads", {
-                "dataset": dataset.name, "n_clients": workload.clients,
-                "partition_scheme": workload.partition, "alpha": alpha,
-                "partition_seed": workload.seed, "data_seed": workload.seed,
-                "options": {"redrawn": int(getattr(part, "redrawn", 0))},
-                "fingerprint": fingerprint})
-        else:
-            workload_id = existing["workload_id"]
+        workload_id = register_workload(
+            catalog, workload, options={"redrawn": int(getattr(part, "redrawn", 0))})
         version = catalog.next_stats_version(workload_id)
         released = sketches
         if sigma > 0:

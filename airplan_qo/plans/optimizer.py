@@ -17,7 +17,7 @@ from typing import Any
 
 import attrs
 
-from ..catalog.analyze import workload_fingerprint
+from ..catalog.analyze import register_workload, workload_fingerprint
 from ..catalog.sketch import dimensions
 from ..catalog.store import Catalog
 from ..data import dataset_info
@@ -399,6 +399,7 @@ class Optimizer:
             "privacy_epsilon", "total_cost", "pruned_reason", "calibration_ids", "terms")}
         with self.catalog.transaction():
             run_id = self.catalog.insert_row("planning_runs", {
+                "workload_id": register_workload(self.catalog, w),
                 "statement": req.statement or f"plan {w.dataset} on {w.clients} clients",
                 "estimator": result.estimator, "objective": result.objective,
                 "sla": req.sla.render(), "sla_threshold": result.target_accuracy,

@@ -1,0 +1,38 @@
+"""PyTorch execution runtime: stacked client models, gossip rules, channel, metrics, checkpoints.
+
+Importing this package does not import torch; the torch-backed names below load on first use, so
+``from airplan_qo.runtime.model_size import parameter_count`` stays cheap for the planner.
+See docs/runtime.md.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from .model_size import MODEL_SIZES, parameter_count
+
+_LAZY = {
+    "RunConfig": "engine",
+    "RunResult": "engine",
+    "Trainer": "engine",
+    "ROUND_KEYS": "engine",
+    "default_gamma": "engine",
+    "MODELS": "models",
+    "build_model": "models",
+    "CHANNELS": "channel",
+    "truncation_probability": "channel",
+    "effective_noise_variance": "channel",
+    "consensus_distance": "metrics",
+    "mean_pairwise_distance": "metrics",
+    "jain_index": "metrics",
+}
+
+__all__ = ["MODEL_SIZES", "parameter_count", *sorted(_LAZY)]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'airplan_qo.runtime' has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{module}", __name__), name)
