@@ -41,7 +41,7 @@ class ExplainOptions:
     costs: bool = True
     format: str = "text"
     alternatives: int = 0
-    calibrate: bool = True
+    calibrate: bool = False
 
 
 @attrs.frozen

@@ -125,13 +125,26 @@ class _PositionedError(sqlglot.errors.ParseError):
 
 
 def _span(node: exp.Expr) -> tuple[int, int] | None:
-    starts, ends = [], []
-    for sub in node.walk():
+    """(first, last) character offsets covered by a subtree, from its positioned nodes.
+
+    Spans cached under ``meta["span"]`` are used without descending, so annotating a long
+    AND chain node by node stays linear.
+    """
+    lo = hi = None
+    stack = [node]
+    while stack:
+        sub = stack.pop()
         meta = sub._meta
-        if meta and meta.get("start") is not None:
-            starts.append(meta["start"])
-            ends.append(meta["end"])
-    return (min(starts), max(ends)) if starts else None
+        if meta and "span" in meta:
+            first, last = meta["span"]
+        else:
+            stack.extend(sub.iter_expressions())
+            if not (meta and meta.get("start") is not None):
+                continue
+            first, last = meta["start"], meta["end"]
+        lo = first if lo is None else min(lo, first)
+        hi = last if hi is None else max(hi, last)
+    return None if lo is None else (lo, hi)
 
 
 def node_offset(node: exp.Expr, operator: bool = False) -> int | None:
@@ -256,22 +269,23 @@ class AirPlanParser(DuckDBParser):
             return
         if isinstance(node, exp.Binary):
             left = _span(node.this) if node.this is not None else None
-            if left is None:
-                return
-            i = bisect.bisect_right(self._starts, left[1])
-            while i < len(self._tokens) and self._tokens[i].token_type == TokenType.R_PAREN:
-                i += 1
-            if i < len(self._tokens):
-                node.meta["operator"] = self._tokens[i].start
+            if left is not None:
+                i = bisect.bisect_right(self._starts, left[1])
+                while i < len(self._tokens) and self._tokens[i].token_type == TokenType.R_PAREN:
+                    i += 1
+                if i < len(self._tokens):
+                    node.meta["operator"] = self._tokens[i].start
         elif isinstance(node, exp.Unary) and node.this is not None:
             inner = _span(node.this)
             i = self._token_at(inner[0]) if inner else None
-            if i is None:
-                return
-            while i > 0 and self._tokens[i - 1].token_type == TokenType.L_PAREN:
-                i -= 1
-            if i > 0:
-                node.meta["operator"] = self._tokens[i - 1].start
+            if i is not None:
+                while i > 0 and self._tokens[i - 1].token_type == TokenType.L_PAREN:
+                    i -= 1
+                if i > 0:
+                    node.meta["operator"] = self._tokens[i - 1].start
+        span = _span(node)
+        if span is not None:
+            node.meta["span"] = span
 
     # small pieces --------------------------------------------------------------------------
 
