@@ -143,6 +143,37 @@ def cmd_shell(args: argparse.Namespace) -> int:
     return Shell(args.catalog, read_only=args.read_only, fmt=args.format).run()
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from .session import connect
+
+    with connect(args.catalog) as db:
+        if args.pilot:
+            from .runtime.pilot import run_pilot
+
+            if args.clients is None:
+                raise ValidationError("--pilot needs --clients N")
+            report = run_pilot(db, args.pilot, args.clients, rounds=args.rounds,
+                               params=_parse_params(args.param), estimator=args.estimator,
+                               quiet=args.quiet)
+        else:
+            report = db.calibrate(args.estimator, scope=args.scope, scope_key=args.scope_key,
+                                  min_obs=args.min_obs)
+        print(report.render())
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from .session import connect
+
+    with connect(args.catalog) as db:
+        report = db.resume(args.exec_id, quiet=args.quiet)
+    r = report.result
+    print(f"execution {report.exec_id}: {r.status} after {r.rounds} rounds, "
+          f"final accuracy {r.final_accuracy if r.final_accuracy is None else round(r.final_accuracy, 4)}"
+          + (f" ({r.reason})" if r.reason else ""))
+    return 0 if r.status == "succeeded" else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="airplan",
@@ -227,6 +258,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=["text", "json", "csv"], default="text")
     p.add_argument("--read-only", action="store_true")
     p.set_defaults(func=cmd_shell)
+
+    p = sub.add_parser("calibrate", parents=[common],
+                       help="refit estimator constants from recorded executions",
+                       description="Refit an estimator's constants from the feedback rows "
+                                   "(new versioned calibration rows), or run a pilot design "
+                                   "first with --pilot DATASET --clients N. See docs/feedback.md.")
+    p.add_argument("--estimator", default="dsgd", help="dsgd (default) or paper")
+    p.add_argument("--scope", default="global", choices=["global", "dataset", "dataset_family"])
+    p.add_argument("--scope-key", default="",
+                   help="dataset name, or DATASET:FAMILY for the dataset_family scope")
+    p.add_argument("--min-obs", type=int, default=3, help="minimum executions to fit (3)")
+    p.add_argument("--pilot", metavar="DATASET", help="run pilot executions on DATASET first")
+    p.add_argument("--clients", "-n", type=int, help="clients of the pilot runs")
+    p.add_argument("--rounds", type=int, default=30, help="rounds of each pilot run (30)")
+    p.add_argument("--param", "-p", action="append", metavar="KEY=VALUE",
+                   help="workload parameter for the pilot runs (model, lr, ...)")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.set_defaults(func=cmd_calibrate)
+
+    p = sub.add_parser("resume", parents=[common], help="continue an aborted execution",
+                       description="Continue an aborted execution from its last checkpoint; "
+                                   "the result equals an uninterrupted run with the same seeds.")
+    p.add_argument("exec_id", type=int)
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_resume)
     return parser
 
 

@@ -9,11 +9,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any, Iterable, Mapping
 
 from .catalog.store import Catalog
-from .errors import ExecutionError, ValidationError
+from .errors import ValidationError
 from .plans.workload import Workload
 
 
@@ -79,10 +80,58 @@ class Session:
 
         return execute_script(self, text, fmt=format)
 
-    def run_bound(self, bound, fmt: str = "text"):
+    def execute(self, result, *, quiet: bool = True, stop_at_target: bool = True):
+        """Train the chosen plan of a PlanResult; returns an ExecutionReport."""
+        from .runtime.execution import execute
+
+        return execute(self.catalog, result, quiet=quiet, stop_at_target=stop_at_target)
+
+    def calibrate(self, estimator: str = "dsgd", *, scope: str = "global", scope_key: str = "",
+                  min_obs: int = 3):
+        """Refit an estimator's constants from the feedback rows (new versioned rows)."""
+        from .plans.calibration import calibrate
+
+        return calibrate(self.catalog, estimator, scope=scope, scope_key=scope_key,
+                         min_obs=min_obs)
+
+    def resume(self, exec_id: int, *, quiet: bool = True):
+        """Continue an aborted execution from its last checkpoint."""
+        from .runtime.execution import resume
+
+        return resume(self.catalog, int(exec_id), quiet=quiet)
+
+    def run_bound(self, bound, fmt: str = "text", *, quiet: bool = True):
         """TRAIN / EXPLAIN ANALYZE TRAIN: plan, then execute the chosen plan."""
-        raise ExecutionError("execution runtime not available yet: TRAIN and EXPLAIN ANALYZE "
-                             "need it; EXPLAIN TRAIN plans without training")
+        from .sql.executor import Result
+
+        plan = self.plan(bound.workload, sla=bound.sla, topologies=bound.topologies,
+                         weights=bound.weights, sparsity=bound.sparsity, budgets=bound.budgets,
+                         estimator=bound.estimator, statement=bound.text)
+        report = self.execute(plan, quiet=quiet)
+        fields = report.analyze_fields()
+        if bound.explain and bound.options.calibrate:
+            fields["calibration"] = self._calibrate_text(plan.estimator)
+        if bound.explain:
+            opts = bound.options
+            text = plan.explain(format=fmt, verbose=opts.verbose, costs=opts.costs,
+                                alternatives=opts.alternatives, analyze=fields)
+            return Result("explain", text=text,
+                          document=json.loads(text) if fmt == "json" else None)
+        r = report.result
+        row = {"exec_id": report.exec_id, "plan_id": report.plan_id, "plan": plan.chosen.plan.label(),
+               "status": r.status, "rounds": r.rounds, "rounds_to_target": r.rounds_to_target,
+               "final_accuracy": r.final_accuracy, "channel_uses": r.total_channel_uses,
+               "reason": r.reason}
+        return Result("table", tuple(row), (tuple(row.values()),))
+
+
+    def _calibrate_text(self, estimator: str) -> str:
+        from .errors import ValidationError as _VE
+
+        try:
+            return self.calibrate(estimator).render()
+        except _VE as exc:
+            return f"calibration skipped: {exc}"
 
 
 def connect(path: str | os.PathLike[str] | None = None, *, read_only: bool = False) -> Session:

@@ -214,6 +214,8 @@ def _text(result, tree: Node, verbose, costs, alternatives, analyze) -> str:
             lines.append(f"Feedback: {fb['metric']} estimated={_num(fb['estimated'])} "
                          f"actual={_num(fb['actual'])}"
                          + (" (censored)" if fb.get("censored") else ""))
+        if analyze.get("calibration"):
+            lines.extend(f"Calibration: {line}" for line in analyze["calibration"].splitlines())
         for ev in analyze.get("events", []):
             lines.append(f"Event: {ev}")
         if "execution_time_ms" in analyze:
@@ -308,4 +310,6 @@ def _json_doc(result, tree: Node, verbose, alternatives, analyze) -> dict[str, A
         doc["feedback"] = _clean(analyze.get("feedback", []))
         if analyze.get("events"):
             doc["events"] = list(analyze["events"])
+        if analyze.get("calibration"):
+            doc["calibration_refit"] = analyze["calibration"]
     return doc

@@ -1,0 +1,605 @@
+"""The execution engine: N clients as one stacked (N x d) tensor, trained and gossiped per round.
+
+A :class:`Trainer` takes a frozen :class:`RunConfig`, a dataset, a partition and a built topology.
+Each round: draw dropout and fading (channel generator), run ``local_steps`` momentum-SGD steps on
+every online client (data generator for the minibatches), communicate with the chosen rule
+(:mod:`.gossip`; the training generator draws the shared sparsification masks), then measure.
+:meth:`Trainer.run` returns a :class:`RunResult`; every round yields one dict with exactly the
+keys of :data:`ROUND_KEYS` (the catalog's ``round_stats`` columns), passed to an optional
+callback that may answer ``"stop"``.
+
+Seeds: ``data_seed`` (minibatches, evaluation subset), ``train_seed`` (model initialisation,
+shared masks), ``channel_seed`` (dropout, fading, noise) drive separate generators, so changing
+one stream leaves the others untouched; all of their states are checkpointed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import signal
+import tempfile
+import threading
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import attrs
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..errors import ExecutionError, ValidationError
+from .channel import CHANNELS, Channel, dbm_to_watt
+from .compression import MASKS, k_from_ratio
+from .flat import STRATEGIES, GradientEngine, ParamLayout, chunks, client_logits, \
+    resolve_strategy, single_logits
+from .gossip import ALGORITHMS, DSGD, Choco, LinkSet, PaperLiteral, round_traffic
+from .metrics import consensus_distance, diverged, jain_index
+from .models import MODELS, build_model
+
+__all__ = [
+    "PAPER_LITERAL_WARNING",
+    "ROUND_KEYS",
+    "RunConfig",
+    "RunResult",
+    "Trainer",
+    "default_gamma",
+]
+
+#: Keys of every per-round dict, in order (they map to the catalog's round_stats columns).
+ROUND_KEYS = (
+    "round", "test_accuracy", "client_acc_mean", "client_acc_min", "train_loss",
+    "consensus_distance", "channel_uses", "slots", "energy_j", "bits", "link_drop_rate",
+    "dropout_rate", "wall_time_s",
+)
+
+PAPER_LITERAL_WARNING = (
+    "algorithm 'paper_literal' reproduces the paper's update w <- w^{t+1/2} + gamma * y, which "
+    "adds the neighbours' (sparsified) steps instead of averaging models; clients do not reach "
+    "consensus and may diverge. Use 'dsgd' or 'choco' for real runs."
+)
+
+STATUSES = ("succeeded", "failed", "aborted")
+
+_EVAL_SAMPLES = 512
+_EVAL_CLIENTS = 16
+
+
+def default_gamma(k_ratio: float, mask: str = "common_randk") -> float:
+    """Consensus step of CHOCO (and paper_literal) when ``gamma`` is not given.
+
+    1 for k = 1 (CHOCO then equals D-SGD). With a common random-k mask a coordinate's public
+    copy is refreshed only every ~d/k rounds while the consensus step keeps using it, which
+    overshoots unless gamma is about k/d or less (measured on digits, ring N = 10: stable and
+    best at gamma ~ k/d to 2k/d, unstable from ~1.5-2 k/d/lambda_max(I - W)), so gamma = k/d.
+    Top-k captures most of the difference's energy and tolerates more: min(0.5, 20 k/d)
+    (best or near-best for k/d in {0.01, 0.05, 0.1, 0.3} in the same sweep).
+    """
+    k_ratio = float(k_ratio)
+    if k_ratio >= 1.0:
+        return 1.0
+    if mask == "topk":
+        return min(0.5, 20.0 * k_ratio)
+    return k_ratio
+
+
+def _positive_int(name: str):
+    def check(_inst: Any, _attr: Any, value: Any) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValidationError(f"{name} must be a positive integer, got {value!r}")
+    return check
+
+
+def _seed(_inst: Any, attr: attrs.Attribute, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ValidationError(f"{attr.name} must be a non-negative integer, got {value!r}")
+
+
+def _choice(options: tuple[str, ...]):
+    def check(_inst: Any, attr: attrs.Attribute, value: Any) -> None:
+        if value not in options:
+            raise ValidationError(
+                f"{attr.name} must be one of {', '.join(options)}, got {value!r}"
+            )
+    return check
+
+
+def _finite(lo: float | None = None, hi: float | None = None, *, lo_open: bool = False,
+            hi_open: bool = False):
+    def check(_inst: Any, attr: attrs.Attribute, value: Any) -> None:
+        if value is None and attr.default is None:
+            return
+        try:
+            v = float(value)
+        except (TypeError, ValueError):
+            raise ValidationError(f"{attr.name} must be a number, got {value!r}") from None
+        bad = not math.isfinite(v)
+        if lo is not None:
+            bad |= v <= lo if lo_open else v < lo
+        if hi is not None:
+            bad |= v >= hi if hi_open else v > hi
+        if bad:
+            left = "(" if lo_open else "["
+            right = ")" if hi_open else "]"
+            raise ValidationError(
+                f"{attr.name} must be finite and in {left}{lo if lo is not None else '-inf'}, "
+                f"{hi if hi is not None else 'inf'}{right}, got {value!r}"
+            )
+    return check
+
+
+def _model_name(_inst: Any, _attr: Any, value: Any) -> None:
+    MODELS.get(value)
+
+
+@attrs.frozen
+class RunConfig:
+    """Everything that determines a run (with the dataset, partition and topology).
+
+    ``algorithm='auto'`` means ``dsgd`` for ``k_ratio == 1`` and ``choco`` below; ``gamma=None``
+    means :func:`default_gamma`. ``client_eval_samples`` caps the test samples used for the
+    per-client accuracies (the average model always uses the whole test set); ``None`` = all.
+    ``divergence_factor``: a round whose training loss exceeds this multiple of the first
+    minibatch loss (or is not finite) fails the run.
+    """
+
+    model: str = attrs.field(default="mlp", validator=_model_name)
+    lr: float = attrs.field(default=0.05, validator=_finite(0.0, lo_open=True))
+    momentum: float = attrs.field(default=0.9, validator=_finite(0.0, 1.0, hi_open=True))
+    batch_size: int = attrs.field(default=32, validator=_positive_int("batch_size"))
+    local_steps: int = attrs.field(default=1, validator=_positive_int("local_steps"))
+    rounds: int = attrs.field(default=100, validator=_positive_int("rounds"))
+    k_ratio: float = attrs.field(default=1.0, validator=_finite(0.0, 1.0, lo_open=True))
+    algorithm: str = attrs.field(default="auto", validator=_choice(ALGORITHMS))
+    mask: str = attrs.field(default="common_randk", validator=_choice(MASKS))
+    error_feedback: bool = False
+    gamma: float | None = attrs.field(default=None, validator=_finite(0.0, lo_open=True))
+    channel: str = attrs.field(default="ideal", validator=_choice(CHANNELS))
+    snr_db: float = attrs.field(default=10.0, validator=_finite())
+    g_th: float = attrs.field(default=0.1, validator=_finite(0.0, lo_open=True))
+    tx_power_dbm: float = attrs.field(default=20.0, validator=_finite())
+    bandwidth_hz: float = attrs.field(default=1e6, validator=_finite(0.0, lo_open=True))
+    dropout: float = attrs.field(default=0.0, validator=_finite(0.0, 1.0, hi_open=True))
+    data_seed: int = attrs.field(default=0, validator=_seed)
+    train_seed: int = attrs.field(default=0, validator=_seed)
+    channel_seed: int = attrs.field(default=0, validator=_seed)
+    target_accuracy: float | None = attrs.field(default=None, validator=_finite(0.0, 1.0))
+    eval_every: int = attrs.field(default=1, validator=_positive_int("eval_every"))
+    threads: int = attrs.field(default=1, validator=_positive_int("threads"))
+    strategy: str = attrs.field(default="auto", validator=_choice(STRATEGIES))
+    weight_decay: float = attrs.field(default=0.0, validator=_finite(0.0))
+    client_eval_samples: int | None = attrs.field(default=2000)
+    divergence_factor: float = attrs.field(default=1e3, validator=_finite(1.0, lo_open=True))
+
+    def __attrs_post_init__(self) -> None:
+        if self.client_eval_samples is not None:
+            _positive_int("client_eval_samples")(self, None, self.client_eval_samples)
+        algorithm = self.resolved_algorithm
+        if algorithm == "dsgd" and self.k_ratio < 1.0:
+            raise ValidationError(
+                f"dsgd transmits whole models (k_ratio = 1); k_ratio = {self.k_ratio} needs "
+                f"algorithm 'choco' (or 'auto')"
+            )
+        if self.error_feedback and algorithm != "paper_literal":
+            raise ValidationError(
+                f"error_feedback applies to 'paper_literal' only: {algorithm} "
+                + ("already carries the compression residual in its public copies"
+                   if algorithm == "choco" else "does not compress")
+            )
+
+    @property
+    def resolved_algorithm(self) -> str:
+        if self.algorithm == "auto":
+            return "dsgd" if self.k_ratio >= 1.0 else "choco"
+        return self.algorithm
+
+    @property
+    def resolved_gamma(self) -> float:
+        return (float(self.gamma) if self.gamma is not None
+                else default_gamma(self.k_ratio, self.mask))
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain-Python dict of every field (JSON- and checkpoint-safe)."""
+        return attrs.asdict(self)
+
+
+@attrs.frozen
+class RunResult:
+    """Outcome of :meth:`Trainer.run` (maps to the catalog's ``executions`` row)."""
+
+    status: str
+    reason: str | None
+    rounds: int
+    rounds_to_target: int | None
+    final_accuracy: float | None
+    final_loss: float | None
+    client_accuracies: tuple[float, ...]
+    client_acc_mean: float | None
+    client_acc_var: float | None
+    jain_fairness: float | None
+    total_channel_uses: float
+    total_energy_j: float
+    total_bits: float
+    total_slots: float
+    history: tuple[dict, ...] = attrs.field(repr=False)
+    algorithm: str = ""
+    strategy: str = ""
+    warnings: tuple[str, ...] = ()
+    checkpoint_path: str | None = None
+    seeds: dict = attrs.field(factory=dict)
+
+
+@contextlib.contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """Run a block with ``n`` intra-op torch threads, restoring the previous count after."""
+    old = torch.get_num_threads()
+    if old != n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != old:
+            torch.set_num_threads(old)
+
+
+class _InterruptGuard:
+    """Defers the first SIGINT to the end of the current round (main thread only); a second
+    SIGINT interrupts at once."""
+
+    def __init__(self) -> None:
+        self.interrupted = False
+        self._old: Any = None
+
+    def __enter__(self) -> "_InterruptGuard":
+        if threading.current_thread() is threading.main_thread():
+            self._old = signal.getsignal(signal.SIGINT)
+            signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.interrupted:
+            raise KeyboardInterrupt
+        self.interrupted = True
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._old is not None:
+            signal.signal(signal.SIGINT, self._old)
+
+
+class Trainer:
+    """Runs one plan: ``Trainer(config, dataset, partition, topology).run(callback)``."""
+
+    def __init__(self, config: RunConfig, dataset: Any, partition: Any, topology: Any):
+        if not isinstance(config, RunConfig):
+            raise ValidationError(f"config must be a RunConfig, got {type(config).__name__}")
+        self.config = config
+        self.dataset = dataset
+        n = topology.graph.number_of_nodes()
+        if partition.n_clients != n:
+            raise ExecutionError(
+                f"partition has {partition.n_clients} clients but the topology has {n} nodes"
+            )
+        if partition.n_samples != dataset.n_train:
+            raise ExecutionError(
+                f"partition covers {partition.n_samples} samples but the dataset has "
+                f"{dataset.n_train} training samples"
+            )
+        self.n = n
+        self.topology = topology
+        self.links = LinkSet(topology)
+        self.algorithm = config.resolved_algorithm
+        self.gamma = config.resolved_gamma
+        self.warnings: tuple[str, ...] = ()
+        if self.algorithm == "paper_literal":
+            self.warnings = (PAPER_LITERAL_WARNING,)
+            warnings.warn(PAPER_LITERAL_WARNING, RuntimeWarning, stacklevel=2)
+
+        with torch_threads(config.threads), torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.train_seed)
+            self.model = build_model(config.model, dataset.input_shape, dataset.n_classes)
+        self.model.requires_grad_(False)
+        self.layout = ParamLayout(self.model)
+        self.d = self.layout.d
+        self.k = k_from_ratio(config.k_ratio, self.d)
+        self.strategy = resolve_strategy(config.strategy, self.model, dataset.input_shape)
+        self._grad = GradientEngine(self.model, self.layout, self.strategy)
+
+        x0 = self.layout.flatten(self.model)
+        self.x = x0.unsqueeze(0).repeat(n, 1)
+        self.m = torch.zeros_like(self.x)
+        self._g = torch.empty_like(self.x)
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # read-only arrays, never written
+            self.x_train = torch.from_numpy(dataset.x_train)
+            self.y_train = torch.from_numpy(dataset.y_train)
+            self.x_test = torch.from_numpy(dataset.x_test)
+            self.y_test = torch.from_numpy(dataset.y_test)
+        sizes = np.array([len(ix) for ix in partition.indices], dtype=np.int64)
+        self.sizes = sizes
+        self.has_data = sizes > 0
+        self.offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        self.flat_index = (np.concatenate(partition.indices).astype(np.int64) if sizes.sum()
+                           else np.zeros(1, np.int64))
+
+        self.data_rng = np.random.default_rng(config.data_seed)
+        self.train_gen = torch.Generator().manual_seed(config.train_seed)
+        self.channel = Channel(config.channel, snr_db=config.snr_db, g_th=config.g_th,
+                               dropout=config.dropout, seed=config.channel_seed)
+        eval_rng = np.random.default_rng([config.data_seed, 1])
+        n_test = dataset.n_test
+        cap = config.client_eval_samples
+        self.eval_index = (torch.from_numpy(np.sort(eval_rng.choice(n_test, cap, replace=False)))
+                           if cap is not None and cap < n_test else None)
+
+        if self.algorithm == "dsgd":
+            self.rule: Any = DSGD(n, self.d)
+        elif self.algorithm == "choco":
+            self.rule = Choco(n, self.d, self.k, config.mask, self.gamma, x0)
+        else:
+            self.rule = PaperLiteral(n, self.d, self.k, config.mask, self.gamma,
+                                     config.error_feedback)
+
+        self.round = 0
+        self.history: list[dict] = []
+        self.initial_loss: float | None = None
+        self.rounds_to_target: int | None = None
+        self.failure: str | None = None
+        self.last_eval_round = -1
+        self.client_acc: np.ndarray | None = None
+        self.test_accuracy: float | None = None
+        self._in_round = False
+
+    # ---------------------------------------------------------------------------------------
+    # one round
+
+    def _sample(self) -> np.ndarray:
+        """(N, batch) train indices, uniform with replacement from each client's partition."""
+        u = self.data_rng.random((self.n, self.config.batch_size))
+        pos = np.floor(u * np.maximum(self.sizes, 1)[:, None]).astype(np.int64)
+        return self.flat_index[np.minimum(self.offsets[:, None] + pos, self.flat_index.size - 1)]
+
+    def _local_train(self, trainable: np.ndarray) -> float:
+        cfg = self.config
+        every = bool(trainable.all())
+        rows = None if every else torch.from_numpy(np.flatnonzero(trainable))
+        n_rows = self.n if rows is None else int(rows.numel())
+        params = self.x if rows is None else self.x[rows]
+        buf = self.m if rows is None else self.m[rows]
+        grads = self._g[:n_rows]
+        total = 0.0
+        for step in range(cfg.local_steps):
+            idx = self._sample()
+            if n_rows == 0:
+                continue
+            if rows is not None:
+                idx = idx[trainable]
+            it = torch.from_numpy(idx.reshape(-1))   # index_select: ~4x faster than x[idx2d]
+            xb = self.x_train.index_select(0, it).view(n_rows, cfg.batch_size,
+                                                       *self.x_train.shape[1:])
+            yb = self.y_train.index_select(0, it).view(n_rows, cfg.batch_size)
+            losses = self._grad(params, xb, yb, grads)
+            if cfg.weight_decay:
+                grads.add_(params, alpha=cfg.weight_decay)
+            torch.add(grads, buf, alpha=cfg.momentum, out=buf)   # buf = momentum * buf + g
+            params.add_(buf, alpha=-cfg.lr)
+            mean = float(losses.mean())
+            if self.initial_loss is None and step == 0:
+                self.initial_loss = mean
+            total += mean
+        if rows is not None and n_rows:
+            self.x[rows] = params
+            self.m[rows] = buf
+        return total / cfg.local_steps if n_rows else float("nan")
+
+    def step(self) -> dict:
+        """Run one round and return its dict (keys :data:`ROUND_KEYS`)."""
+        if self.failure is not None:
+            raise ExecutionError(f"run already failed: {self.failure}")
+        cfg = self.config
+        start = time.perf_counter()
+        self._in_round = True
+        with torch_threads(cfg.threads):
+            links = self.channel.draw(self.n, self.links.u, self.links.v)
+            trainable = links.active & self.has_data
+            x_prev = self.x.clone() if self.algorithm == "paper_literal" else None
+            loss = self._local_train(trainable)
+            result = self.rule.communicate(self.x, self.links, links, self.channel,
+                                           train_gen=self.train_gen, x_prev=x_prev)
+            cost = round_traffic(result, self.links, self.d, dbm_to_watt(cfg.tx_power_dbm),
+                                 cfg.bandwidth_hz)
+            consensus = consensus_distance(self.x)
+            r = self.round + 1
+            self.round = r
+            trained = bool(trainable.any())
+            reason = diverged(loss, self.initial_loss, cfg.divergence_factor) if trained \
+                else None
+            if reason is None and not math.isfinite(consensus):
+                reason = "client models contain NaN or infinite values"
+            test_acc = acc_mean = acc_min = None
+            if reason is None and (r % cfg.eval_every == 0 or r == cfg.rounds):
+                test_acc, client_acc = self._evaluate()
+                acc_mean, acc_min = float(client_acc.mean()), float(client_acc.min())
+                if (cfg.target_accuracy is not None and self.rounds_to_target is None
+                        and test_acc >= cfg.target_accuracy):
+                    self.rounds_to_target = r
+        self.failure = reason
+        row = {
+            "round": r,
+            "test_accuracy": test_acc,
+            "client_acc_mean": acc_mean,
+            "client_acc_min": acc_min,
+            "train_loss": loss if trained else None,
+            "consensus_distance": consensus,
+            "channel_uses": cost.channel_uses,
+            "slots": float(cost.slots),
+            "energy_j": cost.energy_j,
+            "bits": cost.bits,
+            "link_drop_rate": links.link_drop_rate,
+            "dropout_rate": links.dropout_rate,
+            "wall_time_s": time.perf_counter() - start,
+        }
+        self.history.append(row)
+        self._in_round = False
+        return dict(row)
+
+    # ---------------------------------------------------------------------------------------
+    # evaluation
+
+    def average_model(self) -> torch.Tensor:
+        """The mean of the client models, flat (d,) (a copy)."""
+        return self.x.mean(dim=0)
+
+    def _accuracy(self, flat: torch.Tensor) -> float:
+        correct = 0
+        for sl in chunks(self.dataset.n_test, 4 * _EVAL_SAMPLES):
+            logits = single_logits(self.model, self.layout, flat, self.x_test[sl])
+            correct += int((logits.argmax(dim=1) == self.y_test[sl]).sum())
+        return correct / max(1, self.dataset.n_test)
+
+    def client_accuracies(self) -> np.ndarray:
+        """Each client's accuracy on the evaluation subset of the test set, shape (N,)."""
+        xs = self.x_test if self.eval_index is None else self.x_test[self.eval_index]
+        ys = self.y_test if self.eval_index is None else self.y_test[self.eval_index]
+        correct = torch.zeros(self.n, dtype=torch.int64)
+        for cs in chunks(self.n, _EVAL_CLIENTS):
+            for sl in chunks(xs.shape[0], _EVAL_SAMPLES):
+                logits = client_logits(self.model, self.layout, self.x[cs], xs[sl],
+                                       self.strategy)
+                correct[cs] += (logits.argmax(dim=2) == ys[sl].unsqueeze(0)).sum(dim=1)
+        return (correct.double() / max(1, xs.shape[0])).numpy()
+
+    def _evaluate(self) -> tuple[float, np.ndarray]:
+        self.test_accuracy = self._accuracy(self.average_model())
+        self.client_acc = self.client_accuracies()
+        self.last_eval_round = self.round
+        return self.test_accuracy, self.client_acc
+
+    def test_loss(self) -> float:
+        """Cross-entropy of the average model on the test set."""
+        flat = self.average_model()
+        total = 0.0
+        for sl in chunks(self.dataset.n_test, 4 * _EVAL_SAMPLES):
+            logits = single_logits(self.model, self.layout, flat, self.x_test[sl])
+            total += float(F.cross_entropy(logits, self.y_test[sl], reduction="sum"))
+        return total / max(1, self.dataset.n_test)
+
+    # ---------------------------------------------------------------------------------------
+    # the run
+
+    def run(self, callback: Callable[[dict], Any] | None = None, *,
+            checkpoint_path: str | Path | None = None) -> RunResult:
+        """Run until ``config.rounds``, the target accuracy, a failure, a callback ``"stop"``,
+        or an interrupt (Ctrl-C finishes the current round, saves a checkpoint and returns
+        status ``aborted``; a second Ctrl-C stops at once, without a checkpoint)."""
+        cfg = self.config
+        status, reason, saved = "succeeded", None, None
+        with _InterruptGuard() as guard:
+            try:
+                while self.round < cfg.rounds:
+                    row = self.step()
+                    if self.failure is not None:
+                        status, reason = "failed", self.failure
+                        break
+                    if self.rounds_to_target is not None:
+                        reason = (f"target accuracy {cfg.target_accuracy} reached at round "
+                                  f"{self.rounds_to_target}")
+                        break
+                    if callback is not None and callback(row) == "stop":
+                        reason = f"stopped by callback at round {self.round}"
+                        break
+                    if guard.interrupted:
+                        raise KeyboardInterrupt
+                else:
+                    if cfg.target_accuracy is not None:
+                        reason = f"target accuracy {cfg.target_accuracy} not reached"
+            except KeyboardInterrupt:
+                status = "aborted"
+                if self._in_round:
+                    reason = (f"interrupted during round {self.round + 1}; state is mid-round, "
+                              f"so no checkpoint was written")
+                    self._in_round = False
+                else:
+                    saved = self._abort_checkpoint(checkpoint_path)
+                    reason = f"interrupted after round {self.round}; checkpoint at {saved}"
+        return self._result(status, reason, saved)
+
+    def _abort_checkpoint(self, path: str | Path | None) -> str:
+        if path is None:
+            handle = tempfile.NamedTemporaryFile(prefix="airplan-checkpoint-", suffix=".pt",
+                                                 delete=False)
+            handle.close()
+            path = handle.name
+        self.save(path)
+        return str(path)
+
+    def _result(self, status: str, reason: str | None, saved: str | None) -> RunResult:
+        final_acc = client_acc = None
+        finite = bool(torch.isfinite(self.x).all())
+        if finite and self.round > 0:
+            with torch_threads(self.config.threads):
+                if self.last_eval_round != self.round:
+                    self._evaluate()
+            final_acc, client_acc = self.test_accuracy, self.client_acc
+        elif finite:
+            with torch_threads(self.config.threads):
+                final_acc, client_acc = self._evaluate()
+        losses = [h["train_loss"] for h in self.history if h["train_loss"] is not None]
+        final_loss = float(losses[-1]) if losses else None
+        h = self.history
+        cfg = self.config
+        return RunResult(
+            status=status,
+            reason=reason,
+            rounds=self.round,
+            rounds_to_target=self.rounds_to_target,
+            final_accuracy=final_acc,
+            final_loss=final_loss,
+            client_accuracies=tuple(float(a) for a in client_acc) if client_acc is not None
+            else (),
+            client_acc_mean=float(client_acc.mean()) if client_acc is not None else None,
+            client_acc_var=float(client_acc.var()) if client_acc is not None else None,
+            jain_fairness=jain_index(client_acc) if client_acc is not None else None,
+            total_channel_uses=float(sum(r["channel_uses"] for r in h)),
+            total_energy_j=float(sum(r["energy_j"] for r in h)),
+            total_bits=float(sum(r["bits"] for r in h)),
+            total_slots=float(sum(r["slots"] for r in h)),
+            history=tuple(dict(r) for r in h),
+            algorithm=self.algorithm,
+            strategy=self.strategy,
+            warnings=self.warnings,
+            checkpoint_path=saved,
+            seeds={"data_seed": cfg.data_seed, "train_seed": cfg.train_seed,
+                   "channel_seed": cfg.channel_seed},
+        )
+
+    # ---------------------------------------------------------------------------------------
+    # re-optimisation and checkpoints
+
+    def rewire(self, topology: Any) -> None:
+        """Switch to a new topology (and its W and schedule) between rounds, keeping every
+        client model, and so the average model, unchanged. CHOCO's receiver aggregates are
+        re-synchronised to the new weights and its per-link backlog is cleared."""
+        n = topology.graph.number_of_nodes()
+        if n != self.n:
+            raise ExecutionError(f"cannot rewire {self.n} clients onto a topology of {n} nodes")
+        links = LinkSet(topology)
+        self.topology = topology
+        self.links = links
+        with torch_threads(self.config.threads):
+            self.rule.rewire(links)
+
+    def save(self, path: str | Path) -> None:
+        """Write the full run state to ``path`` (see :mod:`.checkpoint`)."""
+        from .checkpoint import save
+
+        save(self, path)
+
+    def load(self, path: str | Path) -> None:
+        """Restore the run state saved by :meth:`save`; continuing is bit-identical to a run
+        that was never interrupted (same thread count)."""
+        from .checkpoint import load
+
+        load(self, path)

@@ -1,0 +1,293 @@
+"""Execute a chosen plan and record it: the glue between the planner, the engine and the catalog.
+
+``execute(catalog, result)`` builds the plan's topology, the workload's dataset and partition (the
+same seeds as ANALYZE WORKLOAD), trains with :class:`~.engine.Trainer`, streams per-round
+statistics to ``round_stats`` in batches, checkpoints every few rounds, and finally writes the
+execution's outcome and its ``feedback`` rows (estimate vs actual) in one transaction. Ctrl-C
+stops cleanly with status ``aborted`` and a checkpoint; ``resume(catalog, exec_id)`` continues
+from the last checkpoint and gives the same result as an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import attrs
+import numpy as np
+
+from ..catalog.store import Catalog
+from ..data import load, partition
+from ..errors import ExecutionError
+from ..plans.estimators import ESTIMATORS
+from ..plans.topology import TopologySpec, build
+from .engine import RunConfig, RunResult, Trainer
+
+FLUSH_EVERY = 10
+CHECKPOINT_EVERY = 10
+ROUND_COLUMNS = ("round", "test_accuracy", "client_acc_mean", "client_acc_min", "train_loss",
+                 "consensus_distance", "channel_uses", "slots", "energy_j", "bits",
+                 "link_drop_rate", "dropout_rate", "wall_time_s")
+
+
+def derive_seeds(seed: int) -> dict[str, int]:
+    """Independent data, training and channel seeds from the workload's master seed."""
+    children = np.random.SeedSequence(seed).spawn(3)
+    return {name: int(c.generate_state(1, dtype=np.uint32)[0])
+            for name, c in zip(("data_seed", "train_seed", "channel_seed"), children)}
+
+
+def run_config(workload, plan, rounds: int, target: float | None, seeds: dict[str, int]
+               ) -> RunConfig:
+    ch = plan.channel
+    return RunConfig(
+        model=workload.model, lr=workload.lr, momentum=workload.momentum,
+        batch_size=workload.batch_size, local_steps=workload.local_steps, rounds=rounds,
+        k_ratio=plan.k_ratio, algorithm="auto", mask=plan.mask, channel=ch.kind,
+        snr_db=ch.snr_db, g_th=ch.g_th, tx_power_dbm=ch.tx_power_dbm,
+        bandwidth_hz=ch.bandwidth_hz, dropout=ch.dropout, target_accuracy=target, **seeds)
+
+
+@attrs.frozen
+class ExecutionReport:
+    """What an execution measured, with the ``actual_*`` fields EXPLAIN ANALYZE shows."""
+
+    exec_id: int
+    plan_id: int | None
+    result: RunResult
+    feedback: tuple[dict[str, Any], ...]
+    execution_time_ms: float
+
+    def analyze_fields(self) -> dict[str, Any]:
+        r = self.result
+        history = r.history
+        drops = [h["link_drop_rate"] for h in history if h.get("link_drop_rate") is not None]
+        return {
+            "status": r.status,
+            "actual_rounds": r.rounds_to_target if r.rounds_to_target is not None else r.rounds,
+            "actual_accuracy": r.final_accuracy,
+            "actual_channel_uses": r.total_channel_uses,
+            "actual_link_drop_rate": float(np.mean(drops)) if drops else None,
+            "execution_time_ms": self.execution_time_ms,
+            "feedback": list(self.feedback),
+            "exec_id": self.exec_id,
+            "reason": r.reason,
+        }
+
+
+class _Progress:
+    """A one-line progress bar with ETA on stderr (only on a terminal, unless quiet)."""
+
+    def __init__(self, total: int, quiet: bool):
+        self.total = total
+        self.on = not quiet and sys.stderr.isatty()
+        self.start = time.perf_counter()
+
+    def update(self, row: dict[str, Any]) -> None:
+        if not self.on:
+            return
+        done = row["round"]
+        elapsed = time.perf_counter() - self.start
+        eta = elapsed / max(done, 1) * (self.total - done)
+        width = 30
+        filled = int(width * done / max(self.total, 1))
+        acc = row.get("test_accuracy")
+        acc_text = f" acc={acc:.3f}" if acc is not None else ""
+        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} "
+                         f"rounds{acc_text} ETA {eta:5.1f}s ")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.on:
+            sys.stderr.write("\n")
+
+
+def _checkpoint_dir(catalog: Catalog) -> Path:
+    if catalog.path == ":memory:":
+        return Path(tempfile.gettempdir()) / "airplan-checkpoints"
+    return Path(catalog.path).resolve().parent / "airplan-checkpoints"
+
+
+def _round_rows(exec_id: int, rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    cols: dict[str, list[Any]] = {"exec_id": [exec_id] * len(rows)}
+    for name in ROUND_COLUMNS:
+        cols[name] = [_finite(r.get(name)) for r in rows]
+    return cols
+
+
+def _finite(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def execute(catalog: Catalog, result, *, quiet: bool = False,
+            stop_at_target: bool = True) -> ExecutionReport:
+    """Train the chosen plan of a PlanResult and record everything in the catalog.
+
+    By default training stops once the average model reaches the SLA's accuracy target (the
+    plan's cost assumes it); ``stop_at_target=False`` runs the whole round budget, which
+    calibration pilots use to observe the error floor.
+    """
+    if catalog.read_only:
+        raise ExecutionError("training needs a writable catalog (it records the execution); "
+                             "drop --read-only")
+    if result.chosen.plan_id is None:
+        raise ExecutionError("the plan was not recorded; cannot execute it")
+    w = result.request.workload
+    seeds = derive_seeds(w.seed)
+    config = run_config(w, result.chosen.plan, result.context.round_budget,
+                        result.target_accuracy if stop_at_target else None, seeds)
+    options = {"dataset": w.dataset, "clients": w.clients, "workload": w.params(),
+               "run_config": config.as_dict(), "planning_run_id": result.planning_run_id,
+               "feedback_basis": feedback_basis(result)}
+    exec_id = int(catalog.insert_row("executions", {
+        "plan_id": result.chosen.plan_id, "status": "running", **seeds,
+        "options": json.dumps(options, sort_keys=True, default=str)}))
+    return _run(catalog, exec_id, result.chosen.plan_id, w, result.chosen.plan.topology, config,
+                options["feedback_basis"], quiet=quiet)
+
+
+def _run(catalog: Catalog, exec_id: int, plan_id: int, w, spec: TopologySpec, config: RunConfig,
+         basis: dict[str, Any], *, quiet: bool, resume_from: str | None = None
+         ) -> ExecutionReport:
+    start = time.perf_counter()
+    dataset = load(w.dataset, seed=w.seed)
+    part = partition(w.partition, dataset.y_train, w.clients, seed=w.seed,
+                     **({"alpha": w.alpha} if w.partition == "dirichlet" else {}))
+    trainer = Trainer(config, dataset, part, build(spec))
+    ckpt_dir = _checkpoint_dir(catalog)
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    ckpt = ckpt_dir / f"exec-{exec_id}.pt"
+    if resume_from:
+        trainer.load(resume_from)
+    written = {r["round"] for r in catalog.query(
+        "SELECT round FROM airplan.round_stats WHERE exec_id = ?", [exec_id])}
+    pending: list[dict[str, Any]] = []
+    progress = _Progress(config.rounds, quiet)
+
+    def flush() -> None:
+        rows = [r for r in pending if r["round"] not in written]
+        if rows:
+            catalog.insert_rows("round_stats", _round_rows(exec_id, rows))
+            written.update(r["round"] for r in rows)
+        pending.clear()
+
+    def on_round(row: dict[str, Any]) -> None:
+        pending.append(row)
+        progress.update(row)
+        if len(pending) >= FLUSH_EVERY:
+            flush()
+        if row["round"] % CHECKPOINT_EVERY == 0:
+            trainer.save(ckpt)
+            catalog.update_row("executions", exec_id, {"checkpoint_path": str(ckpt)})
+
+    try:
+        run = trainer.run(on_round, checkpoint_path=ckpt)
+    except BaseException as exc:
+        progress.close()
+        _finish_failed(catalog, exec_id, exc)
+        raise
+    progress.close()
+    pending[:] = [r for r in run.history if r["round"] not in written]
+    elapsed_ms = (time.perf_counter() - start) * 1e3
+    feedback = _feedback(basis, run, exec_id, plan_id)
+    with catalog.transaction():
+        flush()
+        catalog.update_row("executions", exec_id, {
+            "status": run.status, "finished_at": _now(), "reason": run.reason,
+            "actual_rounds": run.rounds, "final_accuracy": _finite(run.final_accuracy),
+            "final_loss": _finite(run.final_loss), "client_acc_mean": run.client_acc_mean,
+            "client_acc_var": run.client_acc_var, "jain_fairness": run.jain_fairness,
+            "checkpoint_path": run.checkpoint_path or (str(ckpt) if ckpt.exists() else None)})
+        if feedback and run.status != "aborted":
+            catalog.insert_rows("feedback", {k: [f[k] for f in feedback] for k in feedback[0]})
+    return ExecutionReport(exec_id, plan_id, run, tuple(feedback), elapsed_ms)
+
+
+def _now():
+    import datetime as dt
+
+    return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+
+
+def _finish_failed(catalog: Catalog, exec_id: int, exc: BaseException) -> None:
+    status = "aborted" if isinstance(exc, KeyboardInterrupt) else "failed"
+    try:
+        catalog.update_row("executions", exec_id, {
+            "status": status, "finished_at": _now(),
+            "reason": f"{type(exc).__name__}: {exc}"[:500]})
+    except Exception:  # the original error matters more than a failed status update
+        pass
+
+
+def feedback_basis(result) -> dict[str, Any]:
+    """What the feedback rows compare against, fixed at planning time (stored with the
+    execution so a resumed run records the same feedback): the estimator's rounds, its
+    uncalibrated term, per-round resources, and its predicted accuracy after each round."""
+    chosen = result.chosen
+    est = chosen.cost.estimate
+    estimator = ESTIMATORS.get(result.estimator)
+    budget = result.context.round_budget
+    curve = [estimator.accuracy_at(result.context, chosen.plan, chosen.stats, t)
+             for t in range(1, budget + 1)]
+    return {"estimator": result.estimator, "rounds": est.rounds, "model_term": est.model_term,
+            "target_accuracy": result.target_accuracy,
+            "per_round_channel_uses": chosen.cost.per_round.channel_uses,
+            "per_round_energy_j": chosen.cost.per_round.energy_j, "accuracy_curve": curve}
+
+
+def _feedback(basis: dict[str, Any], run: RunResult, exec_id: int, plan_id: int
+              ) -> list[dict[str, Any]]:
+    """Estimate-vs-actual rows: rounds to the target (censored when the budget ended first),
+    accuracy at the rounds actually run, and the resources those rounds used."""
+    rounds_run = run.rounds
+    target = basis["target_accuracy"]
+    reached = next((h["round"] for h in run.history if h.get("test_accuracy") is not None
+                    and h["test_accuracy"] >= target), None)
+    curve = basis["accuracy_curve"]
+    acc_est = curve[min(rounds_run, len(curve)) - 1] if rounds_run and curve else None
+    rows = [
+        ("rounds", basis["rounds"], reached if reached is not None else rounds_run,
+         basis["model_term"], reached is None),
+        ("accuracy", acc_est, run.final_accuracy, None, False),
+        ("channel_uses", basis["per_round_channel_uses"] * rounds_run, run.total_channel_uses,
+         None, False),
+        ("energy_j", basis["per_round_energy_j"] * rounds_run, run.total_energy_j, None, False),
+    ]
+    return [{"exec_id": exec_id, "plan_id": plan_id, "estimator": basis["estimator"],
+             "metric": m, "estimated": _finite(e), "actual": _finite(a), "model_term": t,
+             "censored": bool(c)} for m, e, a, t, c in rows]
+
+
+def resume(catalog: Catalog, exec_id: int, *, quiet: bool = False) -> ExecutionReport:
+    """Continue an aborted (or crashed) execution from its last checkpoint."""
+    rows = catalog.query("SELECT * FROM airplan.executions WHERE exec_id = ?", [exec_id])
+    if not rows:
+        raise ExecutionError(f"no execution {exec_id} in catalog {catalog.path}")
+    ex = rows[0]
+    if ex["status"] == "succeeded":
+        raise ExecutionError(f"execution {exec_id} already succeeded; nothing to resume")
+    path = ex["checkpoint_path"]
+    if not path or not os.path.exists(path):
+        raise ExecutionError(f"execution {exec_id} has no checkpoint to resume from "
+                             f"(expected {path or 'a checkpoint path'})")
+    options = json.loads(ex["options"]) if isinstance(ex["options"], str) else ex["options"]
+    from ..plans.workload import Workload
+
+    w = Workload.from_params(options["dataset"], options["clients"], options["workload"])
+    plan_row = catalog.query("SELECT * FROM airplan.plans WHERE plan_id = ?", [ex["plan_id"]])[0]
+    params = plan_row["topology_params"]
+    params = json.loads(params) if isinstance(params, str) else params
+    spec = TopologySpec.create(plan_row["family"], w.clients, seed=plan_row["topology_seed"],
+                               weights=plan_row["weights_rule"], **params)
+    config = RunConfig(**options["run_config"])
+    catalog.update_row("executions", exec_id, {"status": "running", "reason": None})
+    return _run(catalog, exec_id, ex["plan_id"], w, spec, config, options["feedback_basis"],
+                quiet=quiet, resume_from=path)

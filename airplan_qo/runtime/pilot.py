@@ -1,0 +1,70 @@
+"""Pilot calibration: a few short runs over a small design, then a refit of the estimator.
+
+The design spans the quantities the dsgd estimator depends on: at least three topologies that
+span the mixing parameter p (ring, small-world, complete), two heterogeneity levels and two SNRs.
+Each pilot plans with the topology fixed (k = 1), trains for a short budget without stopping at
+the target (so the whole error curve is observed), and records feedback like any execution. The
+fit then reports in-sample and leave-one-topology-out errors.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from typing import Any
+
+import attrs
+
+from ..plans.calibration import CalibrationReport, HoldOutReport, calibrate, leave_one_group_out
+from ..plans.calibration import load_observations
+from ..plans.workload import Workload
+
+PILOT_TOPOLOGIES = (("ring", ()), ("small_world", (("k", 4),)), ("complete", ()))
+PILOT_ALPHAS = (0.1, 1.0)
+PILOT_SNRS = (0.0, 20.0)
+
+
+@attrs.frozen
+class PilotReport:
+    runs: tuple[dict[str, Any], ...]
+    calibration: CalibrationReport
+    hold_out: HoldOutReport | None
+
+    def render(self) -> str:
+        lines = [f"pilot: {len(self.runs)} runs"]
+        for r in self.runs:
+            acc = r["final_accuracy"]
+            lines.append(f"  exec {r['exec_id']:>4}  {r['plan']:<40} alpha={r['alpha']:<4} "
+                         f"snr_db={r['snr_db']:<5} final_acc={acc if acc is None else round(acc, 3)}")
+        lines.append(self.calibration.render())
+        if self.hold_out is not None:
+            lines.append(self.hold_out.render())
+        return "\n".join(lines)
+
+
+def run_pilot(session, dataset: str, clients: int, *, rounds: int = 30,
+              params: dict[str, Any] | None = None, estimator: str = "dsgd",
+              quiet: bool = True) -> PilotReport:
+    """Run the pilot design on ``dataset`` with ``clients`` clients and refit ``estimator``."""
+    runs = []
+    design = list(itertools.product(PILOT_TOPOLOGIES, PILOT_ALPHAS, PILOT_SNRS))
+    for i, ((family, tparams), alpha, snr) in enumerate(design, 1):
+        values = dict(params or {})
+        values.update({"alpha": alpha, "snr_db": snr, "rounds": rounds})
+        w = Workload.from_params(dataset, clients, values)
+        plan = session.plan(w, topologies=[(family, dict(tparams))], sparsity=[1.0],
+                            weights=["metropolis_hastings"], estimator=estimator,
+                            statement=f"pilot {i}/{len(design)}")
+        report = session.execute(plan, quiet=quiet, stop_at_target=False)
+        runs.append({"exec_id": report.exec_id, "plan": plan.chosen.plan.label(), "alpha": alpha,
+                     "snr_db": snr, "final_accuracy": report.result.final_accuracy})
+        if not quiet:
+            print(f"pilot run {i}/{len(design)} done", file=sys.stderr)
+    cal = calibrate(session.catalog, estimator, scope="dataset", scope_key=dataset)
+    hold = None
+    observations = load_observations(session.catalog, estimator, scope="dataset",
+                                     scope_key=dataset)
+    if len({o.family for o in observations}) >= 2:
+        hold = leave_one_group_out(observations, "family", estimator=estimator,
+                                   priors=cal.before)
+    return PilotReport(tuple(runs), cal, hold)

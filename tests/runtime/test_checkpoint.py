@@ -1,0 +1,139 @@
+"""Checkpoints: safe loading, bit-identical resume, aborts, and mismatches."""
+
+import os
+import signal
+import threading
+
+import pytest
+import torch
+
+from airplan_qo.errors import ExecutionError
+from airplan_qo.plans.topology import TopologySpec, build
+from airplan_qo.runtime.engine import RunConfig, Trainer
+
+
+def _strip(history):
+    return [{k: v for k, v in row.items() if k != "wall_time_s"} for row in history]
+
+
+CASES = [
+    dict(),
+    dict(k_ratio=0.1, channel="ota", dropout=0.2, g_th=0.5),
+    dict(k_ratio=0.1, mask="topk", channel="ota", dropout=0.1),
+    dict(algorithm="paper_literal", k_ratio=0.2, error_feedback=True, channel="ota"),
+]
+
+
+@pytest.mark.parametrize("kw", CASES)
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_resume_equals_an_uninterrupted_run(tmp_path, digits, digits_skewed, ring10, kw):
+    cfg = RunConfig(model="mlp", rounds=10, local_steps=2, eval_every=3, **kw)
+    full_trainer = Trainer(cfg, digits, digits_skewed, ring10)
+    full = full_trainer.run()
+
+    first = Trainer(cfg, digits, digits_skewed, ring10)
+    for _ in range(4):
+        first.step()
+    path = tmp_path / "run.pt"
+    first.save(path)
+
+    resumed = Trainer(cfg, digits, digits_skewed, ring10)
+    resumed.load(path)
+    assert resumed.round == 4
+    result = resumed.run()
+    assert _strip(result.history) == _strip(full.history)
+    assert torch.equal(resumed.x, full_trainer.x)
+    assert torch.equal(resumed.m, full_trainer.m)
+    assert result.client_accuracies == full.client_accuracies
+    assert result.final_accuracy == full.final_accuracy
+
+
+def test_checkpoint_loads_with_weights_only(tmp_path, digits, digits_iid, ring10):
+    trainer = Trainer(RunConfig(model="logistic", rounds=3, k_ratio=0.1, channel="ota"),
+                      digits, digits_iid, ring10)
+    trainer.step()
+    trainer.save(tmp_path / "c.pt")
+    state = torch.load(tmp_path / "c.pt", weights_only=True)
+    assert state["round"] == 1 and state["x"].shape == trainer.x.shape
+    assert set(state["rule"]) == {"xhat", "s", "pending_keys", "pending_values"}
+    assert "channel" in state and "data_rng" in state and "train_gen" in state
+
+
+def test_interrupt_from_callback_aborts_with_a_checkpoint(tmp_path, digits, digits_iid, ring10):
+    cfg = RunConfig(model="mlp", rounds=8, k_ratio=0.2, channel="ota")
+    full = Trainer(cfg, digits, digits_iid, ring10).run()
+
+    def callback(row):
+        if row["round"] == 3:
+            raise KeyboardInterrupt
+
+    path = tmp_path / "abort.pt"
+    aborted = Trainer(cfg, digits, digits_iid, ring10).run(callback, checkpoint_path=path)
+    assert aborted.status == "aborted" and aborted.rounds == 3
+    assert aborted.checkpoint_path == str(path) and path.exists()
+    resumed = Trainer(cfg, digits, digits_iid, ring10)
+    resumed.load(path)
+    assert _strip(resumed.run().history) == _strip(full.history)
+
+
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(),
+                    reason="signals reach the main thread only")
+def test_sigint_finishes_the_round_then_aborts(tmp_path, digits, digits_iid, ring10):
+    def callback(row):
+        if row["round"] == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    trainer = Trainer(RunConfig(model="logistic", rounds=6), digits, digits_iid, ring10)
+    result = trainer.run(callback, checkpoint_path=tmp_path / "sig.pt")
+    assert result.status == "aborted" and result.rounds == 2
+    assert (tmp_path / "sig.pt").exists()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_abort_without_path_uses_a_temporary_file(digits, digits_iid, ring10):
+    def callback(row):
+        raise KeyboardInterrupt
+
+    result = Trainer(RunConfig(model="logistic", rounds=3), digits, digits_iid,
+                     ring10).run(callback)
+    assert result.status == "aborted" and os.path.exists(result.checkpoint_path)
+    os.unlink(result.checkpoint_path)
+
+
+def test_mismatches_are_refused(tmp_path, digits, digits_iid, ring10):
+    cfg = RunConfig(model="logistic", rounds=3)
+    trainer = Trainer(cfg, digits, digits_iid, ring10)
+    trainer.step()
+    path = tmp_path / "m.pt"
+    trainer.save(path)
+    with pytest.raises(ExecutionError, match="different configuration.*lr"):
+        Trainer(RunConfig(model="logistic", rounds=3, lr=0.2), digits, digits_iid,
+                ring10).load(path)
+    other = build(TopologySpec.create("erdos_renyi", 10, seed=1, p=0.5))
+    with pytest.raises(ExecutionError, match="different topology"):
+        Trainer(cfg, digits, digits_iid, other).load(path)
+    with pytest.raises(ExecutionError, match="strategy"):
+        Trainer(RunConfig(model="logistic", rounds=3, strategy="loop"), digits, digits_iid,
+                ring10).load(path)
+    with pytest.raises(ExecutionError, match="does not exist"):
+        trainer.load(tmp_path / "missing.pt")
+    # more rounds is a resumable change
+    longer = Trainer(RunConfig(model="logistic", rounds=5), digits, digits_iid, ring10)
+    longer.load(path)
+    assert longer.run().rounds == 5
+
+
+def test_rewired_run_resumes_on_the_rewired_topology(tmp_path, digits, digits_iid, ring10,
+                                                      complete10):
+    cfg = RunConfig(model="logistic", rounds=5, k_ratio=0.3)
+    trainer = Trainer(cfg, digits, digits_iid, ring10)
+    trainer.step()
+    trainer.rewire(complete10)
+    trainer.step()
+    trainer.save(tmp_path / "r.pt")
+    with pytest.raises(ExecutionError, match="rewire first"):
+        Trainer(cfg, digits, digits_iid, ring10).load(tmp_path / "r.pt")
+    resumed = Trainer(cfg, digits, digits_iid, ring10)
+    resumed.rewire(complete10)
+    resumed.load(tmp_path / "r.pt")
+    assert _strip(resumed.run().history) == _strip(trainer.run().history)

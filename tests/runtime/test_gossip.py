@@ -1,0 +1,138 @@
+"""Update rules on toy problems: D-SGD and CHOCO reach the optimum, mixing preserves the mean."""
+
+import numpy as np
+import pytest
+import torch
+
+from airplan_qo.plans.topology import TopologySpec, build
+from airplan_qo.runtime.channel import Channel, RoundLinks
+from airplan_qo.runtime.gossip import DSGD, Choco, LinkSet, Operator, dsgd_mix
+
+
+def _quadratic_run(rule, links, b, rounds, eta0, channel):
+    """Local step on f_i(x) = ||x - b_i||^2 / 2 (gradient x - b_i), then one gossip round.
+
+    A constant step for the first half (the mean then converges to mean(b) exactly, since the
+    mixing preserves it), no step in the second half (pure gossip drives everyone to the mean).
+    """
+    x = torch.zeros_like(b)
+    gen = torch.Generator().manual_seed(0)
+    for t in range(rounds):
+        eta = eta0 if t < rounds // 2 else 0.0
+        x -= eta * (x - b)
+        rl = channel.draw(links.n, links.u, links.v)
+        rule.communicate(x, links, rl, channel, train_gen=gen)
+    return x
+
+
+@pytest.mark.parametrize("family,params", [("ring", {}), ("erdos_renyi", {"p": 0.3}),
+                                           ("complete", {})])
+def test_dsgd_on_quadratics_reaches_the_global_optimum(family, params):
+    topo = build(TopologySpec.create(family, 12, seed=1, **params))
+    links = LinkSet(topo)
+    b = torch.from_numpy(np.random.default_rng(0).normal(0, 3, (12, 6)).astype(np.float32))
+    channel = Channel("ideal", snr_db=10, g_th=0.1, dropout=0.0, seed=0)
+    x = _quadratic_run(DSGD(12, 6), links, b, 1500, 0.5, channel)
+    optimum = b.mean(dim=0)
+    torch.testing.assert_close(x, optimum.expand_as(x), atol=1e-4, rtol=0)
+
+
+def test_choco_on_quadratics_reaches_the_global_optimum():
+    topo = build(TopologySpec.create("ring", 8))
+    links = LinkSet(topo)
+    d = 40
+    b = torch.from_numpy(np.random.default_rng(1).normal(0, 3, (8, d)).astype(np.float32))
+    channel = Channel("ideal", snr_db=10, g_th=0.1, dropout=0.0, seed=0)
+    for mask, k, gamma in [("common_randk", 10, 0.25), ("topk", 10, 0.5)]:
+        rule = Choco(8, d, k, mask, gamma, torch.zeros(d))
+        x = _quadratic_run(rule, links, b, 3000, 0.5, channel)
+        optimum = b.mean(dim=0)
+        torch.testing.assert_close(x, optimum.expand_as(x), atol=1e-3, rtol=0)
+
+
+def test_dsgd_noise_free_mixing_preserves_the_mean_with_drops_and_dropout():
+    topo = build(TopologySpec.create("erdos_renyi", 30, seed=2, p=0.2))
+    links = LinkSet(topo)
+    ota = Channel("ota", snr_db=10, g_th=0.5, dropout=0.2, seed=4)
+    ideal = Channel("ideal", snr_db=10, g_th=0.1, dropout=0.0, seed=0)
+    x = torch.randn(30, 50, dtype=torch.float32) * 5
+    mean0 = x.double().mean(dim=0)
+    for _ in range(50):
+        rl = ota.draw(30, links.u, links.v)        # truncation and dropout, no noise applied
+        before = x.clone()
+        DSGD(30, 50).communicate(x, links, rl, ideal)
+        assert torch.equal(x[torch.from_numpy(~rl.active)], before[torch.from_numpy(~rl.active)])
+    torch.testing.assert_close(x.double().mean(dim=0), mean0, atol=1e-4, rtol=1e-5)
+    assert float(x.std(dim=0).max()) < float(before.std(dim=0).max()) + 1e-6
+
+
+def test_renormalised_weights_are_doubly_stochastic():
+    topo = build(TopologySpec.create("small_world", 20, seed=3, k=4))
+    links = LinkSet(topo)
+    up = np.random.default_rng(0).random(links.u.size) > 0.4
+    eye = torch.eye(20)
+    w_t = dsgd_mix(eye, links, up[links.edge]).double()
+    torch.testing.assert_close(w_t, w_t.T)
+    torch.testing.assert_close(w_t.sum(dim=0), torch.ones(20, dtype=torch.float64))
+    assert float(w_t.min()) >= 0
+    # down edges carry no weight
+    for e in np.flatnonzero(~up):
+        assert w_t[links.u[e], links.v[e]] == 0
+
+
+def test_choco_noise_free_consensus_preserves_the_mean_with_truncated_links():
+    topo = build(TopologySpec.create("erdos_renyi", 16, seed=5, p=0.3))
+    links = LinkSet(topo)
+    d = 30
+    ota = Channel("ota", snr_db=10, g_th=0.7, dropout=0.0, seed=9)
+    ideal = Channel("ideal", snr_db=10, g_th=0.1, dropout=0.0, seed=0)
+    for mask in ("common_randk", "topk"):
+        rule = Choco(16, d, 6, mask, 0.2, torch.zeros(d))
+        x = torch.randn(16, d) * 3
+        mean0 = x.double().mean(dim=0)
+        gen = torch.Generator().manual_seed(1)
+        saw_backlog = False
+        for _ in range(200):
+            rl = ota.draw(16, links.u, links.v)
+            rule.communicate(x, links, rl, ideal, train_gen=gen)
+            saw_backlog |= bool(rule.pending)
+        assert saw_backlog
+        torch.testing.assert_close(x.double().mean(dim=0), mean0, atol=1e-4, rtol=1e-5)
+        assert float(x.std(dim=0).max()) < 0.05            # and consensus is reached
+
+
+def test_choco_backlog_is_delivered():
+    topo = build(TopologySpec.create("ring", 4))
+    links = LinkSet(topo)
+    d = 8
+    rule = Choco(4, d, d, "common_randk", 0.5, torch.zeros(d))
+    ideal = Channel("ideal", snr_db=10, g_th=0.1, dropout=0.0, seed=0)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(4, d)
+    down = np.ones(links.u.size, dtype=bool)
+    down[0] = False                                   # edge 0 truncated this round
+    rl = RoundLinks(np.ones(4, bool), down, np.ones(links.u.size), links.u.size, 1)
+    rule.communicate(x, links, rl, ideal, train_gen=gen)
+    assert set(rule.pending) == {(int(links.u[0]), int(links.v[0])),
+                                 (int(links.v[0]), int(links.u[0]))}
+    rl = RoundLinks(np.ones(4, bool), np.ones(links.u.size, bool), np.ones(links.u.size),
+                    links.u.size, 0)
+    rule.communicate(x, links, rl, ideal, train_gen=gen)
+    assert not rule.pending
+    # every receiver's aggregate equals sum_j W_ij xhat_j again
+    expected = Operator(4, links.recv, links.send, links.w, links.diag).apply(rule.xhat)
+    torch.testing.assert_close(rule.s, expected, atol=1e-6, rtol=1e-6)
+
+
+def test_dense_and_sparse_operators_agree():
+    topo = build(TopologySpec.create("ring", 40))
+    links = LinkSet(topo)
+    y = torch.randn(40, 7)
+    sparse = Operator(40, links.recv, links.send, links.w, links.diag)
+    assert not sparse.dense
+    dense = Operator(40, np.concatenate([links.recv, np.arange(40)]),
+                     np.concatenate([links.send, np.arange(40)]),
+                     np.concatenate([links.w, links.diag]))
+    dense.dense = True
+    dense.matrix = torch.from_numpy(links.weights.toarray().astype(np.float32))
+    torch.testing.assert_close(sparse.apply(y), dense.apply(y))

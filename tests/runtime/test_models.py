@@ -1,0 +1,103 @@
+"""Model builders, closed-form parameter counts and the local-training strategies."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from airplan_qo.errors import UnknownNameError, ValidationError
+from airplan_qo.runtime.flat import ParamLayout, auto_strategy, client_gradients
+from airplan_qo.runtime.model_size import MODEL_SIZES, parameter_count
+from airplan_qo.runtime.models import MODELS, build_model
+
+SHAPES = [(1, 8, 8), (3, 32, 32), (1, 28, 28), (3, 64, 64), (2, 5, 7)]
+
+
+def test_every_model_has_a_size_rule():
+    assert MODELS.names() == MODEL_SIZES.names()
+
+
+@pytest.mark.parametrize("name", ["logistic", "mlp", "mlp2", "cnn4"])
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("n_classes", [2, 10, 100])
+def test_parameter_count_matches_torch(name, shape, n_classes):
+    model = MODELS.get(name)(shape, n_classes)
+    assert parameter_count(name, shape, n_classes) == sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("shape,n_classes", [((3, 32, 32), 10), ((3, 32, 32), 100),
+                                             ((1, 8, 8), 10), ((3, 64, 64), 200)])
+def test_resnet18_parameter_count(shape, n_classes):
+    model = MODELS.get("resnet18")(shape, n_classes)
+    assert parameter_count("resnet18", shape, n_classes) == \
+        sum(p.numel() for p in model.parameters())
+
+
+def test_resnet18_cifar_size_is_the_standard_one():
+    assert parameter_count("resnet18", (3, 32, 32), 10) == 11_173_962
+
+
+def test_flat_features_work_for_mlp_not_cnn():
+    assert parameter_count("mlp", (60,), 10) == 60 * 64 + 64 + 64 * 10 + 10
+    with pytest.raises(ValidationError, match="cnn4 needs image inputs"):
+        parameter_count("cnn4", (60,), 10)
+    with pytest.raises(ValidationError, match="at least 4x4"):
+        parameter_count("cnn4", (1, 3, 3), 10)
+
+
+def test_unknown_model_suggests():
+    with pytest.raises(UnknownNameError, match="did you mean 'cnn4'"):
+        parameter_count("cnn44", (1, 8, 8), 10)
+
+
+def test_model_size_does_not_import_torch():
+    code = ("import sys; from airplan_qo.runtime.model_size import parameter_count; "
+            "import airplan_qo.runtime; parameter_count('cnn4', (3, 32, 32), 10); "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_models_are_buffer_free_and_run():
+    for name, shape in [("cnn4", (1, 8, 8)), ("cnn4", (3, 32, 32)), ("mlp", (1, 8, 8))]:
+        model = build_model(name, shape, 10)
+        assert not list(model.buffers())
+        assert model(torch.zeros(2, *shape)).shape == (2, 10)
+
+
+def test_auto_strategy_rule():
+    assert auto_strategy(build_model("mlp", (1, 8, 8), 10), (1, 8, 8)) == "batched"
+    assert auto_strategy(build_model("cnn4", (1, 8, 8), 10), (1, 8, 8)) == "batched"
+    assert auto_strategy(build_model("cnn4", (3, 32, 32), 10), (3, 32, 32)) == "loop"
+
+
+@pytest.mark.parametrize("name,shape", [("mlp", (1, 8, 8)), ("cnn4", (1, 8, 8)),
+                                        ("logistic", (12,)), ("mlp2", (2, 4, 4))])
+def test_strategies_compute_the_same_gradients(name, shape):
+    torch.manual_seed(0)
+    model = build_model(name, shape, 5)
+    layout = ParamLayout(model)
+    params = layout.flatten(model).repeat(4, 1) + 0.05 * torch.randn(4, layout.d)
+    x = torch.randn(4, 6, *shape)
+    y = torch.randint(0, 5, (4, 6))
+    ref, ref_loss = client_gradients(model, params, x, y, "loop")
+    for strategy in ("batched", "vmap"):
+        grads, losses = client_gradients(model, params, x, y, strategy)
+        torch.testing.assert_close(grads, ref, rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(losses, ref_loss, rtol=1e-5, atol=1e-6)
+    # and the loop equals plain autograd on one client
+    one = build_model(name, shape, 5)
+    torch.nn.utils.vector_to_parameters(params[2], one.parameters())
+    loss = torch.nn.functional.cross_entropy(one(x[2]), y[2])
+    loss.backward()
+    direct = torch.cat([p.grad.reshape(-1) for p in one.parameters()])
+    torch.testing.assert_close(ref[2], direct, rtol=1e-5, atol=1e-7)
+
+
+def test_batched_strategy_refuses_resnet():
+    with pytest.raises(ValidationError, match="batched"):
+        client_gradients(build_model("resnet18", (3, 8, 8), 10), torch.zeros(1, 1),
+                         torch.zeros(1, 1, 3, 8, 8), torch.zeros(1, 1, dtype=torch.long),
+                         "batched")
