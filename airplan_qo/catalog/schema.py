@@ -256,6 +256,50 @@ _V1: tuple[str, ...] = (
         note VARCHAR,
         created_at TIMESTAMP NOT NULL DEFAULT {_NOW_UTC}
     )""",
+    # ---- adaptive re-optimisation and advisor evaluation -------------------------------------
+    _seq("event_id_seq"),
+    _seq("evaluation_id_seq"),
+    f"""CREATE TABLE reoptimizations (
+        event_id BIGINT PRIMARY KEY DEFAULT nextval('event_id_seq'),
+        exec_id BIGINT NOT NULL,
+        round INTEGER NOT NULL CHECK (round >= 0),
+        trigger VARCHAR NOT NULL,
+        detail VARCHAR,
+        old_plan_id BIGINT,
+        new_plan_id BIGINT,
+        planning_run_id BIGINT,
+        observed JSON NOT NULL DEFAULT '{{}}',
+        created_at TIMESTAMP NOT NULL DEFAULT {_NOW_UTC}
+    )""",
+    f"""CREATE TABLE evaluations (
+        evaluation_id BIGINT PRIMARY KEY DEFAULT nextval('evaluation_id_seq'),
+        grid VARCHAR NOT NULL,
+        grid_sha VARCHAR NOT NULL,
+        seeds INTEGER NOT NULL CHECK (seeds > 0),
+        folds INTEGER,
+        status VARCHAR NOT NULL DEFAULT 'running'
+            CHECK (status IN ('running', 'succeeded', 'failed', 'aborted')),
+        report_path VARCHAR,
+        summary JSON NOT NULL DEFAULT '{{}}',
+        created_at TIMESTAMP NOT NULL DEFAULT {_NOW_UTC},
+        finished_at TIMESTAMP
+    )""",
+    """CREATE TABLE evaluation_results (
+        evaluation_id BIGINT NOT NULL,
+        workload_key VARCHAR NOT NULL,
+        calibrated BOOLEAN NOT NULL,
+        fold INTEGER,
+        advisor_family VARCHAR,
+        advisor_plan VARCHAR,
+        oracle_family VARCHAR,
+        oracle_plan VARCHAR,
+        match BOOLEAN,
+        regret_acc_pts DOUBLE,
+        regret_cost_pct DOUBLE,
+        predicted_rounds DOUBLE,
+        actual_rounds DOUBLE,
+        detail JSON NOT NULL DEFAULT '{}'
+    )""",
     # ---- macros (persisted in the file; usable from any DuckDB client) ----------------------
     """CREATE MACRO ape(est, act) AS
         100.0 * abs(est - act) / nullif(abs(act), 0)""",
@@ -303,6 +347,8 @@ ID_COLUMNS: dict[str, str] = {
     "feedback": "feedback_id",
     "calibration": "calibration_id",
     "privacy_ledger": "release_id",
+    "reoptimizations": "event_id",
+    "evaluations": "evaluation_id",
 }
 
 SEQUENCES: dict[str, str] = {table: f"{column}_seq" for table, column in ID_COLUMNS.items()}
@@ -311,7 +357,7 @@ SEQUENCES: dict[str, str] = {table: f"{column}_seq" for table, column in ID_COLU
 TABLES: tuple[str, ...] = (
     "schema_version", "workloads", "client_sketches", "workload_stats", "topologies",
     "planning_runs", "plans", "executions", "round_stats", "feedback", "calibration",
-    "privacy_ledger",
+    "privacy_ledger", "reoptimizations", "evaluations", "evaluation_results",
 )
 
 VIEWS: tuple[str, ...] = ("v_estimate_vs_actual", "v_current_calibration")
