@@ -104,7 +104,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
         text = args.statement.strip()
         if not text.upper().startswith("EXPLAIN"):
             text = "EXPLAIN " + text
-        return run_script(text, catalog=args.catalog, fmt=args.format, read_only=False)
+        return run_script(text, catalog=args.catalog, fmt=args.format, read_only=False,
+                          quiet=True)
     if args.clients is None:
         raise ValidationError("airplan explain needs a statement (\"TRAIN ...\") or --clients N")
     budgets = {}
@@ -134,7 +135,8 @@ def cmd_sql(args: argparse.Namespace) -> int:
         text = args.statements
     else:
         raise ValidationError("airplan sql needs statements (\"...\") or -f FILE")
-    return run_script(text, catalog=args.catalog, fmt=args.format, read_only=args.read_only)
+    return run_script(text, catalog=args.catalog, fmt=args.format, read_only=args.read_only,
+                      quiet=args.quiet)
 
 
 def cmd_shell(args: argparse.Namespace) -> int:
@@ -250,6 +252,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=["text", "json", "csv"], default="text")
     p.add_argument("--read-only", action="store_true",
                    help="open the catalog read-only (queries and EXPLAIN without recording)")
+    p.add_argument("--quiet", action="store_true",
+                   help="no training progress bar (it is shown only on a terminal anyway)")
     p.set_defaults(func=cmd_sql)
 
     p = sub.add_parser("shell", parents=[common], help="interactive SQL shell",

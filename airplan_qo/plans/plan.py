@@ -17,6 +17,13 @@ Cost accounting (shared by every estimator; estimators only predict rounds and a
   ``1 - exp(-g_th)``): ``2|E| * exp(-g_th) * ceil(coords / 2)`` symbols at peak power
   ``P = 10^(tx_power_dbm / 10) mW`` for ``1 / bandwidth_hz`` seconds each. Channel inversion
   never exceeds P, so this is an upper bound.
+* backlog (sparse payloads on unreliable links): a compressed increment that missed a link
+  (truncated, or an end offline; probability ``delta = 1 - exp(-g_th) (1 - dropout)^2``) is
+  re-sent with the next delivery, on a different mask, so the receiver listens on the union of
+  two supports. A slot lasts as long as its longest receiver, so the slot's payload grows by the
+  probability that any link into the slot had a miss: ``1 + 1 - (1 - delta)^(deg * N / slots)``
+  for channel uses and airtime, ``1 + 1 - (1 - delta)^deg`` per receiver for energy. Dense
+  payloads (k = 1) are not re-sent (D-SGD simply re-weights dropped links).
 * bits (a digital comparison): the same payloads sent as 32-bit floats over every directed link,
   plus ``ceil(log2 d)`` index bits per coordinate when sparse (digital links cannot share masks
   for free): ``2|E| * coords * (32 + index_bits)``.
@@ -100,14 +107,28 @@ class RoundCost:
     symbols: float
 
 
+def backlog_factors(plan: PhysicalPlan, stats: TopologyStats) -> tuple[float, float]:
+    """Expected payload growth from re-sent sparse increments: (per slot, per receiver)."""
+    ch = plan.channel
+    if plan.k_ratio >= 1:
+        return 1.0, 1.0
+    delta = 1.0 - ch.active_probability * (1.0 - ch.dropout) ** 2
+    if delta <= 0:
+        return 1.0, 1.0
+    deg = stats.spectra.mean_degree
+    per_slot_links = deg * stats.spectra.n_nodes / max(stats.slots_per_round, 1)
+    return 2.0 - (1.0 - delta) ** per_slot_links, 2.0 - (1.0 - delta) ** deg
+
+
 def round_cost(plan: PhysicalPlan, stats: TopologyStats, d: int) -> RoundCost:
     coords = max(1, math.ceil(plan.k_ratio * d))
     uses_per_payload = math.ceil(coords / 2)
     slots = stats.slots_per_round
-    channel_uses = float(slots * uses_per_payload)
+    slot_factor, receiver_factor = backlog_factors(plan, stats)
+    channel_uses = float(slots * uses_per_payload) * slot_factor
     symbol_s = 1.0 / plan.channel.bandwidth_hz
     links = 2 * stats.spectra.n_edges * plan.channel.active_probability * (1 - plan.channel.dropout)
-    symbols = links * uses_per_payload
+    symbols = links * uses_per_payload * receiver_factor
     index_bits = math.ceil(math.log2(d)) if plan.k_ratio < 1 and d > 1 else 0
     bits = 2 * stats.spectra.n_edges * coords * (BITS_PER_COORD + index_bits)
     return RoundCost(coords=coords, channel_uses=channel_uses, slots=slots,

@@ -75,8 +75,9 @@ def execute_script(session, text: str, *, fmt: str = "text") -> list[Result]:
     return list(iter_script(session, text, fmt=fmt))
 
 
-def iter_script(session, text: str, *, fmt: str = "text"):
-    """Yield one Result per statement as it completes."""
+def iter_script(session, text: str, *, fmt: str = "text", quiet: bool = True):
+    """Yield one Result per statement as it completes; ``quiet=False`` shows training progress
+    (on a terminal)."""
     for stmt, bound in prepare(text):
         if bound is None:
             yield _run_catalog_sql(session, stmt)
@@ -85,14 +86,14 @@ def iter_script(session, text: str, *, fmt: str = "text"):
             data = attrs.asdict(stats)
             yield Result("table", tuple(data), (tuple(data.values()),))
         else:
-            yield _run_train(session, bound, fmt)
+            yield _run_train(session, bound, fmt, quiet)
 
 
-def _run_train(session, bound: BoundTrain, fmt: str) -> Result:
+def _run_train(session, bound: BoundTrain, fmt: str, quiet: bool = True) -> Result:
     opts = bound.options
     out_fmt = opts.format if opts.format != "text" else ("json" if fmt == "json" else "text")
     if bound.runs_training:
-        return session.run_bound(bound, out_fmt)
+        return session.run_bound(bound, out_fmt, quiet=quiet)
     result = session.plan(
         bound.workload, sla=bound.sla, topologies=bound.topologies, weights=bound.weights,
         sparsity=bound.sparsity, budgets=bound.budgets, estimator=bound.estimator,
@@ -153,11 +154,11 @@ def format_result(result: Result, fmt: str) -> str:
 
 
 def run_script(text: str, *, catalog: str | None, fmt: str = "text",
-               read_only: bool = False) -> int:
+               read_only: bool = False, quiet: bool = False) -> int:
     """Run a script from the CLI and print each result; returns the exit status."""
     from ..session import connect
 
     with connect(catalog, read_only=read_only) as session:
-        for result in iter_script(session, text, fmt=fmt):
-            print(format_result(result, fmt))
+        for result in iter_script(session, text, fmt=fmt, quiet=quiet):
+            print(format_result(result, fmt), flush=True)
     return 0
