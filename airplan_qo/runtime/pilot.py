@@ -1,8 +1,9 @@
 """Pilot calibration: a few short runs over a small design, then a refit of the estimator.
 
-The design spans the quantities the dsgd estimator depends on: at least three topologies that
-span the mixing parameter p (ring, small-world, complete), two heterogeneity levels and two SNRs.
-Each pilot plans with the topology fixed (k = 1), trains for a short budget without stopping at
+The design spans the quantities the dsgd estimator depends on: three topologies that span the
+mixing parameter p (ring, small-world, complete), two heterogeneity levels, two SNRs and two
+sparsity levels (so the compression exponent beta_k is fitted too): 24 runs. Each pilot plans
+with the topology and k fixed, trains for a short budget without stopping at
 the target (so the whole error curve is observed), and records feedback like any execution. The
 fit then reports in-sample and leave-one-topology-out errors.
 """
@@ -22,6 +23,7 @@ from ..plans.workload import Workload
 PILOT_TOPOLOGIES = (("ring", ()), ("small_world", (("k", 4),)), ("complete", ()))
 PILOT_ALPHAS = (0.1, 1.0)
 PILOT_SNRS = (0.0, 20.0)
+PILOT_SPARSITY = (1.0, 0.1)
 
 
 @attrs.frozen
@@ -47,12 +49,12 @@ def run_pilot(session, dataset: str, clients: int, *, rounds: int = 30,
               quiet: bool = True) -> PilotReport:
     """Run the pilot design on ``dataset`` with ``clients`` clients and refit ``estimator``."""
     runs = []
-    design = list(itertools.product(PILOT_TOPOLOGIES, PILOT_ALPHAS, PILOT_SNRS))
-    for i, ((family, tparams), alpha, snr) in enumerate(design, 1):
+    design = list(itertools.product(PILOT_TOPOLOGIES, PILOT_ALPHAS, PILOT_SNRS, PILOT_SPARSITY))
+    for i, ((family, tparams), alpha, snr, k) in enumerate(design, 1):
         values = dict(params or {})
         values.update({"alpha": alpha, "snr_db": snr, "rounds": rounds})
         w = Workload.from_params(dataset, clients, values)
-        plan = session.plan(w, topologies=[(family, dict(tparams))], sparsity=[1.0],
+        plan = session.plan(w, topologies=[(family, dict(tparams))], sparsity=[k],
                             weights=["metropolis_hastings"], estimator=estimator,
                             statement=f"pilot {i}/{len(design)}")
         report = session.execute(plan, quiet=quiet, stop_at_target=False)
@@ -60,11 +62,12 @@ def run_pilot(session, dataset: str, clients: int, *, rounds: int = 30,
                      "snr_db": snr, "final_accuracy": report.result.final_accuracy})
         if not quiet:
             print(f"pilot run {i}/{len(design)} done", file=sys.stderr)
-    cal = calibrate(session.catalog, estimator, scope="dataset", scope_key=dataset)
+    options = {"fixed": ()} if estimator == "dsgd" else {}
+    cal = calibrate(session.catalog, estimator, scope="dataset", scope_key=dataset, **options)
     hold = None
     observations = load_observations(session.catalog, estimator, scope="dataset",
                                      scope_key=dataset)
     if len({o.family for o in observations}) >= 2:
         hold = leave_one_group_out(observations, "family", estimator=estimator,
-                                   priors=cal.before)
+                                   priors=cal.before, **options)
     return PilotReport(tuple(runs), cal, hold)

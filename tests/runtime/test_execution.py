@@ -117,8 +117,9 @@ def test_pilot_and_calibrate(tmp_path):
 
     with aq.connect(tmp_path / "c.duckdb") as db:
         report = run_pilot(db, "digits", 6, rounds=6)
-        assert len(report.runs) == 12
-        assert report.calibration.n_obs == 12
+        assert len(report.runs) == 24
+        assert report.calibration.n_obs == 24
+        assert "beta_k" in report.calibration.fitted
         current = _rows(db, "SELECT * FROM airplan.v_current_calibration")
         assert {r["constant_name"] for r in current} >= {"f0", "tau0"}
         assert all(r["scope"] == "dataset" and r["scope_key"] == "digits" for r in current)
