@@ -95,8 +95,9 @@ class Channel:
     """Draws dropout and fading per round and the receivers' noise.
 
     Two generators, both seeded from ``seed``: a numpy Generator for the per-node and per-edge
-    draws, a torch Generator for the noise tensors. Every round draws the same amount from each
-    (whatever the outcomes), so the streams never depend on the model or the data.
+    draws, a torch Generator for the noise tensors. The dropout and fading draws have the same
+    size every round (whatever the outcomes), so which links are up never depends on the model
+    or the data; the noise draws cover exactly the coordinates received.
     """
 
     def __init__(self, kind: str, *, snr_db: float, g_th: float, dropout: float, seed: int):

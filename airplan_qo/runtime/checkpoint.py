@@ -125,6 +125,7 @@ def load(trainer: Any, path: str | os.PathLike) -> None:
     trainer.x = state["x"].clone()
     trainer.m = state["m"].clone()
     trainer._g = torch.empty_like(trainer.x)
+    trainer._scratch = torch.empty_like(trainer.x)
     trainer.rule.set_state(state["rule"])
     trainer.data_rng.bit_generator.state = state["data_rng"]
     trainer.train_gen.set_state(state["train_gen"])

@@ -310,6 +310,11 @@ class Trainer:
         self.x = x0.unsqueeze(0).repeat(n, 1)
         self.m = torch.zeros_like(self.x)
         self._g = torch.empty_like(self.x)
+        # persistent buffers: allocating (N x d) tensors every round costs page faults that
+        # outweigh the arithmetic for large d
+        self._scratch = torch.empty_like(self.x)
+        self._batch_x = torch.empty(n * config.batch_size, *dataset.input_shape)
+        self._batch_y = torch.empty(n * config.batch_size, dtype=torch.int64)
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # read-only arrays, never written
@@ -377,9 +382,11 @@ class Trainer:
             if rows is not None:
                 idx = idx[trainable]
             it = torch.from_numpy(idx.reshape(-1))   # index_select: ~4x faster than x[idx2d]
-            xb = self.x_train.index_select(0, it).view(n_rows, cfg.batch_size,
-                                                       *self.x_train.shape[1:])
-            yb = self.y_train.index_select(0, it).view(n_rows, cfg.batch_size)
+            m = it.numel()
+            xb = torch.index_select(self.x_train, 0, it, out=self._batch_x[:m]).view(
+                n_rows, cfg.batch_size, *self.x_train.shape[1:])
+            yb = torch.index_select(self.y_train, 0, it, out=self._batch_y[:m]).view(
+                n_rows, cfg.batch_size)
             losses = self._grad(params, xb, yb, grads)
             if cfg.weight_decay:
                 grads.add_(params, alpha=cfg.weight_decay)
@@ -407,10 +414,13 @@ class Trainer:
             x_prev = self.x.clone() if self.algorithm == "paper_literal" else None
             loss = self._local_train(trainable)
             result = self.rule.communicate(self.x, self.links, links, self.channel,
-                                           train_gen=self.train_gen, x_prev=x_prev)
+                                           train_gen=self.train_gen, x_prev=x_prev,
+                                           scratch=self._scratch)
+            if result[4] is not self.x:     # the rule mixed into the scratch buffer: swap
+                self._scratch, self.x = self.x, result[4]
             cost = round_traffic(result, self.links, self.d, dbm_to_watt(cfg.tx_power_dbm),
                                  cfg.bandwidth_hz)
-            consensus = consensus_distance(self.x)
+            consensus = consensus_distance(self.x, self._scratch)
             r = self.round + 1
             self.round = r
             trained = bool(trainable.any())

@@ -3,6 +3,10 @@
 Every rule works on the stacked (N x d) models after local training (the half-step models
 x_i^{t+1/2}) and one round's :class:`~.channel.RoundLinks`. What is transmitted, and where
 channel noise enters, is stated per rule; noise is only ever added to what a receiver receives.
+``communicate(x, links, round_links, channel, ...)`` returns ``(k_recv, n_tx, link_nnz,
+link_index_bits, x_new)``: what each receiver listened on, its active transmitters, per delivered
+link the coordinates carried and those needing index bits, and the tensor now holding the models
+(the ``scratch`` buffer when one was given and used; the input ``x`` may be overwritten).
 
 ``dsgd`` (k = 1)
     x_i <- sum_j W^t_ij x_j^{t+1/2}. Each transmitter j sends its half-step model, pre-scaled by
@@ -135,23 +139,27 @@ class Operator:
                 m = m + sp.diags(diag)
             self.matrix = sp.csr_matrix(m, dtype=np.float32)
 
-    def apply(self, y: torch.Tensor) -> torch.Tensor:
-        """operator @ y for y of shape (N, m), float32."""
+    def apply(self, y: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """operator @ y for y of shape (N, m), float32; the dense form writes into ``out`` when
+        given (the sparse form always returns a new tensor)."""
         if self.dense:
-            return torch.mm(self.matrix, y)
+            return torch.mm(self.matrix, y) if out is None else torch.mm(self.matrix, y, out=out)
         return torch.from_numpy(np.ascontiguousarray(self.matrix @ y.contiguous().numpy()))
 
 
-def dsgd_mix(x: torch.Tensor, links: LinkSet, up: np.ndarray) -> torch.Tensor:
-    """sum_j W^t_ij x_j: W with the down links' weights moved to the self-weights."""
+def dsgd_mix(x: torch.Tensor, links: LinkSet, up: np.ndarray,
+             out: torch.Tensor | None = None) -> torch.Tensor:
+    """sum_j W^t_ij x_j: W with the down links' weights moved to the self-weights. Returns
+    ``out`` (when the dense form or the mean could use it) or a new tensor; never ``x``."""
     if up.all():
         if links.complete_uniform:
-            return x.mean(dim=0, keepdim=True).expand_as(x).clone()
-        return links.operator(up).apply(x)
+            mean = x.mean(dim=0, keepdim=True)
+            return mean.expand_as(x).clone() if out is None else out.copy_(mean.expand_as(x))
+        return links.operator(up).apply(x, out)
     diag = links.diag.copy()
     down = ~up
     np.add.at(diag, links.recv[down], links.w[down])
-    return Operator(links.n, links.recv[up], links.send[up], links.w[up], diag).apply(x)
+    return Operator(links.n, links.recv[up], links.send[up], links.w[up], diag).apply(x, out)
 
 
 def _received_noise_rows(channel: Channel, power_per_coord: np.ndarray, g_min: np.ndarray,
@@ -170,25 +178,27 @@ class DSGD:
         self.n, self.d = n, d
 
     def communicate(self, x: torch.Tensor, links: LinkSet, rl: RoundLinks, channel: Channel,
-                    **_: object) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                    scratch: torch.Tensor | None = None, **_: object):
         up, n_tx, g_min = links.receiver_stats(rl)
         norms = (torch.linalg.vector_norm(x, dim=1).double() ** 2).numpy() if channel.noisy \
             else None
-        x.copy_(dsgd_mix(x, links, up))
+        mixed = dsgd_mix(x, links, up, out=scratch)
+        spare = x                       # the half-step models are no longer needed
         if channel.noisy:
             power = np.zeros(self.n)
             np.maximum.at(power, links.recv[up], links.w[up] ** 2 * norms[links.send[up]])
             rows, sigma = _received_noise_rows(channel, power / self.d, g_min, n_tx)
             if rows.size:
-                noise = torch.randn(rows.size, self.d, generator=channel.gen)
+                noise = torch.randn(rows.size, self.d, generator=channel.gen,
+                                    out=spare[:rows.size])
                 noise.mul_(torch.from_numpy(sigma[rows]).float().unsqueeze(1))
                 if rows.size == self.n:
-                    x.add_(noise)
+                    mixed.add_(noise)
                 else:
-                    x.index_add_(0, torch.from_numpy(rows), noise)
+                    mixed.index_add_(0, torch.from_numpy(rows), noise)
         k_recv = np.full(self.n, self.d)
         n_links = int(up.sum())
-        return k_recv, n_tx, np.full(n_links, self.d), np.zeros(n_links)
+        return k_recv, n_tx, np.full(n_links, self.d), np.zeros(n_links), mixed
 
     def state(self) -> dict:
         return {}
@@ -217,11 +227,12 @@ class Choco:
         return (q.indices if q.common else q.indices[j]), q.values[j]
 
     def communicate(self, x: torch.Tensor, links: LinkSet, rl: RoundLinks, channel: Channel,
-                    train_gen: torch.Generator, **_: object):
+                    train_gen: torch.Generator, scratch: torch.Tensor | None = None,
+                    **_: object):
         everyone = bool(rl.active.all())
         active = torch.from_numpy(rl.active)
         indices = common_mask(self.d, self.k, train_gen) if self.mask == "common_randk" else None
-        q = compress(x - self.xhat, self.k, self.mask, indices=indices)
+        q = compress(torch.sub(x, self.xhat, out=scratch), self.k, self.mask, indices=indices)
         if not everyone:
             q.values[~active] = 0.0
         q.add_to(self.xhat)
@@ -270,14 +281,14 @@ class Choco:
             sigma = channel.noise_std(power / np.maximum(k_recv, 1), g_min)
             self._add_noise(q, n_tx, sigma, union, widened, channel)
 
-        delta = self.s - self.xhat
+        delta = torch.sub(self.s, self.xhat, out=scratch)
         for (r, sender), owed in self.pending.items():
             delta[sender] += float(links.w[links.index[(r, sender)]]) * owed
         if everyone:
             x.add_(delta, alpha=self.gamma)
         else:
             x[active] += self.gamma * delta[active]
-        return k_recv, n_tx, nnz, idx_bits
+        return k_recv, n_tx, nnz, idx_bits, x
 
     def _mask_of(self, q: Sparse, j: int) -> torch.Tensor:
         if q.common and self._common is not None:
@@ -409,7 +420,7 @@ class PaperLiteral:
         else:
             x += step
         nnz = np.full(lids.size, self.k, dtype=np.float64)
-        return k_recv, n_tx, nnz, (np.zeros(lids.size) if u.common else nnz.copy())
+        return k_recv, n_tx, nnz, (np.zeros(lids.size) if u.common else nnz.copy()), x
 
     def rewire(self, links: LinkSet) -> None:
         return None
@@ -424,7 +435,7 @@ class PaperLiteral:
 
 def round_traffic(result: tuple, links: LinkSet, d: int, tx_power_w: float,
                   bandwidth_hz: float) -> Traffic:
-    """Traffic of one round from a rule's (k_recv, n_tx, link_nnz, link_index_bits)."""
-    k_recv, n_tx, nnz, idx_bits = result
+    """Traffic of one round from a rule's (k_recv, n_tx, link_nnz, link_index_bits, ...)."""
+    k_recv, n_tx, nnz, idx_bits = result[:4]
     return traffic(np.asarray(k_recv), np.asarray(n_tx), links.slot_of, nnz, idx_bits, d,
                    tx_power_w, bandwidth_hz)

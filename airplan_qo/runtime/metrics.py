@@ -29,24 +29,26 @@ __all__ = [
 ]
 
 
-def consensus_sq_distance(x: torch.Tensor) -> float:
+def consensus_sq_distance(x: torch.Tensor, scratch: torch.Tensor | None = None) -> float:
     """Mean squared pairwise distance over ordered pairs i != j, in O(N d) (0 for N = 1).
 
     Centres on the mean (exact near consensus, unlike ||x||^2 - N ||xbar||^2), takes per-row
     norms in the input precision and sums their squares in float64 (relative error ~1e-7 at
-    N = 100, d = 95k, and 10x faster than a column-wise variance).
+    N = 100, d = 95k, and 10x faster than a column-wise variance). Pass ``scratch`` to reuse
+    memory: allocating a fresh (N x d) tensor costs more than the arithmetic for large d.
     """
     n = x.shape[0]
     if n < 2:
         return 0.0
-    centred = x - x.mean(dim=0, keepdim=True)
+    centred = torch.sub(x, x.mean(dim=0, keepdim=True), out=scratch)
     rows = torch.linalg.vector_norm(centred, dim=1).double()
     return float((rows * rows).sum()) / n * 2.0 * n / (n - 1)
 
 
-def consensus_distance(x: torch.Tensor) -> float:
-    """Root-mean-square pairwise distance sqrt(2N/(N-1) * mean_i ||x_i - xbar||^2)."""
-    value = consensus_sq_distance(x)
+def consensus_distance(x: torch.Tensor, scratch: torch.Tensor | None = None) -> float:
+    """Root-mean-square pairwise distance sqrt(2N/(N-1) * mean_i ||x_i - xbar||^2);
+    ``scratch`` (same shape as ``x``) avoids allocating the centred copy."""
+    value = consensus_sq_distance(x, scratch)
     return math.sqrt(value) if value >= 0 else float("nan")
 
 

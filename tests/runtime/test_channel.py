@@ -9,7 +9,6 @@ import torch
 from airplan_qo.errors import ValidationError
 from airplan_qo.runtime.channel import (
     Channel,
-    RoundLinks,
     dbm_to_watt,
     effective_noise_variance,
     traffic,
@@ -93,7 +92,7 @@ def test_dsgd_noise_variance_matches_formula(ring10):
         x = scale.unsqueeze(1).repeat(1, d)
         rl = channel.draw(10, links.u, links.v)
         clean = dsgd_mix(x.clone(), links, links.up(rl))
-        DSGD(10, d).communicate(x, links, rl, channel)
+        x = DSGD(10, d).communicate(x, links, rl, channel)[-1]
         residual = (x - clean).double()
         expected = _expected_sigma2(links, rl, (scale.double() ** 2).numpy(), 1.0,
                                     10 ** (snr_db / 10))

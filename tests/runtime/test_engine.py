@@ -1,7 +1,6 @@
 """The Trainer end to end: a numpy reference, learning on digits, stopping rules, rewiring."""
 
 import math
-import warnings
 
 import numpy as np
 import pytest

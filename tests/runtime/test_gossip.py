@@ -21,7 +21,7 @@ def _quadratic_run(rule, links, b, rounds, eta0, channel):
         eta = eta0 if t < rounds // 2 else 0.0
         x -= eta * (x - b)
         rl = channel.draw(links.n, links.u, links.v)
-        rule.communicate(x, links, rl, channel, train_gen=gen)
+        x = rule.communicate(x, links, rl, channel, train_gen=gen)[-1]
     return x
 
 
@@ -60,7 +60,7 @@ def test_dsgd_noise_free_mixing_preserves_the_mean_with_drops_and_dropout():
     for _ in range(50):
         rl = ota.draw(30, links.u, links.v)        # truncation and dropout, no noise applied
         before = x.clone()
-        DSGD(30, 50).communicate(x, links, rl, ideal)
+        x = DSGD(30, 50).communicate(x, links, rl, ideal)[-1]
         assert torch.equal(x[torch.from_numpy(~rl.active)], before[torch.from_numpy(~rl.active)])
     torch.testing.assert_close(x.double().mean(dim=0), mean0, atol=1e-4, rtol=1e-5)
     assert float(x.std(dim=0).max()) < float(before.std(dim=0).max()) + 1e-6
@@ -94,7 +94,7 @@ def test_choco_noise_free_consensus_preserves_the_mean_with_truncated_links():
         saw_backlog = False
         for _ in range(200):
             rl = ota.draw(16, links.u, links.v)
-            rule.communicate(x, links, rl, ideal, train_gen=gen)
+            x = rule.communicate(x, links, rl, ideal, train_gen=gen)[-1]
             saw_backlog |= bool(rule.pending)
         assert saw_backlog
         torch.testing.assert_close(x.double().mean(dim=0), mean0, atol=1e-4, rtol=1e-5)
