@@ -47,7 +47,7 @@ WORKLOAD_PARAMS: dict[str, WorkloadParam] = {p.name: p for p in [
                   choices=("dirichlet", "iid", "shards")),
     WorkloadParam("snr_db", float, 10.0, "channel SNR in dB", _range(-30, 60)),
     WorkloadParam("model", str, "mlp", "model architecture",
-                  choices=("logistic", "mlp", "cnn4", "resnet18")),
+                  choices=("logistic", "mlp", "mlp2", "cnn4", "resnet18")),
     WorkloadParam("lr", float, 0.05, "local SGD learning rate", _range(0, 10, lo_open=True)),
     WorkloadParam("momentum", float, 0.9, "local SGD momentum", _range(0, 1, hi_open=True)),
     WorkloadParam("batch_size", int, 32, "local mini-batch size", _range(1, 1 << 16)),
