@@ -80,11 +80,18 @@ class Session:
 
         return execute_script(self, text, fmt=format)
 
-    def execute(self, result, *, quiet: bool = True, stop_at_target: bool = True):
-        """Train the chosen plan of a PlanResult; returns an ExecutionReport."""
+    def execute(self, result, *, quiet: bool = True, stop_at_target: bool = True,
+                reoptimize: bool | None = None, monitor=None):
+        """Train the chosen plan of a PlanResult; returns an ExecutionReport.
+
+        ``reoptimize`` monitors the run and re-plans on a trigger; the default is on for runs
+        that stop at the target and off for whole-budget runs (pilots, evaluations).
+        ``monitor`` (a ``runtime.monitor.MonitorConfig``) sets the thresholds.
+        """
         from .runtime.execution import execute
 
-        return execute(self.catalog, result, quiet=quiet, stop_at_target=stop_at_target)
+        return execute(self.catalog, result, quiet=quiet, stop_at_target=stop_at_target,
+                       reoptimize=reoptimize, monitor=monitor)
 
     def calibrate(self, estimator: str = "dsgd", *, scope: str = "global", scope_key: str = "",
                   min_obs: int = 3):
@@ -107,7 +114,7 @@ class Session:
         plan = self.plan(bound.workload, sla=bound.sla, topologies=bound.topologies,
                          weights=bound.weights, sparsity=bound.sparsity, budgets=bound.budgets,
                          estimator=bound.estimator, statement=bound.text)
-        report = self.execute(plan, quiet=quiet)
+        report = self.execute(plan, quiet=quiet, reoptimize=True)
         fields = report.analyze_fields()
         if bound.explain and bound.options.calibrate:
             fields["calibration"] = self._calibrate_text(plan.estimator)

@@ -62,7 +62,12 @@ def parameter_variants(family: str, n: int) -> list[dict[str, Any]]:
 
 @attrs.frozen
 class PlanRequest:
-    """Everything a planning call needs besides the catalog."""
+    """Everything a planning call needs besides the catalog.
+
+    ``min_mixing_p`` and ``exclude_topologies`` restrict the plan space for re-optimisation
+    during a run: candidates whose static mixing p (of the cached spectra) is below the minimum,
+    or whose topology is excluded, are kept in the run but pruned with a ``connectivity:`` reason.
+    """
 
     workload: Workload
     sla: SLA = attrs.field(factory=lambda: parse_sla(DEFAULT_SLA))
@@ -73,6 +78,8 @@ class PlanRequest:
     estimator: str | None = None
     objective: str | None = None
     statement: str = ""
+    min_mixing_p: float | None = None
+    exclude_topologies: tuple[TopologySpec, ...] = ()
 
 
 @attrs.define
@@ -275,6 +282,8 @@ class Optimizer:
         if objective == "c_ours" and est_name != "paper":
             raise ValidationError("objective c_ours is only defined by the paper estimator")
         budgets = _budget_dict(request)
+        if request.min_mixing_p is not None and not 0.0 <= request.min_mixing_p <= 1.0:
+            raise ValidationError(f"min_mixing_p must be in [0, 1], got {request.min_mixing_p}")
         sparsity = tuple(request.sparsity or DEFAULT_SPARSITY)
         for k in sparsity:
             if not 0 < k <= 1:
@@ -310,8 +319,9 @@ class Optimizer:
                 plan = PhysicalPlan(spec, k, channel)
                 cand = self._cost(estimator, ctx, plan, st, d, startup, objective, target)
                 cand.topology_id = tid
-                cand.pruned_reason = self._prune(cand, request.sla, fc_accuracy, budgets,
-                                                 round_budget)
+                cand.pruned_reason = (_connectivity(request, spec, st) or
+                                      self._prune(cand, request.sla, fc_accuracy, budgets,
+                                                  round_budget))
                 candidates.append(cand)
         candidates.sort(key=lambda c: (not c.feasible,) + c.cost.sort_key(c.plan.label()))
         for rank, cand in enumerate(candidates, 1):
@@ -435,6 +445,17 @@ class Optimizer:
             self.catalog.update_row("planning_runs", run_id,
                                     {"chosen_plan_id": result.chosen.plan_id})
         return int(run_id)
+
+
+def _connectivity(request: PlanRequest, spec: TopologySpec, stats: TopologyStats) -> str | None:
+    """The pruning reason of a candidate outside a re-optimisation's connectivity restriction."""
+    if spec in request.exclude_topologies:
+        return "connectivity: the topology being replaced"
+    floor = request.min_mixing_p
+    p = stats.spectra.mixing_p
+    if floor is not None and p < floor * (1.0 - 1e-9):
+        return f"connectivity: mixing p {p:.4g} < {floor:.4g} (at least as well connected)"
+    return None
 
 
 def _finite(terms: dict[str, Any]) -> dict[str, Any]:

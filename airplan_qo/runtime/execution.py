@@ -6,6 +6,11 @@ statistics to ``round_stats`` in batches, checkpoints every few rounds, and fina
 execution's outcome and its ``feedback`` rows (estimate vs actual) in one transaction. Ctrl-C
 stops cleanly with status ``aborted`` and a checkpoint; ``resume(catalog, exec_id)`` continues
 from the last checkpoint and gives the same result as an uninterrupted run.
+
+With re-optimisation on (:mod:`.monitor`), a monitor compares every round with the plan's
+prediction; on a trigger the run is re-planned with the observed statistics and rewired, and the
+event is recorded in ``reoptimizations`` and shown by EXPLAIN ANALYZE. A rewired execution writes
+no ``feedback`` rows: its curve mixes plans, and calibration would attribute it to the first.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from ..errors import ExecutionError
 from ..plans.estimators import ESTIMATORS
 from ..plans.topology import TopologySpec, build
 from .engine import RunConfig, RunResult, Trainer
+from .monitor import MonitorConfig, Reoptimizer, request_from_json, request_to_json, \
+    spec_from_plan_row
 
 FLUSH_EVERY = 10
 CHECKPOINT_EVERY = 10
@@ -63,11 +70,13 @@ class ExecutionReport:
     result: RunResult
     feedback: tuple[dict[str, Any], ...]
     execution_time_ms: float
+    events: tuple[str, ...] = ()
 
     def analyze_fields(self) -> dict[str, Any]:
         r = self.result
         history = r.history
         drops = [h["link_drop_rate"] for h in history if h.get("link_drop_rate") is not None]
+        extra = {"events": list(self.events)} if self.events else {}
         return {
             "status": r.status,
             "actual_rounds": r.rounds_to_target if r.rounds_to_target is not None else r.rounds,
@@ -78,6 +87,7 @@ class ExecutionReport:
             "feedback": list(self.feedback),
             "exec_id": self.exec_id,
             "reason": r.reason,
+            **extra,
         }
 
 
@@ -127,13 +137,18 @@ def _finite(v: Any) -> Any:
     return v
 
 
-def execute(catalog: Catalog, result, *, quiet: bool = False,
-            stop_at_target: bool = True) -> ExecutionReport:
+def execute(catalog: Catalog, result, *, quiet: bool = False, stop_at_target: bool = True,
+            reoptimize: bool | None = None, monitor: MonitorConfig | None = None
+            ) -> ExecutionReport:
     """Train the chosen plan of a PlanResult and record everything in the catalog.
 
     By default training stops once the average model reaches the SLA's accuracy target (the
     plan's cost assumes it); ``stop_at_target=False`` runs the whole round budget, which
     calibration pilots use to observe the error floor.
+
+    ``reoptimize``: monitor the run and re-plan on a trigger (:mod:`.monitor`, thresholds in
+    ``monitor``). ``None`` means on for runs that stop at the target (TRAIN) and off for
+    whole-budget runs (pilots, evaluations), whose curve must come from one plan.
     """
     if catalog.read_only:
         raise ExecutionError("training needs a writable catalog (it records the execution); "
@@ -147,15 +162,29 @@ def execute(catalog: Catalog, result, *, quiet: bool = False,
     options = {"dataset": w.dataset, "clients": w.clients, "workload": w.params(),
                "run_config": config.as_dict(), "planning_run_id": result.planning_run_id,
                "feedback_basis": feedback_basis(result)}
+    if reoptimize is None:
+        reoptimize = stop_at_target
+    monitor = monitor or MonitorConfig()
+    if reoptimize:
+        options["reoptimization"] = {"config": monitor.as_dict(),
+                                     "request": request_to_json(result.request), "bases": {}}
     exec_id = int(catalog.insert_row("executions", {
         "plan_id": result.chosen.plan_id, "status": "running", **seeds,
         "options": json.dumps(options, sort_keys=True, default=str)}))
+    reopt = None
+    if reoptimize:
+        chosen = result.chosen
+        reopt = Reoptimizer(catalog, exec_id, result.request, plan_id=chosen.plan_id,
+                            spec=chosen.plan.topology, k_ratio=chosen.plan.k_ratio,
+                            mixing_p=chosen.stats.spectra.mixing_p,
+                            basis=options["feedback_basis"], config=monitor)
     return _run(catalog, exec_id, result.chosen.plan_id, w, result.chosen.plan.topology, config,
-                options["feedback_basis"], quiet=quiet)
+                options["feedback_basis"], quiet=quiet, reopt=reopt)
 
 
 def _run(catalog: Catalog, exec_id: int, plan_id: int, w, spec: TopologySpec, config: RunConfig,
-         basis: dict[str, Any], *, quiet: bool, resume_from: str | None = None
+         basis: dict[str, Any], *, quiet: bool, resume_from: str | None = None,
+         reopt: Reoptimizer | None = None, bases: dict[str, Any] | None = None
          ) -> ExecutionReport:
     start = time.perf_counter()
     dataset = load(w.dataset, seed=w.seed)
@@ -166,6 +195,8 @@ def _run(catalog: Catalog, exec_id: int, plan_id: int, w, spec: TopologySpec, co
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     ckpt = ckpt_dir / f"exec-{exec_id}.pt"
     if resume_from:
+        if reopt is not None:
+            reopt.restore(trainer, _checkpoint_state(resume_from), bases)
         trainer.load(resume_from)
     written = {r["round"] for r in catalog.query(
         "SELECT round FROM airplan.round_stats WHERE exec_id = ?", [exec_id])}
@@ -182,10 +213,13 @@ def _run(catalog: Catalog, exec_id: int, plan_id: int, w, spec: TopologySpec, co
     def on_round(row: dict[str, Any]) -> None:
         pending.append(row)
         progress.update(row)
-        if len(pending) >= FLUSH_EVERY:
+        event = reopt.after_round(row, trainer) if reopt is not None else None
+        if event is not None and not quiet:
+            sys.stderr.write(f"\nre-optimisation: {event.text}\n")
+        if len(pending) >= FLUSH_EVERY or event is not None:
             flush()
-        if row["round"] % CHECKPOINT_EVERY == 0:
-            trainer.save(ckpt)
+        if row["round"] % CHECKPOINT_EVERY == 0 or event is not None:
+            trainer.save(ckpt)   # after a rewiring: a resumed run must start on the new topology
             catalog.update_row("executions", exec_id, {"checkpoint_path": str(ckpt)})
 
     try:
@@ -197,7 +231,8 @@ def _run(catalog: Catalog, exec_id: int, plan_id: int, w, spec: TopologySpec, co
     progress.close()
     pending[:] = [r for r in run.history if r["round"] not in written]
     elapsed_ms = (time.perf_counter() - start) * 1e3
-    feedback = _feedback(basis, run, exec_id, plan_id)
+    rewired = reopt is not None and reopt.rewired
+    feedback = [] if rewired else _feedback(basis, run, exec_id, plan_id)
     with catalog.transaction():
         flush()
         catalog.update_row("executions", exec_id, {
@@ -208,13 +243,23 @@ def _run(catalog: Catalog, exec_id: int, plan_id: int, w, spec: TopologySpec, co
             "checkpoint_path": run.checkpoint_path or (str(ckpt) if ckpt.exists() else None)})
         if feedback and run.status != "aborted":
             catalog.insert_rows("feedback", {k: [f[k] for f in feedback] for k in feedback[0]})
-    return ExecutionReport(exec_id, plan_id, run, tuple(feedback), elapsed_ms)
+    events = tuple(e.text for e in reopt.events) if reopt is not None else ()
+    return ExecutionReport(exec_id, plan_id, run, tuple(feedback), elapsed_ms, events)
 
 
 def _now():
     import datetime as dt
 
     return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+
+
+def _checkpoint_state(path: str) -> dict[str, Any]:
+    import torch
+
+    try:
+        return torch.load(path, weights_only=True)
+    except Exception as exc:  # torch raises several types for corrupt or unsafe files
+        raise ExecutionError(f"cannot read checkpoint {path}: {exc}") from None
 
 
 def _finish_failed(catalog: Catalog, exec_id: int, exc: BaseException) -> None:
@@ -240,7 +285,21 @@ def feedback_basis(result) -> dict[str, Any]:
     return {"estimator": result.estimator, "rounds": est.rounds, "model_term": est.model_term,
             "target_accuracy": result.target_accuracy,
             "per_round_channel_uses": chosen.cost.per_round.channel_uses,
-            "per_round_energy_j": chosen.cost.per_round.energy_j, "accuracy_curve": curve}
+            "per_round_energy_j": chosen.cost.per_round.energy_j, "accuracy_curve": curve,
+            "accuracy_curve_lo": _lower_curve(result, estimator, curve)}
+
+
+def _lower_curve(result, estimator, curve: list[float]) -> list[float]:
+    """The estimator's lower accuracy curve (the upper error band the monitor checks): its own
+    band when it has one, else the curve slowed down by e^u (u from its constants, 0.35 by
+    default), the rounds interval read as a curve."""
+    chosen, ctx = result.chosen, result.context
+    band = getattr(estimator, "accuracy_band_at", None)
+    if band is not None:
+        return [band(ctx, chosen.plan, chosen.stats, t)[0] for t in range(1, len(curve) + 1)]
+    slow = math.exp(ctx.constants.get("u", 0.35))
+    return [estimator.accuracy_at(ctx, chosen.plan, chosen.stats, t / slow)
+            for t in range(1, len(curve) + 1)]
 
 
 def _feedback(basis: dict[str, Any], run: RunResult, exec_id: int, plan_id: int
@@ -283,11 +342,29 @@ def resume(catalog: Catalog, exec_id: int, *, quiet: bool = False) -> ExecutionR
 
     w = Workload.from_params(options["dataset"], options["clients"], options["workload"])
     plan_row = catalog.query("SELECT * FROM airplan.plans WHERE plan_id = ?", [ex["plan_id"]])[0]
-    params = plan_row["topology_params"]
-    params = json.loads(params) if isinstance(params, str) else params
-    spec = TopologySpec.create(plan_row["family"], w.clients, seed=plan_row["topology_seed"],
-                               weights=plan_row["weights_rule"], **params)
+    spec = spec_from_plan_row(plan_row, w.clients)
     config = RunConfig(**options["run_config"])
+    reopt, bases = _resumed_reoptimizer(catalog, exec_id, options, w, plan_row, spec)
     catalog.update_row("executions", exec_id, {"status": "running", "reason": None})
     return _run(catalog, exec_id, ex["plan_id"], w, spec, config, options["feedback_basis"],
-                quiet=quiet, resume_from=path)
+                quiet=quiet, resume_from=path, reopt=reopt, bases=bases)
+
+
+def _resumed_reoptimizer(catalog: Catalog, exec_id: int, options: dict[str, Any], w,
+                         plan_row: dict[str, Any], spec: TopologySpec):
+    """The re-optimiser of a resumed execution (None when the run had none), planning like
+    the original request when it could be stored."""
+    section = options.get("reoptimization")
+    if not section:
+        return None, None
+    request = (request_from_json(section["request"], w) if section.get("request") is not None
+               else None)
+    topo = (catalog.query("SELECT mixing_p FROM airplan.topologies WHERE topology_id = ?",
+                          [plan_row["topology_id"]])
+            if plan_row.get("topology_id") is not None else [])
+    mixing_p = topo[0]["mixing_p"] if topo and topo[0]["mixing_p"] is not None else 0.0
+    reopt = Reoptimizer(catalog, exec_id, request, plan_id=plan_row["plan_id"], spec=spec,
+                        k_ratio=plan_row["k_ratio"], mixing_p=mixing_p,
+                        basis=options["feedback_basis"],
+                        config=MonitorConfig.from_dict(section.get("config") or {}))
+    return reopt, section.get("bases") or {}

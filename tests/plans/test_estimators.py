@@ -151,3 +151,27 @@ def test_round_cost_arithmetic():
     assert rc.bits == 2 * 10 * coords * (32 + math.ceil(math.log2(1001)))
     dense = round_cost(attrs.evolve(plan, k_ratio=1.0), st, d=1001)
     assert dense.channel_uses == st.slots_per_round * math.ceil(1001 / 2)
+
+
+def test_p_random_is_p_without_losses_and_per_topology_under_dropout():
+    """p_eff uses p of the random mixing matrix (dropout and truncation), not a common factor."""
+    from airplan_qo.plans.estimators import approximate_survival_factor, survival_factor
+
+    est = DSGDEstimator()
+    ctx = _ctx(est)
+    ideal = PhysicalPlan(TopologySpec.create("small_world", 50), 1.0, ChannelConfig(kind="ideal"))
+    t = est.terms(ctx, ideal, _stats(p=0.4))
+    assert t["p_random"] == pytest.approx(0.4) and t["p_eff"] == pytest.approx(0.4)
+    factors = {}
+    for fam in ("ring", "small_world", "complete"):
+        topo, stats = describe(TopologySpec.create(fam, 30))
+        plan = PhysicalPlan(topo.spec, 1.0, ChannelConfig(g_th=0.1, dropout=0.2))
+        factors[fam] = survival_factor(plan, stats)
+        s = stats.spectra
+        approx = approximate_survival_factor(s.mixing_gap, s.mean_degree, 0.2, math.exp(-0.1))
+        assert approx == pytest.approx(factors[fam], rel=0.06)
+        t = est.terms(ctx, plan, stats)
+        assert t["p_random"] == pytest.approx(s.mixing_p * factors[fam])
+    # sparse graphs with large edge weights lose more than dense ones
+    assert factors["ring"] < factors["small_world"] < factors["complete"]
+    assert factors["complete"] < 1.0
