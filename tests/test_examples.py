@@ -40,3 +40,8 @@ def test_inspect_catalog(tmp_path):
 def test_every_example_has_a_docstring(script):
     text = (EXAMPLES / script).read_text()
     assert text.startswith('"""'), f"{script} should say what it shows"
+
+
+def test_dropout_reoptimization(tmp_path):
+    out = _run("dropout_reoptimization.py", cwd=tmp_path)
+    assert "Event: round" in out and "rewired" in out
