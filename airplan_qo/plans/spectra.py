@@ -57,11 +57,12 @@ def spectral_stats(graph: nx.Graph, w: sp.spmatrix, *, family: str | None = None
 
 
 def _closed_form(graph: nx.Graph, family: str | None) -> str | None:
+    """'complete' or 'ring' when the (connected) graph is one, whatever family built it."""
     n, m = graph.number_of_nodes(), graph.number_of_edges()
     if family == "complete" or m == n * (n - 1) // 2:
         return "complete"
-    if family == "ring" and n >= 3 and m == n:
-        return "ring"
+    if n >= 3 and m == n and (family == "ring" or degrees(graph).max() == 2):
+        return "ring"  # a connected 2-regular graph is a cycle
     return None
 
 
@@ -94,6 +95,12 @@ def laplacian_extremes(graph: nx.Graph) -> tuple[float, float]:
     n = graph.number_of_nodes()
     if "_laplacian_extremes" in graph.graph:
         return graph.graph["_laplacian_extremes"]
+    form = _closed_form(graph, None)
+    if form == "complete":
+        return float(n), float(n)
+    if form == "ring":  # eigenvalues 2 - 2 cos(2 pi k / n)
+        return (2.0 - 2.0 * math.cos(2.0 * math.pi / n),
+                2.0 - 2.0 * math.cos(2.0 * math.pi * (n // 2) / n))
     lap = laplacian(graph)
     if n <= DENSE_LIMIT:
         ev = np.linalg.eigvalsh(lap.toarray())
