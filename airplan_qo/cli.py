@@ -125,6 +125,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
 def cmd_sql(args: argparse.Namespace) -> int:
     from .sql.executor import run_script
 
+    if args.resume is not None:
+        return cmd_resume(args)
     if args.file:
         try:
             with open(args.file, encoding="utf-8") as fh:
@@ -167,13 +169,40 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 def cmd_resume(args: argparse.Namespace) -> int:
     from .session import connect
 
+    exec_id = args.resume if getattr(args, "resume", None) is not None else args.exec_id
     with connect(args.catalog) as db:
-        report = db.resume(args.exec_id, quiet=args.quiet)
+        report = db.resume(exec_id, quiet=args.quiet)
     r = report.result
     print(f"execution {report.exec_id}: {r.status} after {r.rounds} rounds, "
           f"final accuracy {r.final_accuracy if r.final_accuracy is None else round(r.final_accuracy, 4)}"
           + (f" ({r.reason})" if r.reason else ""))
     return 0 if r.status == "succeeded" else 1
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from .evaluation import load_grid, run_evaluation
+    from .session import connect
+
+    if args.quick and args.grid:
+        raise ValidationError("give --grid NAME_OR_FILE or --quick, not both")
+    if not args.quick and not args.grid:
+        raise ValidationError("airplan evaluate needs --grid NAME_OR_FILE (shipped: default, "
+                              "quick) or --quick")
+    grid = load_grid("quick" if args.quick else args.grid)
+    if args.seeds is not None:
+        grid = grid.with_seeds(args.seeds)
+    if args.folds is not None:
+        grid = grid.with_folds(args.folds)
+    out = args.out or f"evaluation-{grid.name}"
+
+    def progress(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    with connect(args.catalog) as db:
+        report = run_evaluation(db, grid, out_dir=out, figures=not args.no_figures,
+                                progress=None if args.quiet else progress)
+    print(report.render())
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -254,6 +283,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="open the catalog read-only (queries and EXPLAIN without recording)")
     p.add_argument("--quiet", action="store_true",
                    help="no training progress bar (it is shown only on a terminal anyway)")
+    p.add_argument("--resume", type=int, metavar="EXEC_ID", dest="resume",
+                   help="continue an aborted execution from its last checkpoint instead")
     p.set_defaults(func=cmd_sql)
 
     p = sub.add_parser("shell", parents=[common], help="interactive SQL shell",
@@ -280,6 +311,25 @@ def build_parser() -> argparse.ArgumentParser:
                    help="workload parameter for the pilot runs (model, lr, ...)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.set_defaults(func=cmd_calibrate)
+
+    p = sub.add_parser("evaluate", parents=[common],
+                       help="judge the advisor against the measured oracle on a grid",
+                       description="Train every candidate plan of every workload of a grid "
+                                   "over the seeds (runs are cached in the catalog), find the "
+                                   "oracle (cheapest measured plan meeting the SLA) and compare "
+                                   "the advisor's pick before and after cross-validated "
+                                   "calibration. Writes report.md, summary.json and PNG figures "
+                                   "to --out and evaluations rows to the catalog. See "
+                                   "docs/evaluation.md.")
+    p.add_argument("--grid", metavar="NAME_OR_FILE",
+                   help="a grid TOML file, or a shipped grid: default, quick")
+    p.add_argument("--quick", action="store_true", help="the quick smoke-test grid")
+    p.add_argument("--seeds", type=int, help="use seeds 0..S-1 instead of the grid's seeds")
+    p.add_argument("--folds", type=int, help="cross-validation folds (default: the grid's)")
+    p.add_argument("--out", metavar="DIR", help="output directory (default evaluation-GRID)")
+    p.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("resume", parents=[common], help="continue an aborted execution",
                        description="Continue an aborted execution from its last checkpoint; "

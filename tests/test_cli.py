@@ -105,3 +105,10 @@ def test_planner_user_errors(argv, needle, tmp_path, capsys):
     assert main(argv + ["--catalog", str(tmp_path / "c.duckdb")]) == 2
     err = capsys.readouterr().err
     assert needle in err and "Traceback" not in err
+
+
+def test_resume_unknown_execution(tmp_path, capsys):
+    cat = str(tmp_path / "c.duckdb")
+    assert main(["sql", "--catalog", cat, "--resume", "999"]) == 2
+    assert "no execution 999" in capsys.readouterr().err
+    assert main(["resume", "998", "--catalog", cat]) == 2

@@ -1,0 +1,553 @@
+"""From measured runs to advisor-quality numbers: oracle, picks, cross-validation, statistics.
+
+Input: the :class:`~.runner.Measured` workloads of a grid. Output: an :class:`Analysis` with
+per-workload comparisons before calibration (the estimator's priors) and after calibration
+(constants fitted on the other folds' runs, k-fold cross-validation over workloads), MAPE of
+predicted rounds per family, statistics overhead, paired t-tests against fixed-topology
+policies, the per-topology table and a scalability extrapolation. Nothing here trains; the
+only catalog access is reading observations for the fits (no calibration rows are written).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+
+from ..errors import AirPlanError
+from ..plans.calibration import fit, load_observations
+from ..plans.estimators import ESTIMATORS
+from ..plans.plan import Cost
+from ..plans.sla import parse_sla
+from ..plans.topology import TopologySpec
+from . import advisor
+from .grid import Grid, WorkloadSpec
+from .metrics import (Comparison, PairedTest, PlanSummary, RunOutcome, assign_folds, compare,
+                      family_scores, mape, measured_target, oracle, paired_test, rate,
+                      stats_of, summarize)
+from .runner import Measured, RunRecord, client_variance
+
+
+@attrs.frozen
+class WorkloadResult:
+    """The advisor judged on one workload."""
+
+    key: str
+    spec: WorkloadSpec
+    fold: int | None
+    fc_measured: float
+    target: float
+    summaries: dict[str, PlanSummary]
+    candidates: tuple[str, ...]
+    oracle: PlanSummary | None
+    planner_pick: str
+    before: Comparison
+    after: Comparison | None
+    pick_before: advisor.Pick
+    pick_after: advisor.Pick | None
+    predicted_before: float | None
+    predicted_after: float | None
+    constants_after: dict[str, float] | None
+    sketch_over_model: float | None
+    startup: float
+
+
+@attrs.frozen
+class RunPrediction:
+    """Predicted rounds to the measured target beside the measured rounds, for one run."""
+
+    workload: str
+    plan: str
+    family: str
+    seed: int
+    exec_id: int
+    actual: float
+    censored: bool
+    before: float | None
+    after: float | None
+
+
+@attrs.frozen
+class FoldFit:
+    """One fit of the estimator's constants: for a fold (None: on all runs) and a scope
+    (``global`` or ``dataset NAME``)."""
+
+    fold: int | None
+    scope: str
+    n_obs: int
+    constants: dict[str, float] | None
+    in_sample_mape: float | None
+    notes: tuple[str, ...]
+
+
+@attrs.frozen
+class Analysis:
+    grid: Grid
+    workloads: tuple[WorkloadResult, ...]
+    runs: tuple[RunRecord, ...]
+    outcomes: tuple[RunOutcome, ...]
+    predictions: tuple[RunPrediction, ...]
+    folds: tuple[FoldFit, ...]
+    full_fit: dict[str, float] | None
+    all_fits: tuple[FoldFit, ...]
+    ttests: tuple[PairedTest, ...]
+    topology_table: tuple[dict[str, Any], ...]
+    family_table: tuple[dict[str, Any], ...]
+    scalability: tuple[dict[str, Any], ...]
+    fixed_plans: dict[str, dict[str, str]]
+    summary: dict[str, Any]
+    notes: tuple[str, ...]
+
+    def workload(self, key: str) -> WorkloadResult:
+        return next(w for w in self.workloads if w.key == key)
+
+
+def _outcome(run: RunRecord, target: float, bandwidth_hz: float) -> RunOutcome:
+    from .metrics import outcome_from_curve
+
+    reached, rounds, cost = outcome_from_curve(run.accuracy, run.channel_uses, run.startup,
+                                               target)
+    energy = float(sum(run.energy_j[:rounds]))
+    airtime = (cost - run.startup) / bandwidth_hz
+    return RunOutcome(run.workload, run.plan, run.family, run.seed, run.final_accuracy, reached,
+                      float(rounds), float(cost), energy, airtime)
+
+
+def fixed_plan(m: Measured, family: str, baseline_k: float | None) -> str | None:
+    """The fixed-topology policy's plan for a family: its first listed variant, first weights
+    rule, at ``baseline_k`` (default and fallback: the workload's largest k)."""
+    ws = m.spec
+    k = baseline_k if baseline_k is not None and baseline_k in ws.sparsity else max(ws.sparsity)
+    sp = m.seeds[min(m.seeds)]
+    for spec in ws.specs():
+        if spec.family != family or spec.weights != ws.weights[0]:
+            continue
+        for c in sp.candidates:
+            if c.plan.topology == spec and c.plan.k_ratio == k:
+                return c.plan.label()
+    return None
+
+
+def analyze(session, grid: Grid, measured: Sequence[Measured], *,
+            scalability: bool = True) -> Analysis:
+    """Compute every number of the report from the measured runs."""
+    notes: list[str] = []
+    est_name = ESTIMATORS.get(grid.estimator).name
+    priors = dict(ESTIMATORS.get(est_name).priors)
+    keys = [m.spec.key for m in measured]
+
+    # ---- targets, outcomes, summaries ---------------------------------------------------------
+    targets: dict[str, float] = {}
+    fc_acc: dict[str, float] = {}
+    outcomes: list[RunOutcome] = []
+    summaries: dict[str, dict[str, PlanSummary]] = {}
+    for m in measured:
+        sla = parse_sla(m.spec.sla)
+        ref_label = m.seeds[min(m.seeds)].fc_candidate.plan.label()
+        fc_runs = [r for r in m.runs if r.plan == ref_label]
+        fc_acc[m.spec.key] = float(np.mean([r.final_accuracy for r in fc_runs]))
+        target = measured_target(sla, fc_acc[m.spec.key])
+        targets[m.spec.key] = target
+        bw = m.spec.workload.bandwidth_hz
+        outs = [_outcome(r, target, bw) for r in m.runs]
+        outcomes.extend(outs)
+        summaries[m.spec.key] = {s.plan: s for s in summarize(outs, sla, fc_acc[m.spec.key])
+                                 .values()}
+    outcome_of = {(o.workload, o.plan, o.seed): o for o in outcomes}
+
+    # ---- observations for the cross-validated fits ------------------------------------------
+    runs = [r for m in measured for r in m.runs]
+    workloads_of: dict[int, set[str]] = defaultdict(set)
+    for r in runs:
+        workloads_of[r.exec_id].add(r.workload)
+    obs_all = []
+    try:
+        loaded = load_observations(session.catalog, est_name)
+    except AirPlanError as exc:
+        loaded = []
+        notes.append(f"observations could not be loaded: {exc}")
+    run_of_exec = {r.exec_id: r for r in runs}
+    for o in loaded:
+        if o.exec_id not in run_of_exec:
+            continue
+        r = run_of_exec[o.exec_id]
+        out = outcome_of[(r.workload, r.plan, r.seed)]
+        obs_all.append(attrs.evolve(o, target_error=1.0 - targets[r.workload],
+                                    rounds_actual=out.rounds, censored=not out.reached))
+    folds_of = assign_folds(keys, grid.folds, grid.cv_seed) if len(keys) >= 2 else {}
+    n_folds = len(set(folds_of.values()))
+    if not folds_of:
+        notes.append("cross-validation needs at least two workloads; the calibrated advisor is "
+                     "not evaluated")
+    dataset_of = {r.exec_id: m.spec.workload.dataset for m in measured for r in m.runs}
+    fold_fits: list[FoldFit] = []
+    constants_of_fold: dict[int, dict[str | None, dict[str, float] | None]] = {}
+    for f in range(n_folds):
+        held = {k for k, v in folds_of.items() if v == f}
+        train = [o for o in obs_all if not (workloads_of[o.exec_id] & held)]
+        scoped, fits = _fit_scoped(train, dataset_of, est_name, priors, f)
+        constants_of_fold[f] = scoped
+        fold_fits.extend(fits)
+        for ff in fits:
+            if ff.constants is None:
+                notes.append(f"fold {f}, {ff.scope}: no fit ({'; '.join(ff.notes)})")
+    all_scoped, all_fits = _fit_scoped(obs_all, dataset_of, est_name, priors, None)
+    ref_dataset = measured[grid.reference].spec.workload.dataset
+    full_fit = _constants(all_scoped, ref_dataset)
+    if full_fit is None:
+        notes.append("no fit on all runs; the extrapolation uses the priors only")
+
+    def fold_constants(key: str, dataset: str) -> dict[str, float] | None:
+        fold = folds_of.get(key)
+        if fold is None:
+            return None
+        return _constants(constants_of_fold[fold], dataset)
+
+    # ---- per workload: picks, oracle, regret ------------------------------------------------
+    results: list[WorkloadResult] = []
+    calibrated_planner: list[str] = []
+    for m in measured:
+        key = m.spec.key
+        seed0 = min(m.seeds)
+        sp = m.seeds[seed0]
+        by_plan = summaries[key]
+        cand_labels = tuple(c.plan.label() for c in sp.candidates)
+        pick_b = advisor.pick(sp.result, priors, sp.candidates, sp.fc_candidate)
+        cmp_b = compare(key, pick_b.label, by_plan, cand_labels)
+        fold = folds_of.get(key)
+        consts = fold_constants(key, m.spec.workload.dataset)
+        pick_a = cmp_a = None
+        if consts is not None:
+            pick_a = advisor.pick(sp.result, consts, sp.candidates, sp.fc_candidate)
+            cmp_a = compare(key, pick_a.label, by_plan, cand_labels)
+        target = targets[key]
+        res_b, cand_b = m.candidate(seed0, pick_b.label)
+        pred_b = advisor.predicted_rounds(res_b, cand_b, priors, target)
+        pred_a = None
+        if pick_a is not None:
+            res_a, cand_a = m.candidate(seed0, pick_a.label)
+            pred_a = advisor.predicted_rounds(res_a, cand_a, consts, target)
+        results.append(WorkloadResult(
+            key=key, spec=m.spec, fold=fold, fc_measured=fc_acc[key], target=target,
+            summaries=by_plan, candidates=cand_labels, oracle=oracle(
+                s for s in by_plan.values() if s.plan in cand_labels),
+            planner_pick=sp.result.chosen.plan.label(), before=cmp_b, after=cmp_a,
+            pick_before=pick_b, pick_after=pick_a, predicted_before=pred_b,
+            predicted_after=pred_a, constants_after=consts,
+            sketch_over_model=getattr(sp.stats, "stats_overhead", None),
+            startup=float(sp.fc_candidate.cost.startup)))
+        if sp.result.context.calibration_ids:
+            calibrated_planner.append(key)
+
+    if calibrated_planner:
+        notes.append(f"the catalog holds calibrated constants, which the planner used for "
+                     f"{len(calibrated_planner)} workload(s); 'priors' re-costs their candidates "
+                     "with the estimator's priors, so the recorded planner pick may differ")
+
+    # ---- rounds predictions per run ----------------------------------------------------------
+    preds: list[RunPrediction] = []
+    for m in measured:
+        for r in m.runs:
+            res, cand = m.candidate(r.seed, r.plan)
+            out = outcome_of[(r.workload, r.plan, r.seed)]
+            target = targets[r.workload]
+            consts = fold_constants(r.workload, m.spec.workload.dataset)
+            preds.append(RunPrediction(
+                r.workload, r.plan, r.family, r.seed, r.exec_id, out.rounds, not out.reached,
+                advisor.predicted_rounds(res, cand, priors, target),
+                advisor.predicted_rounds(res, cand, consts, target) if consts else None))
+
+    fixed = {}
+    families = sorted({s.family for w in results for s in w.summaries.values()
+                       if s.plan in w.candidates})
+    for m in measured:
+        fixed[m.spec.key] = {f: p for f in families
+                             if (p := fixed_plan(m, f, grid.baseline_k)) is not None}
+    ttests = _ttests(results, outcome_of, fixed, grid.seeds, families)
+    topo_table = _topology_table(measured[grid.reference], results[grid.reference],
+                                 fixed[measured[grid.reference].spec.key])
+    fam_table = _family_table(results, fixed, families)
+    scal: list[dict[str, Any]] = []
+    if scalability:
+        scal = _scalability(grid, measured[grid.reference], results[grid.reference], priors,
+                            full_fit, notes)
+    summary = _summary(grid, results, runs, preds, fold_fits, ttests, n_folds)
+    return Analysis(grid, tuple(results), tuple(runs), tuple(outcomes), tuple(preds),
+                    tuple(fold_fits), full_fit, tuple(all_fits), tuple(ttests), tuple(topo_table),
+                    tuple(fam_table), tuple(scal), fixed, summary, tuple(dict.fromkeys(notes)))
+
+
+def _fit_scoped(observations, dataset_of: dict[int, str], estimator: str,
+                priors: dict[str, float], fold: int | None
+                ) -> tuple[dict[str | None, dict[str, float] | None], list[FoldFit]]:
+    """Constants fitted the way the catalog scopes them: a global fit from the priors, then one
+    fit per dataset starting from the global constants (the planner reads dataset constants
+    over global ones; datasets differ in their error floor by an order of magnitude)."""
+    out: dict[str | None, dict[str, float] | None] = {}
+    fits: list[FoldFit] = []
+    groups: list[tuple[str | None, str, list]] = [(None, "global", list(observations))]
+    datasets = sorted({dataset_of[o.exec_id] for o in observations})
+    if len(datasets) > 1:
+        groups += [(d, f"dataset {d}", [o for o in observations if dataset_of[o.exec_id] == d])
+                   for d in datasets]
+    for key, scope, obs in groups:
+        start = priors if key is None else (out.get(None) or priors)
+        try:
+            res = fit(obs, estimator, start, min_obs=3, **_fit_options(estimator, obs))
+        except AirPlanError as exc:
+            out[key] = None
+            fits.append(FoldFit(fold, scope, len(obs), None, None, (str(exc),)))
+            continue
+        out[key] = dict(res.constants)
+        fits.append(FoldFit(fold, scope, len(obs), dict(res.constants), res.rounds_mape,
+                            tuple(res.notes)))
+    return out, fits
+
+
+def _constants(scoped: dict[str | None, dict[str, float] | None], dataset: str
+               ) -> dict[str, float] | None:
+    """Dataset constants over global ones, as ``resolve_constants`` ranks them."""
+    return scoped.get(dataset) or scoped.get(None)
+
+
+def _fit_options(estimator: str, observations) -> dict[str, Any]:
+    """Fit beta_k too (dsgd) when the runs span several k: the grid varies k, and the prior
+    compression exponent is otherwise never corrected."""
+    if estimator == "dsgd" and len({o.k_ratio for o in observations}) >= 2:
+        return {"fixed": ()}
+    return {}
+
+
+def _ttests(results: Sequence[WorkloadResult], outcome_of, fixed, seeds, families
+            ) -> list[PairedTest]:
+    tests: list[PairedTest] = []
+    for label, attr in (("advisor (priors)", "before"), ("advisor (calibrated)", "after")):
+        for fam in families:
+            acc_a, acc_b, cost_a, cost_b = [], [], [], []
+            for w in results:
+                cmp = getattr(w, attr)
+                plan = fixed.get(w.key, {}).get(fam)
+                if cmp is None or plan is None:
+                    continue
+                for s in seeds:
+                    a = outcome_of.get((w.key, cmp.advisor_plan, s))
+                    b = outcome_of.get((w.key, plan, s))
+                    if a is None or b is None:
+                        continue
+                    acc_a.append(100 * a.final_accuracy), acc_b.append(100 * b.final_accuracy)
+                    cost_a.append(a.cost), cost_b.append(b.cost)
+            if acc_a:
+                tests.append(paired_test(f"accuracy (pts): {label} vs fixed {fam}", acc_a, acc_b))
+                tests.append(paired_test(f"channel uses to target: {label} vs fixed {fam}",
+                                         cost_a, cost_b))
+    pairs = [(w.before, w.after) for w in results
+             if w.after is not None and w.before.oracle_plan is not None]
+    if pairs:
+        tests.append(paired_test("regret accuracy (pts): calibrated vs priors",
+                                 [a.regret_acc_pts for _, a in pairs],
+                                 [b.regret_acc_pts for b, _ in pairs]))
+        cost = [(a.regret_cost_pct, b.regret_cost_pct) for b, a in pairs
+                if a.regret_cost_pct is not None and b.regret_cost_pct is not None]
+        tests.append(paired_test("regret cost (%): calibrated vs priors",
+                                 [a for a, _ in cost], [b for _, b in cost]))
+    return tests
+
+
+def _topology_table(m: Measured, w: WorkloadResult, fixed: dict[str, str]
+                    ) -> list[dict[str, Any]]:
+    """The paper's per-topology table for the reference workload (fixed-policy plans)."""
+    rows = []
+    ref_cost = None
+    if "ring" in fixed:
+        ref_cost = w.summaries[fixed["ring"]].cost
+    elif fixed:
+        ref_cost = min(w.summaries[p].cost for p in fixed.values())
+    for fam, plan in fixed.items():
+        s = w.summaries[plan]
+        runs = [r for r in m.runs if r.plan == plan]
+        var = [v for r in runs if (v := client_variance(r)) is not None]
+        rows.append({
+            "family": fam, "plan": plan, "accuracy_pct": 100 * s.accuracy,
+            "accuracy_std_pct": 100 * s.accuracy_std, "cost": s.cost,
+            "norm_cost": s.cost / ref_cost if ref_cost else None,
+            "fairness_var_e3": 1e3 * float(np.mean(var)) if var else None,
+            "fairness_var_std_e3": 1e3 * float(np.std(var, ddof=1)) if len(var) > 1 else None,
+            "rounds": s.rounds, "reached": s.n_reached, "seeds": s.n_seeds,
+            "meets_sla": s.meets_sla})
+    return rows
+
+
+def _family_table(results: Sequence[WorkloadResult], fixed, families) -> list[dict[str, Any]]:
+    """Per family over all workloads: fixed-policy accuracy and cost relative to the oracle,
+    how often it meets the SLA, is the oracle's family and is the advisor's pick."""
+    rows = []
+    for fam in families:
+        acc, rel, meets = [], [], []
+        for w in results:
+            plan = fixed.get(w.key, {}).get(fam)
+            if plan is None:
+                continue
+            s = w.summaries[plan]
+            acc.append(100 * s.accuracy)
+            meets.append(s.meets_sla)
+            if w.oracle is not None and w.oracle.cost > 0:
+                rel.append(s.cost / w.oracle.cost)
+        rows.append({
+            "family": fam, "workloads": len(acc),
+            "accuracy_pct": float(np.mean(acc)) if acc else None,
+            "cost_vs_oracle": float(np.mean(rel)) if rel else None,
+            "meets_sla": rate(meets)[0],
+            "oracle": sum(1 for w in results if w.oracle is not None and w.oracle.family == fam),
+            "advisor_priors": sum(1 for w in results if w.before.advisor_family == fam),
+            "advisor_calibrated": sum(1 for w in results
+                                      if w.after is not None and w.after.advisor_family == fam)})
+    return rows
+
+
+def _scalability(grid: Grid, m: Measured, w: WorkloadResult, priors, full_fit, notes
+                 ) -> list[dict[str, Any]]:
+    """Predicted rounds and channel uses of the fixed-family plans of the reference workload
+    at other client counts (a scratch in-memory catalog; nothing is written to the real one)."""
+    from ..session import connect
+
+    ws = m.spec
+    k = grid.baseline_k if grid.baseline_k in ws.sparsity else max(ws.sparsity)
+    constants = {"priors": priors, "calibrated": full_fit}
+    rows: list[dict[str, Any]] = []
+    with connect(":memory:") as scratch:
+        for n in grid.scalability_clients:
+            wl = attrs.evolve(ws.workload, clients=int(n))
+            topologies = []
+            for fam, params in ws.topologies:
+                try:
+                    TopologySpec.create(fam, n, **dict(params))
+                    topologies.append((fam, dict(params)))
+                except AirPlanError as exc:
+                    notes.append(f"scalability: {fam} left out at N = {n} ({exc})")
+            if not topologies:
+                continue
+            try:
+                result = scratch.plan(wl, sla=ws.sla, topologies=topologies,
+                                      weights=[ws.weights[0]], sparsity=[k],
+                                      estimator=grid.estimator, objective=grid.objective)
+            except AirPlanError as exc:
+                notes.append(f"scalability: planning at N = {n} failed ({exc})")
+                continue
+            fc = next((c for c in result.candidates if c.plan == advisor.fc_plan(result)), None)
+            if fc is None:
+                fc_res = scratch.plan(wl, sla=ws.sla, topologies=["complete"],
+                                      weights=["metropolis_hastings"], sparsity=[1.0],
+                                      estimator=grid.estimator, objective=grid.objective)
+                fc = fc_res.chosen
+            wanted = {fam for fam, _ in topologies}
+            for which, consts in constants.items():
+                if consts is None:
+                    continue
+                p = advisor.pick(result, consts, [c for c in result.candidates
+                                                  if c.plan.topology.family in wanted], fc)
+                for c in result.candidates:
+                    if c.plan.topology.family not in wanted:
+                        continue
+                    e = advisor.estimate(result, c, consts, p.target)
+                    cost = Cost(e, c.cost.per_round, c.cost.startup, result.objective)
+                    total = cost.total("channel_uses")
+                    rows.append({
+                        "clients": int(n), "constants": which,
+                        "family": c.plan.topology.family, "plan": c.plan.label(),
+                        "rounds": e.rounds, "accuracy": e.accuracy, "channel_uses": total,
+                        "per_round_channel_uses": c.cost.per_round.channel_uses,
+                        "startup": c.cost.startup,
+                        "startup_share": (c.cost.startup / total) if total else None,
+                        "advisor": p.label == c.plan.label(),
+                        "measured": n == ws.workload.clients})
+    return rows
+
+
+def _comparison_block(cmps: list[Comparison], preds: list[tuple[float | None, float]],
+                      pairs_family) -> dict[str, Any]:
+    match, n = rate(c.match for c in cmps)
+    fam_match, _ = rate(c.family_match for c in cmps)
+    meets, _ = rate(c.advisor_meets_sla for c in cmps)
+    m, n_used, never = mape(preds)
+    scores = family_scores(pairs_family)
+    f1s = [s.f1 for s in scores.values() if s.f1 is not None]
+    return {
+        "workloads": len(cmps), "with_oracle": n, "match_rate": match,
+        "family_match_rate": fam_match, "advisor_meets_sla_rate": meets,
+        "regret_acc_pts": stats_of(c.regret_acc_pts for c in cmps),
+        "regret_cost_pct": stats_of(c.regret_cost_pct for c in cmps),
+        "rounds_mape_pct": m, "rounds_mape_n": n_used, "rounds_unpredicted": never,
+        "family_scores": {f: attrs.asdict(s) for f, s in scores.items()},
+        "macro_f1": float(np.mean(f1s)) if f1s else None,
+    }
+
+
+def _summary(grid: Grid, results: Sequence[WorkloadResult], runs: Sequence[RunRecord],
+             preds: Sequence[RunPrediction], folds: Sequence[FoldFit],
+             ttests: Sequence[PairedTest], n_folds: int) -> dict[str, Any]:
+    def per_family(attr: str) -> dict[str, Any]:
+        out = {}
+        for fam in sorted({p.family for p in preds}):
+            pairs = [(getattr(p, attr), p.actual) for p in preds
+                     if p.family == fam and not p.censored]
+            m, n, never = mape(pairs)
+            out[fam] = {"mape_pct": m, "n": n, "unpredicted": never,
+                        "censored": sum(1 for p in preds if p.family == fam and p.censored)}
+        return out
+
+    uncensored = [p for p in preds if not p.censored]
+    cal = [w for w in results if w.after is not None]
+    before = _comparison_block(
+        [w.before for w in results], [(p.before, p.actual) for p in uncensored],
+        [(w.before.advisor_family, w.before.oracle_family) for w in results])
+    # the calibrated predictions exist only for workloads of folds that could be fitted
+    cal_keys = {w.key for w in cal}
+    after = _comparison_block(
+        [w.after for w in cal], [(p.after, p.actual) for p in uncensored if p.workload in cal_keys],
+        [(w.after.advisor_family, w.after.oracle_family) for w in cal]) if cal else None
+    before["rounds_mape_by_family"] = per_family("before")
+    if after is not None:
+        keep = [p for p in preds if p.workload in cal_keys]
+        after["rounds_mape_by_family"] = {
+            fam: {"mape_pct": (r := mape([(p.after, p.actual) for p in keep
+                                          if p.family == fam and not p.censored]))[0],
+                  "n": r[1], "unpredicted": r[2],
+                  "censored": sum(1 for p in keep if p.family == fam and p.censored)}
+            for fam in sorted({p.family for p in keep})}
+    shares_adv = [w.startup / w.summaries[w.before.advisor_plan].cost for w in results
+                  if w.summaries[w.before.advisor_plan].cost > 0]
+    shares_cal = [w.startup / w.summaries[w.after.advisor_plan].cost for w in cal
+                  if w.summaries[w.after.advisor_plan].cost > 0]
+    shares_orc = [w.startup / w.oracle.cost for w in results
+                  if w.oracle is not None and w.oracle.cost > 0]
+    sketch = [w.sketch_over_model for w in results]
+    walls = [r.wall_s for r in runs if r.wall_s is not None and not r.cached]
+    return {
+        "grid": grid.name, "grid_sha": grid.sha, "estimator": grid.estimator,
+        "objective": grid.objective, "workloads": len(results), "seeds": list(grid.seeds),
+        "folds": n_folds, "runs": len(runs),
+        "trained": sum(1 for r in runs if not r.cached),
+        "cached": sum(1 for r in runs if r.cached),
+        "candidates_per_workload": stats_of(len(w.candidates) for w in results),
+        "train_seconds": float(sum(walls)) if walls else 0.0,
+        "seconds_per_trained_run": float(np.mean(walls)) if walls else None,
+        "no_oracle": sum(1 for w in results if w.oracle is None),
+        "uncalibrated": before, "calibrated": after,
+        "overhead": {
+            "sketch_over_model_pct": stats_of(100 * v for v in sketch if v is not None),
+            "broadcast_share_of_advisor_training_pct": stats_of(100 * v for v in shares_adv),
+            "broadcast_share_of_calibrated_advisor_training_pct": stats_of(
+                100 * v for v in shares_cal),
+            "broadcast_share_of_oracle_training_pct": stats_of(100 * v for v in shares_orc)},
+        "folds_fit": [{"fold": f.fold, "scope": f.scope, "n_obs": f.n_obs,
+                       "in_sample_mape_pct": f.in_sample_mape, "constants": f.constants}
+                      for f in folds],
+        "ttests": [attrs.asdict(t) for t in ttests],
+    }
+
+
+__all__ = ["Analysis", "WorkloadResult", "RunPrediction", "FoldFit", "analyze", "fixed_plan"]

@@ -1,0 +1,446 @@
+"""Evaluation grids: which workloads the advisor is judged on, read from a small TOML file.
+
+A grid lists workloads (dataset, clients, heterogeneity, channel, model, training) and, for each,
+the candidate plan space (topologies x mixing weights x sparsification ratios) and the SLA, plus
+the seeds and the number of cross-validation folds. A list-valued workload parameter in a
+``[[workloads]]`` entry expands into the cross product, so a 5 x 5 grid is one entry. The format
+is documented in docs/evaluation.md; ``default`` and ``quick`` ship with the package.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import math
+import os
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from ..errors import AirPlanError, ValidationError
+from ..plans.sla import parse_sla
+from ..plans.topology import TopologySpec
+from ..plans.workload import WORKLOAD_PARAMS, Workload, coerce_param
+from ..registry import suggest
+
+DEFAULT_SLA = "accuracy >= 0.95 * fc"
+DEFAULT_TOPOLOGIES = ("ring", "small_world(k=4)", "clustered", "complete")
+DEFAULT_SPARSITY = (0.1, 1.0)
+DEFAULT_WEIGHTS = ("metropolis_hastings",)
+DEFAULT_SCALABILITY = (10, 20, 50, 100, 200, 500, 1000)
+
+TOP_KEYS = ("name", "description", "seeds", "folds", "cv_seed", "estimator", "objective", "sla",
+            "baseline_k", "reference", "scalability_clients", "defaults", "workloads")
+#: Keys of a workload entry besides the workload parameters (WORKLOAD_PARAMS).
+PLAN_KEYS = ("name", "dataset", "clients", "topologies", "sparsity", "weights", "sla")
+_NOT_IN_WORKLOAD = ("seed",)
+
+
+def builtin_grids() -> list[str]:
+    """Names of the grids shipped in ``airplan_qo/grids``."""
+    root = resources.files("airplan_qo") / "grids"
+    return sorted(p.name[:-5] for p in root.iterdir() if p.name.endswith(".toml"))
+
+
+@attrs.frozen
+class WorkloadSpec:
+    """One workload of a grid with its candidate plan space and SLA.
+
+    ``workload`` carries the grid's first seed; :meth:`for_seed` gives the other replicates.
+    ``topologies`` are ``(family, ((param, value), ...))`` pairs as :meth:`Session.plan` takes.
+    """
+
+    key: str
+    index: int
+    workload: Workload
+    topologies: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...]
+    sparsity: tuple[float, ...]
+    weights: tuple[str, ...]
+    sla: str
+
+    def for_seed(self, seed: int) -> Workload:
+        return attrs.evolve(self.workload, seed=int(seed))
+
+    def topology_args(self) -> list[tuple[str, dict[str, Any]]]:
+        return [(f, dict(p)) for f, p in self.topologies]
+
+    def specs(self) -> list[TopologySpec]:
+        """The topology specs the planner enumerates for this workload (weights included)."""
+        w = self.workload
+        out: list[TopologySpec] = []
+        for family, params in self.topologies:
+            for rule in self.weights:
+                spec = TopologySpec.create(family, w.clients, seed=w.topology_seed, weights=rule,
+                                           **dict(params))
+                if spec not in out:
+                    out.append(spec)
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        w = self.workload
+        return {"key": self.key, "dataset": w.dataset, "clients": w.clients, "alpha": w.alpha,
+                "snr_db": w.snr_db, "dropout": w.dropout, "model": w.model, "rounds": w.rounds,
+                "sla": self.sla, "sparsity": list(self.sparsity), "weights": list(self.weights),
+                "topologies": [_topology_text(f, p) for f, p in self.topologies]}
+
+
+@attrs.frozen
+class Grid:
+    """A parsed evaluation grid (see the module docstring and docs/evaluation.md)."""
+
+    name: str
+    source: str
+    sha: str
+    seeds: tuple[int, ...]
+    folds: int
+    workloads: tuple[WorkloadSpec, ...]
+    estimator: str = "dsgd"
+    objective: str = "channel_uses"
+    cv_seed: int = 0
+    baseline_k: float | None = None
+    reference: int = 0
+    scalability_clients: tuple[int, ...] = DEFAULT_SCALABILITY
+    description: str = ""
+
+    def with_seeds(self, n: int) -> "Grid":
+        """The same grid with seeds 0..n-1 (the CLI's ``--seeds``)."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValidationError(f"--seeds must be a positive integer, got {n!r}")
+        return attrs.evolve(self, seeds=tuple(range(n)))
+
+    def with_folds(self, k: int) -> "Grid":
+        if isinstance(k, bool) or not isinstance(k, int) or k < 2:
+            raise ValidationError(f"--folds must be an integer >= 2, got {k!r}")
+        return attrs.evolve(self, folds=k)
+
+    @property
+    def n_runs(self) -> int:
+        """Training runs the grid needs (candidates x seeds, plus the fully connected reference
+        where the candidates lack it)."""
+        total = 0
+        for ws in self.workloads:
+            n = len(ws.specs()) * len(ws.sparsity)
+            if not _has_reference(ws):
+                n += 1
+            total += n * len(self.seeds)
+        return total
+
+
+def _has_reference(ws: WorkloadSpec) -> bool:
+    return 1.0 in ws.sparsity and any(
+        s.family == "complete" and s.weights == "metropolis_hastings" for s in ws.specs())
+
+
+def load_grid(name_or_file: str | os.PathLike[str]) -> Grid:
+    """A grid from a TOML file, or a shipped grid by name (``default``, ``quick``)."""
+    text = str(name_or_file)
+    path = Path(text)
+    if path.is_file():
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise ValidationError(f"cannot read grid file {path}: {exc}") from None
+        return parse_grid(data, source=str(path), default_name=path.stem)
+    names = builtin_grids()
+    if text in names:
+        data = (resources.files("airplan_qo") / "grids" / f"{text}.toml").read_bytes()
+        return parse_grid(data, source=f"builtin:{text}", default_name=text)
+    if text.endswith(".toml") or os.sep in text:
+        raise ValidationError(f"grid file {text} does not exist")
+    raise ValidationError(f"unknown grid '{text}'{suggest(text, names)}; give a TOML file or one "
+                          f"of the shipped grids: {', '.join(names)}")
+
+
+def parse_grid(data: bytes | str, *, source: str = "<grid>", default_name: str = "grid") -> Grid:
+    """Parse and validate grid TOML; every error names the file and the offending key."""
+    raw = data.encode() if isinstance(data, str) else bytes(data)
+    try:
+        doc = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ValidationError(f"{source}: not valid TOML: {exc}") from None
+    where = _Where(source)
+    for key in doc:
+        if key not in TOP_KEYS:
+            raise where.error(key, f"unknown key{suggest(key, list(TOP_KEYS))}; allowed: "
+                                   f"{', '.join(TOP_KEYS)}")
+    name = _string(doc.get("name", default_name), where, "name")
+    seeds = _seeds(doc.get("seeds", 3), where)
+    folds = _int(doc.get("folds", 5), where, "folds", lo=2)
+    cv_seed = _int(doc.get("cv_seed", 0), where, "cv_seed", lo=0)
+    estimator = _string(doc.get("estimator", "dsgd"), where, "estimator").lower()
+    objective = _string(doc.get("objective", "channel_uses"), where, "objective").lower()
+    _check_estimator(estimator, objective, where)
+    baseline_k = doc.get("baseline_k")
+    if baseline_k is not None:
+        baseline_k = _ratio(baseline_k, where, "baseline_k")
+    grid_sla = _sla(doc.get("sla", DEFAULT_SLA), where, "sla")
+    scal = doc.get("scalability_clients", list(DEFAULT_SCALABILITY))
+    if not isinstance(scal, list) or not scal:
+        raise where.error("scalability_clients", "must be a non-empty list of client counts")
+    scalability = tuple(sorted({_int(v, where, "scalability_clients", lo=4) for v in scal}))
+    defaults = doc.get("defaults", {})
+    if not isinstance(defaults, dict):
+        raise where.error("defaults", "must be a table of workload keys")
+    _check_entry_keys(defaults, where, "defaults")
+    entries = doc.get("workloads")
+    if not isinstance(entries, list) or not entries:
+        raise where.error("workloads", "the grid needs at least one [[workloads]] entry")
+    workloads: list[WorkloadSpec] = []
+    for i, entry in enumerate(entries):
+        label = f"workloads[{i}]"
+        if not isinstance(entry, dict):
+            raise where.error(label, "must be a table")
+        _check_entry_keys(entry, where, label)
+        merged = {**defaults, **entry}
+        for values in _expand(merged, where, label):
+            workloads.append(_workload_spec(values, len(workloads), where, label, seeds[0],
+                                            grid_sla))
+    workloads = _name_workloads(workloads, where)
+    reference = _int(doc.get("reference", 0), where, "reference", lo=0)
+    if reference >= len(workloads):
+        raise where.error("reference", f"must index a workload (0..{len(workloads) - 1}), got "
+                                       f"{reference}")
+    description = _string(doc.get("description", ""), where, "description")
+    return Grid(name=name, source=source, sha=hashlib.sha256(raw).hexdigest(), seeds=seeds,
+                folds=folds, workloads=tuple(workloads), estimator=estimator,
+                objective=objective, cv_seed=cv_seed, baseline_k=baseline_k,
+                reference=reference, scalability_clients=scalability, description=description)
+
+
+class _Where:
+    def __init__(self, source: str):
+        self.source = source
+
+    def error(self, key: str, message: str) -> ValidationError:
+        return ValidationError(f"grid {self.source}: key '{key}': {message}")
+
+
+def _string(value: Any, where: _Where, key: str) -> str:
+    if not isinstance(value, str):
+        raise where.error(key, f"must be a string, got {value!r}")
+    return value
+
+
+def _int(value: Any, where: _Where, key: str, *, lo: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise where.error(key, f"must be an integer, got {value!r}")
+    if lo is not None and value < lo:
+        raise where.error(key, f"must be >= {lo}, got {value}")
+    return int(value)
+
+
+def _ratio(value: Any, where: _Where, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise where.error(key, f"must be a number in (0, 1], got {value!r}")
+    v = float(value)
+    if not (0 < v <= 1) or not math.isfinite(v):
+        raise where.error(key, f"must be in (0, 1], got {value!r}")
+    return v
+
+
+def _seeds(value: Any, where: _Where) -> tuple[int, ...]:
+    if isinstance(value, list):
+        if not value:
+            raise where.error("seeds", "the list of seeds is empty")
+        seeds = tuple(_int(v, where, "seeds", lo=0) for v in value)
+        if len(set(seeds)) != len(seeds):
+            raise where.error("seeds", f"seeds repeat: {list(seeds)}")
+        return seeds
+    return tuple(range(_int(value, where, "seeds", lo=1)))
+
+
+def _sla(value: Any, where: _Where, key: str) -> str:
+    text = _string(value, where, key)
+    try:
+        sla = parse_sla(text)
+    except AirPlanError as exc:
+        raise where.error(key, f"invalid SLA {text!r}: {exc}") from None
+    if sla.accuracy_threshold(1.0) is None:
+        raise where.error(key, f"the SLA {text!r} has no accuracy bound; the oracle needs one "
+                               "(e.g. 'accuracy >= 0.95 * fc')")
+    return sla.render()
+
+
+def _check_estimator(estimator: str, objective: str, where: _Where) -> None:
+    from ..plans.estimators import ESTIMATORS
+    from ..plans.plan import OBJECTIVES
+
+    try:
+        ESTIMATORS.get(estimator)
+    except AirPlanError as exc:
+        raise where.error("estimator", str(exc)) from None
+    if objective not in OBJECTIVES:
+        raise where.error("objective", f"unknown objective{suggest(objective, list(OBJECTIVES))}"
+                                       f"; use one of {', '.join(OBJECTIVES)}")
+
+
+def _check_entry_keys(entry: dict[str, Any], where: _Where, label: str) -> None:
+    allowed = list(PLAN_KEYS) + [k for k in WORKLOAD_PARAMS if k not in _NOT_IN_WORKLOAD]
+    for key in entry:
+        if key in _NOT_IN_WORKLOAD:
+            raise where.error(f"{label}.{key}", "seeds are set by the top-level 'seeds' key")
+        if key not in allowed:
+            raise where.error(f"{label}.{key}", f"unknown workload key{suggest(key, allowed)}; "
+                                                f"allowed: {', '.join(sorted(allowed))}")
+
+
+def _expand(entry: dict[str, Any], where: _Where, label: str) -> list[dict[str, Any]]:
+    """The cross product over list-valued workload parameters (plan-space keys stay lists)."""
+    axes = [(k, v) for k, v in entry.items()
+            if isinstance(v, list) and k not in ("topologies", "sparsity", "weights")]
+    for k, v in axes:
+        if not v:
+            raise where.error(f"{label}.{k}", "an empty list expands to no workload")
+    if not axes:
+        return [dict(entry)]
+    names = [k for k, _ in axes]
+    out = []
+    for combo in itertools.product(*(v for _, v in axes)):
+        values = dict(entry)
+        values.update(zip(names, combo))
+        out.append(values)
+    return out
+
+
+def parse_topology(item: Any) -> tuple[str, tuple[tuple[str, Any], ...]]:
+    """``"small_world(k=4)"``, ``"ring"`` or ``{family = "small_world", k = 4}`` to
+    ``(family, ((param, value), ...))``."""
+    if isinstance(item, dict):
+        params = dict(item)
+        family = params.pop("family", None)
+        if not isinstance(family, str):
+            raise ValidationError(f"a topology table needs a 'family' string, got {item!r}")
+        return family.strip().lower(), tuple(sorted(params.items()))
+    if not isinstance(item, str):
+        raise ValidationError(f"a topology is a string like 'small_world(k=4)' or a table, got "
+                              f"{item!r}")
+    name, sep, rest = item.strip().partition("(")
+    params: dict[str, Any] = {}
+    if sep:
+        if not rest.endswith(")"):
+            raise ValidationError(f"topology {item!r}: expected NAME or NAME(key=value, ...)")
+        for part in rest[:-1].split(","):
+            if not part.strip():
+                continue
+            key, eq, value = part.partition("=")
+            if not eq or not key.strip():
+                raise ValidationError(f"topology {item!r}: parameter {part.strip()!r} is not "
+                                      "key=value")
+            params[key.strip()] = _literal(value.strip())
+    if not name.strip():
+        raise ValidationError(f"topology {item!r} has no family name")
+    return name.strip().lower(), tuple(sorted(params.items()))
+
+
+def _literal(text: str) -> Any:
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text.strip("'\"")
+
+
+def _topology_text(family: str, params: tuple[tuple[str, Any], ...]) -> str:
+    if not params:
+        return family
+    return f"{family}({', '.join(f'{k}={v}' for k, v in params)})"
+
+
+def _workload_spec(values: dict[str, Any], index: int, where: _Where, label: str, seed: int,
+                   grid_sla: str) -> WorkloadSpec:
+    params = {k: v for k, v in values.items() if k in WORKLOAD_PARAMS}
+    for key, value in params.items():
+        try:
+            coerce_param(key, value)
+        except AirPlanError as exc:
+            raise where.error(f"{label}.{key}", str(exc)) from None
+    dataset = _string(values.get("dataset", "digits"), where, f"{label}.dataset").lower()
+    try:
+        from ..data import dataset_info
+
+        dataset_info(dataset)
+    except AirPlanError as exc:
+        raise where.error(f"{label}.dataset", str(exc)) from None
+    clients = values.get("clients", 10)
+    _int(clients, where, f"{label}.clients", lo=2)
+    try:
+        workload = Workload.from_params(dataset, clients, {**params, "seed": seed})
+    except AirPlanError as exc:
+        raise where.error(label, str(exc)) from None
+    topologies = values.get("topologies", list(DEFAULT_TOPOLOGIES))
+    if not isinstance(topologies, list) or not topologies:
+        raise where.error(f"{label}.topologies", "must be a non-empty list")
+    topo: list[tuple[str, tuple[tuple[str, Any], ...]]] = []
+    for t in topologies:
+        try:
+            fam, p = parse_topology(t)
+            spec = TopologySpec.create(fam, clients, seed=workload.topology_seed, **dict(p))
+        except AirPlanError as exc:
+            raise where.error(f"{label}.topologies", str(exc)) from None
+        if (spec.family, p) not in topo:
+            topo.append((spec.family, p))
+    sparsity = values.get("sparsity", list(DEFAULT_SPARSITY))
+    if not isinstance(sparsity, list) or not sparsity:
+        raise where.error(f"{label}.sparsity", "must be a non-empty list of ratios in (0, 1]")
+    ks = tuple(sorted({_ratio(k, where, f"{label}.sparsity") for k in sparsity}))
+    weights = values.get("weights", list(DEFAULT_WEIGHTS))
+    if not isinstance(weights, list) or not weights:
+        raise where.error(f"{label}.weights", "must be a non-empty list of weights rules")
+    from ..plans.mixing import WEIGHTS
+
+    rules: list[str] = []
+    for rule in weights:
+        try:
+            WEIGHTS.get(_string(rule, where, f"{label}.weights"))
+        except AirPlanError as exc:
+            raise where.error(f"{label}.weights", str(exc)) from None
+        if rule.lower() not in rules:
+            rules.append(rule.lower())
+    sla = _sla(values["sla"], where, f"{label}.sla") if "sla" in values else grid_sla
+    name = values.get("name")
+    key = _string(name, where, f"{label}.name") if name is not None else ""
+    return WorkloadSpec(key=key, index=index, workload=workload, topologies=tuple(topo),
+                        sparsity=ks, weights=tuple(rules), sla=sla)
+
+
+_KEY_PARAMS = (("alpha", "alpha"), ("snr_db", "snr"), ("dropout", "dropout"))
+
+
+def _name_workloads(specs: list[WorkloadSpec], where: _Where) -> list[WorkloadSpec]:
+    """Readable unique keys: dataset, N, alpha, SNR, dropout, plus any parameter that varies
+    across the grid's workloads; explicit names are kept. Identical workloads are an error."""
+    varying = [name for name in WORKLOAD_PARAMS
+               if name not in ("alpha", "snr_db", "dropout", "seed")
+               and len({getattr(s.workload, name) for s in specs}) > 1]
+    out: list[WorkloadSpec] = []
+    seen: dict[str, int] = {}
+    identity: dict[tuple, int] = {}
+    for s in specs:
+        ident = (s.workload, s.topologies, s.sparsity, s.weights, s.sla)
+        if ident in identity:
+            raise where.error(f"workloads (#{s.index})", f"duplicates workload "
+                                                          f"#{identity[ident]}")
+        identity[ident] = s.index
+        w = s.workload
+        key = s.key
+        if not key:
+            parts = [w.dataset, f"N={w.clients}"]
+            parts += [f"{short}={getattr(w, name):g}" for name, short in _KEY_PARAMS
+                      if not (name == "dropout" and w.dropout == 0)]
+            parts += [f"{name}={getattr(w, name)}" for name in varying]
+            key = " ".join(parts)
+        if key in seen:
+            key = f"{key} #{s.index}"
+        seen[key] = s.index
+        out.append(attrs.evolve(s, key=key))
+    return out
+
+
+__all__ = ["Grid", "WorkloadSpec", "load_grid", "parse_grid", "parse_topology", "builtin_grids"]

@@ -1,0 +1,303 @@
+"""Advisor-quality metrics over a table of measured runs: pure functions, no catalog, no torch.
+
+Definitions (docs/evaluation.md states them with examples; the tests check them on a hand-made
+table):
+
+* target: the SLA's accuracy bound with ``fc`` = the **measured** mean final accuracy (over
+  seeds) of the fully connected, uncompressed plan with Metropolis weights after the round
+  budget (for an absolute SLA, the bound itself).
+* per run: ``reached`` when the test accuracy of the average model reaches the target within
+  the budget; ``rounds`` = the first round it does (else the rounds run, a lower bound);
+  ``cost`` = channel uses up to that round plus the statistics broadcast (else those of the
+  whole run, a lower bound).
+* per plan (seeds aggregated): accuracy = mean final accuracy; cost, rounds = means over
+  seeds (censored seeds at their lower bounds); the plan **meets the SLA** when it reaches the
+  target in a strict majority of its seeds (so every seed for one or two seeds) and the SLA's
+  other bounds (rounds, channel uses, energy, airtime) hold for those means.
+* oracle: among the candidates that meet the SLA, the lowest cost (channel uses by default),
+  ties broken by higher accuracy, then the plan label. None when no candidate meets the SLA.
+* match: the advisor's plan label equals the oracle's (topology, parameters, weights rule and
+  k); family match compares topology families only.
+* regret: accuracy in points = 100 (oracle accuracy - advisor accuracy); cost in percent =
+  100 (advisor cost - oracle cost) / oracle cost. Both can be negative.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+
+from ..errors import ValidationError
+
+
+@attrs.frozen
+class RunOutcome:
+    """One measured run (workload, plan, seed) after the target has been applied."""
+
+    workload: str
+    plan: str
+    family: str
+    seed: int
+    final_accuracy: float
+    reached: bool
+    rounds: float
+    cost: float
+    energy_j: float | None = None
+    airtime_s: float | None = None
+
+
+@attrs.frozen
+class PlanSummary:
+    """A plan's measurements over the seeds of one workload."""
+
+    workload: str
+    plan: str
+    family: str
+    n_seeds: int
+    n_reached: int
+    accuracy: float
+    accuracy_std: float
+    cost: float
+    rounds: float
+    energy_j: float | None
+    airtime_s: float | None
+    meets_sla: bool
+
+    @property
+    def majority_reached(self) -> bool:
+        return 2 * self.n_reached > self.n_seeds
+
+
+@attrs.frozen
+class Comparison:
+    """The advisor's pick beside the oracle for one workload."""
+
+    workload: str
+    advisor_plan: str
+    advisor_family: str
+    oracle_plan: str | None
+    oracle_family: str | None
+    match: bool | None
+    family_match: bool | None
+    regret_acc_pts: float | None
+    regret_cost_pct: float | None
+    advisor_meets_sla: bool
+
+
+@attrs.frozen
+class FamilyScore:
+    family: str
+    precision: float | None
+    recall: float | None
+    f1: float | None
+    support: int          # workloads whose oracle is this family
+    predicted: int        # workloads where the advisor picked this family
+
+
+@attrs.frozen
+class PairedTest:
+    """A paired t-test (``scipy.stats.ttest_rel``) of a - b."""
+
+    name: str
+    n: int
+    mean_a: float | None
+    mean_b: float | None
+    mean_diff: float | None
+    t: float | None
+    p: float | None
+
+
+def outcome_from_curve(accuracy: Sequence[float | None], round_cost: Sequence[float],
+                       startup: float, target: float) -> tuple[bool, int, float]:
+    """(reached, rounds, cost) of one run: the first round whose test accuracy is >= target
+    (1-based) and the channel uses up to and including it plus ``startup``; when the target is
+    never reached, the rounds run and the whole run's channel uses (lower bounds)."""
+    if len(accuracy) != len(round_cost):
+        raise ValidationError(f"curve has {len(accuracy)} accuracies but {len(round_cost)} "
+                              "per-round costs")
+    spent = float(startup)
+    for i, (acc, c) in enumerate(zip(accuracy, round_cost), 1):
+        spent += float(c or 0.0)
+        if acc is not None and math.isfinite(acc) and acc >= target:
+            return True, i, spent
+    return False, len(accuracy), spent
+
+
+def measured_target(sla, fc_accuracy: float | None) -> float:
+    """The SLA's accuracy bound with ``fc`` = the measured fully connected accuracy."""
+    bound = sla.accuracy_threshold(fc_accuracy)
+    if bound is None:
+        raise ValidationError(f"SLA '{sla.render()}' has no accuracy bound")
+    return float(bound)
+
+
+def _mean(values: Iterable[float | None]) -> float | None:
+    vals = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    return float(np.mean(vals)) if vals else None
+
+
+def summarize(outcomes: Iterable[RunOutcome], sla=None, fc_accuracy: float | None = None
+              ) -> dict[tuple[str, str], PlanSummary]:
+    """Aggregate runs per (workload, plan) over seeds and decide whether each meets the SLA.
+
+    The accuracy bound of the SLA is judged by ``reached`` (strict majority of seeds); its other
+    bounds (rounds, channel_uses, energy_j, airtime_s) on the seed means.
+    """
+    groups: dict[tuple[str, str], list[RunOutcome]] = defaultdict(list)
+    for o in outcomes:
+        groups[(o.workload, o.plan)].append(o)
+    out: dict[tuple[str, str], PlanSummary] = {}
+    for key, runs in groups.items():
+        seeds = [r.seed for r in runs]
+        if len(set(seeds)) != len(seeds):
+            raise ValidationError(f"workload {key[0]!r}, plan {key[1]!r}: seed measured twice")
+        families = {r.family for r in runs}
+        if len(families) != 1:
+            raise ValidationError(f"plan {key[1]!r} has several families: {sorted(families)}")
+        acc = np.array([r.final_accuracy for r in runs], dtype=float)
+        n_reached = sum(1 for r in runs if r.reached)
+        summary = PlanSummary(
+            workload=key[0], plan=key[1], family=runs[0].family, n_seeds=len(runs),
+            n_reached=n_reached, accuracy=float(acc.mean()),
+            accuracy_std=float(acc.std(ddof=1)) if len(runs) > 1 else 0.0,
+            cost=float(np.mean([r.cost for r in runs])),
+            rounds=float(np.mean([r.rounds for r in runs])),
+            energy_j=_mean(r.energy_j for r in runs), airtime_s=_mean(r.airtime_s for r in runs),
+            meets_sla=False)
+        out[key] = attrs.evolve(summary, meets_sla=_meets(summary, sla, fc_accuracy))
+    return out
+
+
+def _meets(s: PlanSummary, sla, fc_accuracy: float | None) -> bool:
+    if not s.majority_reached:
+        return False
+    if sla is None:
+        return True
+    values = {"rounds": s.rounds, "channel_uses": s.cost, "energy_j": s.energy_j,
+              "airtime_s": s.airtime_s}
+    for c in sla.constraints:
+        if c.metric == "accuracy":
+            continue
+        actual = values.get(c.metric)
+        if actual is None or not c.holds(float(actual), fc_accuracy):
+            return False
+    return True
+
+
+def oracle(summaries: Iterable[PlanSummary]) -> PlanSummary | None:
+    """The cheapest plan that meets the SLA; ties: higher accuracy, then the plan label."""
+    ok = [s for s in summaries if s.meets_sla]
+    if not ok:
+        return None
+    return min(ok, key=lambda s: (s.cost, -s.accuracy, s.plan))
+
+
+def compare(workload: str, advisor_plan: str, by_plan: Mapping[str, PlanSummary],
+            candidates: Iterable[str] | None = None) -> Comparison:
+    """Match and regret of the advisor's pick against the oracle: the cheapest of
+    ``candidates`` (default: every plan of ``by_plan``, keyed by label) that meets the SLA.
+    The advisor's plan must have been measured; it may lie outside ``candidates`` (the
+    planner's fully connected fallback)."""
+    if advisor_plan not in by_plan:
+        raise ValidationError(f"workload {workload!r}: the advisor's plan {advisor_plan!r} was "
+                              "not measured")
+    adv = by_plan[advisor_plan]
+    allowed = set(by_plan) if candidates is None else set(candidates)
+    orc = oracle(s for s in by_plan.values() if s.plan in allowed)
+    if orc is None:
+        return Comparison(workload, adv.plan, adv.family, None, None, None, None, None, None,
+                          adv.meets_sla)
+    regret_cost = (100.0 * (adv.cost - orc.cost) / orc.cost) if orc.cost > 0 else None
+    return Comparison(workload, adv.plan, adv.family, orc.plan, orc.family,
+                      adv.plan == orc.plan, adv.family == orc.family,
+                      100.0 * (orc.accuracy - adv.accuracy), regret_cost, adv.meets_sla)
+
+
+def family_scores(pairs: Iterable[tuple[str, str | None]]) -> dict[str, FamilyScore]:
+    """Per-family precision, recall and F1 of (advisor family, oracle family) pairs.
+
+    precision = hits / advisor picks of F, recall = hits / oracle choices of F, F1 their
+    harmonic mean; None where the denominator is 0. Pairs without an oracle are left out.
+    """
+    pairs = [(a, o) for a, o in pairs if o is not None]
+    families = sorted({a for a, _ in pairs} | {o for _, o in pairs})
+    out = {}
+    for f in families:
+        hits = sum(1 for a, o in pairs if a == f and o == f)
+        predicted = sum(1 for a, _ in pairs if a == f)
+        support = sum(1 for _, o in pairs if o == f)
+        p = hits / predicted if predicted else None
+        r = hits / support if support else None
+        f1 = (2 * p * r / (p + r) if p is not None and r is not None and p + r > 0
+              else (0.0 if p is not None and r is not None else None))
+        out[f] = FamilyScore(f, p, r, f1, support, predicted)
+    return out
+
+
+def mape(pairs: Iterable[tuple[float | None, float]]) -> tuple[float | None, int, int]:
+    """(MAPE in percent, n used, n unpredicted) of (predicted, actual) pairs: pairs whose
+    prediction is None ("never") are counted as unpredicted and left out; actual must be > 0."""
+    apes, never = [], 0
+    for pred, act in pairs:
+        if pred is None:
+            never += 1
+            continue
+        if not act > 0:
+            raise ValidationError(f"MAPE needs actual values > 0, got {act}")
+        apes.append(100.0 * abs(float(pred) - float(act)) / float(act))
+    return (float(np.mean(apes)) if apes else None), len(apes), never
+
+
+def paired_test(name: str, a: Sequence[float], b: Sequence[float]) -> PairedTest:
+    """``scipy.stats.ttest_rel(a, b)``; t and p are None with fewer than two pairs or when
+    every difference is the same (the statistic is undefined)."""
+    from scipy import stats
+
+    if len(a) != len(b):
+        raise ValidationError(f"paired test {name}: {len(a)} values against {len(b)}")
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    n = int(x.size)
+    if n == 0:
+        return PairedTest(name, 0, None, None, None, None, None)
+    diff = x - y
+    t = p = None
+    if n >= 2 and float(np.ptp(diff)) > 0:
+        res = stats.ttest_rel(x, y)
+        t, p = float(res.statistic), float(res.pvalue)
+    return PairedTest(name, n, float(x.mean()), float(y.mean()), float(diff.mean()), t, p)
+
+
+def assign_folds(keys: Sequence[str], folds: int, seed: int) -> dict[str, int]:
+    """Workload -> fold (0..folds-1): a seeded permutation of the sorted keys dealt round-robin,
+    so folds differ in size by at most one. ``folds`` is capped at the number of workloads."""
+    if folds < 2:
+        raise ValidationError(f"cross-validation needs at least 2 folds, got {folds}")
+    ordered = sorted(keys)
+    k = min(folds, len(ordered))
+    perm = np.random.default_rng(seed).permutation(len(ordered))
+    return {ordered[j]: i % k for i, j in enumerate(perm.tolist())}
+
+
+def rate(values: Iterable[bool | None]) -> tuple[float | None, int]:
+    """(fraction of True, n) over the values that are not None."""
+    vals = [bool(v) for v in values if v is not None]
+    return (sum(vals) / len(vals) if vals else None), len(vals)
+
+
+def stats_of(values: Iterable[float | None]) -> dict[str, Any]:
+    """n, mean, median, max of the finite values (None when there are none)."""
+    vals = np.array([float(v) for v in values if v is not None and math.isfinite(float(v))])
+    if vals.size == 0:
+        return {"n": 0, "mean": None, "median": None, "max": None, "min": None}
+    return {"n": int(vals.size), "mean": float(vals.mean()), "median": float(np.median(vals)),
+            "max": float(vals.max()), "min": float(vals.min())}
+
+
+__all__ = ["RunOutcome", "PlanSummary", "Comparison", "FamilyScore", "PairedTest",
+           "outcome_from_curve", "measured_target", "summarize", "oracle", "compare",
+           "family_scores", "mape", "paired_test", "assign_folds", "rate", "stats_of"]

@@ -1,0 +1,276 @@
+"""The Markdown report of an advisor evaluation (what the CLI writes to ``report.md``)."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+PAPER = {"match": "91.4% (topology)", "mape": "2.9-4.8% (C_ours, per topology)",
+         "overhead": "< 1.8% of training cost (N = 100)", "f1": "> 0.87 per topology",
+         "regret_acc": "<= 0.3 pp when wrong"}
+
+
+def _pct(x: float | None, nd: int = 1) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.{nd}f}%"
+
+
+def _num(x: float | None, nd: int = 2) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "n/a"
+    return f"{x:.{nd}f}"
+
+
+def _sig(x: float | None) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "n/a"
+    return f"{x:.4g}"
+
+
+def _table(head: list[str], rows: list[list[Any]]) -> list[str]:
+    out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return out + [""]
+
+
+def _rate(block: dict[str, Any] | None, key: str) -> str:
+    if block is None:
+        return "n/a"
+    n = block["with_oracle"] if key != "advisor_meets_sla_rate" else block["workloads"]
+    v = block[key]
+    hits = "" if v is None else f" ({round(v * n)}/{n})"
+    return _pct(v) + hits
+
+
+def render(analysis, *, figures: list[Path], wall_s: float, command: str,
+           evaluation_id: int | None) -> str:
+    """The whole report as Markdown text."""
+    a, g, s = analysis, analysis.grid, analysis.summary
+    before, after = s["uncalibrated"], s["calibrated"]
+    lines = [f"# Advisor evaluation: grid `{g.name}`", ""]
+    if g.description:
+        lines += [g.description, ""]
+    lines += [
+        f"- grid: `{g.source}` (sha256 `{g.sha[:16]}`), {s['workloads']} workloads, "
+        f"{s['candidates_per_workload']['median']:.0f} candidate plans per workload (median), "
+        f"seeds {s['seeds']}, {s['folds']} cross-validation folds over workloads",
+        f"- estimator `{g.estimator}`, objective `{g.objective}` (the oracle's cost is channel "
+        "uses to the target, statistics broadcast included)",
+        f"- runs: {s['runs']} ({s['trained']} trained now, {s['cached']} reused from the "
+        f"catalog); training time of the new runs {s['train_seconds']:.1f} s"
+        + (f" ({s['seconds_per_trained_run']:.2f} s per run)"
+           if s["seconds_per_trained_run"] else "")
+        + f"; whole evaluation {wall_s:.1f} s",
+        f"- evaluation id {evaluation_id}; reproduce with `{command}`", ""]
+
+    ov = s["overhead"]
+    lines += ["## Summary", ""]
+    lines += _table(
+        ["metric", "advisor, priors", "advisor, calibrated (k-fold CV)", "paper"],
+        [["plan match rate (topology, weights, k)", _rate(before, "match_rate"),
+          _rate(after, "match_rate"), "-"],
+         ["topology-family match rate", _rate(before, "family_match_rate"),
+          _rate(after, "family_match_rate"), PAPER["match"]],
+         ["advisor's pick meets the SLA (measured)", _rate(before, "advisor_meets_sla_rate"),
+          _rate(after, "advisor_meets_sla_rate"), "-"],
+         ["regret, accuracy (pts): mean / max", _regret(before, "regret_acc_pts"),
+          _regret(after, "regret_acc_pts"), PAPER["regret_acc"]],
+         ["regret, cost (%): mean / median / max", _regret(before, "regret_cost_pct", True),
+          _regret(after, "regret_cost_pct", True), "-"],
+         ["rounds MAPE, uncensored runs (n; predicted never)", _mape(before), _mape(after),
+          PAPER["mape"]],
+         ["macro F1 over families", _num(before["macro_f1"]),
+          _num(after["macro_f1"]) if after else "n/a", PAPER["f1"]],
+         ["statistics broadcast / training cost of the advisor's pick: median / max",
+          _ov(ov["broadcast_share_of_advisor_training_pct"]),
+          _ov(ov["broadcast_share_of_calibrated_advisor_training_pct"]), PAPER["overhead"]],
+         ["sketch bytes / one model transmission: median",
+          _ov(ov["sketch_over_model_pct"], median_only=True), "same", "-"]])
+    if s["no_oracle"]:
+        lines += [f"{s['no_oracle']} workload(s) have no candidate that meets the SLA in "
+                  "measurement; they are left out of the match rates and regrets.", ""]
+
+    lines += ["## Definitions", "",
+              "- **target**: the SLA's accuracy bound with `fc` = the measured mean final "
+              "accuracy of the fully connected, uncompressed plan (Metropolis weights) over the "
+              "seeds; the planner's own target (from its predicted `fc`) is in the detail rows.",
+              "- **measured run**: every candidate is trained for the whole round budget; its "
+              "rounds are the first round the average model reaches the target, its cost the "
+              "channel uses up to that round plus the statistics broadcast (when it never "
+              "does: the whole run, a lower bound).",
+              "- **meets the SLA**: reaches the target in a strict majority of the seeds, and "
+              "the other SLA bounds hold for the seed means.",
+              "- **oracle**: the cheapest candidate that meets the SLA (mean channel uses over "
+              "seeds); ties: higher accuracy, then the plan label.",
+              "- **advisor**: the plan the planner chooses for the workload's first seed "
+              "(sketch statistics of that partition), costed with the estimator's priors, or "
+              "with constants fitted on the runs of the other folds (never on the workload "
+              "itself).",
+              "- **regret**: accuracy = 100 (oracle - advisor) in points; cost = 100 (advisor - "
+              "oracle) / oracle in percent; negative values favour the advisor.",
+              "- **MAPE**: |predicted - measured| / measured rounds to the measured target, over "
+              "runs that reached it; runs the model says never reach it are counted apart.", ""]
+
+    lines += ["## Per workload", ""]
+    rows = []
+    for w in a.workloads:
+        b, c = w.before, w.after
+        rows.append([w.key, _pct(w.target), w.oracle.plan if w.oracle else "none",
+                     b.advisor_plan + ("" if b.advisor_meets_sla else " (misses SLA)"),
+                     (c.advisor_plan + ("" if c.advisor_meets_sla else " (misses SLA)"))
+                     if c else "n/a",
+                     f"{_yn(b.match)}/{_yn(c.match) if c else '-'}",
+                     f"{_num(b.regret_acc_pts)}/{_num(c.regret_acc_pts) if c else '-'}",
+                     f"{_num(b.regret_cost_pct, 1)}/{_num(c.regret_cost_pct, 1) if c else '-'}",
+                     "-" if w.fold is None else w.fold])
+    lines += _table(["workload", "target", "oracle", "advisor (priors)", "advisor (calibrated)",
+                     "match p/c", "regret acc pts p/c", "regret cost % p/c", "fold"], rows)
+
+    lines += ["## Precision, recall and F1 per topology family", ""]
+    fams = sorted(set(before["family_scores"]) | set((after or {}).get("family_scores", {})))
+    rows = []
+    for f in fams:
+        sb = before["family_scores"].get(f, {})
+        sa = (after or {}).get("family_scores", {}).get(f, {})
+        rows.append([f, sb.get("support", 0), sb.get("predicted", 0), _num(sb.get("precision")),
+                     _num(sb.get("recall")), _num(sb.get("f1")), sa.get("predicted", "n/a"),
+                     _num(sa.get("precision")), _num(sa.get("recall")), _num(sa.get("f1"))])
+    lines += _table(["family", "oracle picks", "advisor picks (priors)", "precision", "recall",
+                     "F1", "advisor picks (calibrated)", "precision", "recall", "F1"], rows)
+
+    lines += ["## Rounds MAPE per family", ""]
+    rows = []
+    bf, af = before["rounds_mape_by_family"], (after or {}).get("rounds_mape_by_family", {})
+    for f in sorted(set(bf) | set(af)):
+        x, y = bf.get(f, {}), af.get(f, {})
+        rows.append([f, x.get("n", 0) + x.get("unpredicted", 0), x.get("censored", 0),
+                     _pctv(x.get("mape_pct")), x.get("unpredicted", 0),
+                     _pctv(y.get("mape_pct")), y.get("unpredicted", "n/a")])
+    lines += _table(["family", "uncensored runs", "censored runs", "MAPE (priors)",
+                     "predicted never (priors)", "MAPE (calibrated, CV)",
+                     "predicted never (calibrated)"], rows)
+
+    lines += ["## Statistics-collection overhead", "",
+              "Two ratios, both per workload (median / max over workloads):", ""]
+    lines += _table(["ratio", "median", "max"], [
+        ["Count-Min sketch bytes of one client / one model transmission (`stats_overhead` of "
+         "ANALYZE WORKLOAD)", *_mm(ov["sketch_over_model_pct"])],
+        ["statistics broadcast (N ceil(depth width / 2) channel uses) / total channel uses of "
+         "the advisor's pick to the target", *_mm(ov["broadcast_share_of_advisor_training_pct"])],
+        ["the same for the calibrated advisor's pick",
+         *_mm(ov["broadcast_share_of_calibrated_advisor_training_pct"])],
+        ["the same for the oracle's plan", *_mm(ov["broadcast_share_of_oracle_training_pct"])]])
+
+    lines += ["## Paired t-tests", "",
+              "Pairs are (workload, seed) for the fixed-topology policies and workloads for the "
+              "regret comparison; `scipy.stats.ttest_rel`, two-sided. A fixed policy uses the "
+              "family's first listed variant, the first weights rule and "
+              + (f"k = {g.baseline_k:g}" if g.baseline_k else "the workload's largest k")
+              + ". Costs of runs that never reach the target are lower bounds.", ""]
+    rows = [[t.name, t.n, _sig(t.mean_a), _sig(t.mean_b), _sig(t.mean_diff), _sig(t.t),
+             _sig(t.p)] for t in a.ttests]
+    lines += _table(["comparison (a vs b)", "n", "mean a", "mean b", "mean a - b", "t", "p"],
+                    rows) if rows else ["No paired comparisons.", ""]
+
+    ref = a.workloads[g.reference]
+    lines += [f"## Per-topology table (reference workload `{ref.key}`)", "",
+              "Fixed-topology plans; accuracy and fairness variance over the seeds (mean and "
+              "standard deviation), cost = channel uses to the target normalised to "
+              + ("ring" if any(r["family"] == "ring" for r in a.topology_table)
+                 else "the cheapest family") + ".", ""]
+    rows = [[r["family"], r["plan"], f"{r['accuracy_pct']:.1f} ± {r['accuracy_std_pct']:.1f}",
+             _num(r["norm_cost"]),
+             (f"{r['fairness_var_e3']:.1f}" + (f" ± {r['fairness_var_std_e3']:.1f}"
+                                               if r["fairness_var_std_e3"] is not None else ""))
+             if r["fairness_var_e3"] is not None else "n/a",
+             f"{r['rounds']:.0f} ({r['reached']}/{r['seeds']})", _yn(r["meets_sla"])]
+            for r in a.topology_table]
+    lines += _table(["topology", "plan", "accuracy (%)", "norm. cost", "fairness var (1e-3)",
+                     "rounds (seeds reaching)", "meets SLA"], rows)
+
+    lines += ["## Fixed-topology policies over the whole grid", ""]
+    rows = [[r["family"], r["workloads"], _num(r["accuracy_pct"], 1), _num(r["cost_vs_oracle"]),
+             _pct(r["meets_sla"], 0), r["oracle"], r["advisor_priors"], r["advisor_calibrated"]]
+            for r in a.family_table]
+    lines += _table(["family", "workloads", "mean accuracy (%)", "cost / oracle cost",
+                     "meets SLA", "oracle's family", "advisor picks (priors)",
+                     "advisor picks (calibrated)"], rows)
+
+    if a.scalability:
+        lines += ["## Scalability extrapolation", "",
+                  f"The reference workload planned at other client counts in a scratch catalog; "
+                  "rounds and channel uses are the cost model's predictions (calibrated: "
+                  "constants fitted on all runs of this grid), not measurements. The broadcast "
+                  "share is the statistics broadcast over the predicted total.", ""]
+        by = defaultdict(dict)
+        for r in a.scalability:
+            by[(r["clients"], r["family"])][r["constants"]] = r
+        rows = []
+        for (n, fam), d in sorted(by.items()):
+            p, c = d.get("priors"), d.get("calibrated")
+            main = c or p
+            rows.append([n, fam, _num(p["rounds"], 0) if p and p["rounds"] else "never",
+                         (_num(c["rounds"], 0) if c["rounds"] else "never") if c else "n/a",
+                         _sig(main["channel_uses"]), _pct(main["startup_share"], 2),
+                         "yes" if main["advisor"] else ""])
+        lines += _table(["N", "family", "rounds (priors)", "rounds (calibrated)",
+                         "channel uses", "broadcast share", "advisor's pick"], rows)
+
+    lines += ["## Cross-validation fits", "",
+              "Per fold, a global fit on the other folds' runs and one per dataset starting from "
+              "it; a held-out workload uses its dataset's constants (the global ones when its "
+              "dataset could not be fitted). The last rows are the fits on all runs, used only "
+              "for the extrapolation.", ""]
+    rows = [["all" if f.fold is None else f.fold, f.scope, f.n_obs, _pctv(f.in_sample_mape),
+             ", ".join(f"{k}={v:.3g}" for k, v in sorted((f.constants or {}).items())
+                       if k != "u") or "no fit"] for f in list(a.folds) + list(a.all_fits)]
+    lines += _table(["fold", "scope", "training runs", "in-sample MAPE", "constants"], rows) \
+        if rows else ["No folds.", ""]
+
+    if figures:
+        lines += ["## Figures", ""]
+        lines += [f"![{p.stem}]({p.name})" for p in figures] + [""]
+    if a.notes:
+        lines += ["## Notes", ""] + [f"- {n}" for n in a.notes] + [""]
+    return "\n".join(lines)
+
+
+def _yn(v: bool | None) -> str:
+    return "n/a" if v is None else ("yes" if v else "no")
+
+
+def _pctv(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.1f}%"
+
+
+def _regret(block: dict[str, Any] | None, key: str, median: bool = False) -> str:
+    if block is None or block[key]["n"] == 0:
+        return "n/a"
+    st = block[key]
+    parts = [st["mean"]] + ([st["median"]] if median else []) + [st["max"]]
+    return " / ".join(f"{v:.2f}" for v in parts)
+
+
+def _mape(block: dict[str, Any] | None) -> str:
+    if block is None:
+        return "n/a"
+    return (f"{_pctv(block['rounds_mape_pct'])} (n={block['rounds_mape_n']}; "
+            f"{block['rounds_unpredicted']})")
+
+
+def _ov(st: dict[str, Any], median_only: bool = False) -> str:
+    if st["n"] == 0:
+        return "n/a"
+    if median_only:
+        return f"{st['median']:.2f}%"
+    return f"{st['median']:.3f}% / {st['max']:.3f}%"
+
+
+def _mm(st: dict[str, Any]) -> list[str]:
+    if st["n"] == 0:
+        return ["n/a", "n/a"]
+    return [f"{st['median']:.3f}%", f"{st['max']:.3f}%"]
+
+
+__all__ = ["render"]

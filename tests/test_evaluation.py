@@ -1,0 +1,353 @@
+"""Advisor evaluation: metric definitions on a hand-made table, grid files, the re-costed
+advisor, and the quick grid end to end (report, figures, catalog rows, cache)."""
+
+import json
+import math
+
+import attrs
+import numpy as np
+import pytest
+from scipy import stats
+
+import airplan_qo as aq
+from airplan_qo.cli import main
+from airplan_qo.errors import ValidationError
+from airplan_qo.evaluation import builtin_grids, load_grid, parse_grid, run_evaluation
+from airplan_qo.evaluation import advisor
+from airplan_qo.evaluation.metrics import (RunOutcome, assign_folds, compare, family_scores,
+                                           mape, measured_target, oracle, outcome_from_curve,
+                                           paired_test, summarize)
+from airplan_qo.evaluation.runner import cache_key
+from airplan_qo.plans.sla import parse_sla
+
+# ---- a hand-made table of measurements ------------------------------------------------------
+#
+# workload "w", 2 seeds, target already applied; costs are channel uses to the target.
+#   ring A      reaches in 1 of 2 seeds            -> does not meet the SLA (no strict majority)
+#   sw B        cost 100 and 120 (mean 110), acc 0.90 / 0.92
+#   complete C  cost 110 and 110 (mean 110), acc 0.94 / 0.96   -> ties B on cost, more accurate
+#   clust D     cost 200 and 220, acc 0.95 / 0.95
+TABLE = [
+    RunOutcome("w", "A", "ring", 0, 0.86, True, 30, 50.0),
+    RunOutcome("w", "A", "ring", 1, 0.80, False, 40, 70.0),
+    RunOutcome("w", "B", "small_world", 0, 0.90, True, 20, 100.0),
+    RunOutcome("w", "B", "small_world", 1, 0.92, True, 24, 120.0),
+    RunOutcome("w", "C", "complete", 0, 0.94, True, 10, 110.0),
+    RunOutcome("w", "C", "complete", 1, 0.96, True, 10, 110.0),
+    RunOutcome("w", "D", "clustered", 0, 0.95, True, 18, 200.0),
+    RunOutcome("w", "D", "clustered", 1, 0.95, True, 22, 220.0),
+]
+
+
+def _by_plan(outcomes, sla=None, fc=None):
+    return {s.plan: s for s in summarize(outcomes, sla, fc).values()}
+
+
+def test_outcome_from_curve_counts_rounds_and_channel_uses_to_the_target():
+    acc = [0.5, 0.7, None, 0.85, 0.9]
+    costs = [10, 10, 10, 10, 10]
+    assert outcome_from_curve(acc, costs, 5, 0.8) == (True, 4, 45.0)
+    assert outcome_from_curve(acc, costs, 5, 0.85) == (True, 4, 45.0)
+    # never reached: the whole run, a lower bound
+    assert outcome_from_curve(acc, costs, 5, 0.95) == (False, 5, 55.0)
+    with pytest.raises(ValidationError):
+        outcome_from_curve(acc, costs[:-1], 0, 0.8)
+
+
+def test_seed_aggregation_is_the_mean_and_the_sla_needs_a_strict_majority():
+    s = _by_plan(TABLE)
+    assert s["B"].accuracy == pytest.approx(0.91) and s["B"].cost == pytest.approx(110)
+    assert s["B"].rounds == pytest.approx(22) and s["B"].n_reached == 2
+    assert s["B"].accuracy_std == pytest.approx(np.std([0.90, 0.92], ddof=1))
+    assert not s["A"].meets_sla           # 1 of 2 seeds is not a strict majority
+    assert s["B"].meets_sla and s["C"].meets_sla and s["D"].meets_sla
+    three = [RunOutcome("v", "P", "ring", i, 0.9, i < 2, 10, 10.0) for i in range(3)]
+    assert _by_plan(three)["P"].meets_sla  # 2 of 3
+    with pytest.raises(ValidationError, match="seed measured twice"):
+        summarize(TABLE + [TABLE[0]])
+
+
+def test_oracle_is_the_cheapest_plan_meeting_the_sla_ties_by_accuracy_then_label():
+    s = _by_plan(TABLE)
+    assert oracle(s.values()).plan == "C"     # B and C cost 110; C is more accurate
+    tie = [attrs.evolve(o, plan="E", family="exponential") for o in TABLE if o.plan == "C"]
+    assert oracle(_by_plan(TABLE + tie).values()).plan == "C"   # C < E by label
+    assert oracle([s["A"]]) is None
+
+
+def test_other_sla_bounds_are_checked_on_the_seed_means():
+    sla = parse_sla("accuracy >= 0.9 * fc AND rounds <= 15")
+    s = _by_plan(TABLE, sla, 1.0)
+    assert [p for p, v in sorted(s.items()) if v.meets_sla] == ["C"]
+    sla = parse_sla("accuracy >= 0.9 AND channel_uses <= 105")
+    assert oracle(_by_plan(TABLE, sla).values()) is None
+
+
+def test_match_and_regret_definitions():
+    s = _by_plan(TABLE)
+    c = compare("w", "B", s)
+    assert c.oracle_plan == "C" and c.oracle_family == "complete"
+    assert c.match is False and c.family_match is False and c.advisor_meets_sla
+    assert c.regret_acc_pts == pytest.approx(100 * (0.95 - 0.91))
+    assert c.regret_cost_pct == pytest.approx(0.0)
+    d = compare("w", "D", s)
+    assert d.regret_cost_pct == pytest.approx(100 * (210 - 110) / 110)
+    assert d.regret_acc_pts == pytest.approx(0.0)
+    a = compare("w", "A", s)       # cheaper but misses the SLA: negative cost regret
+    assert not a.advisor_meets_sla and a.regret_cost_pct == pytest.approx(100 * (60 - 110) / 110)
+    assert compare("w", "C", s).match is True
+    # the oracle is chosen among the candidates only (C could be a reference run)
+    assert compare("w", "B", s, candidates=["A", "B", "D"]).oracle_plan == "B"
+    with pytest.raises(ValidationError, match="not measured"):
+        compare("w", "Z", s)
+
+
+def test_family_precision_recall_f1():
+    pairs = [("ring", "ring"), ("small_world", "ring"), ("small_world", "small_world"),
+             ("complete", None)]
+    sc = family_scores(pairs)
+    assert set(sc) == {"ring", "small_world"}     # pairs without an oracle are left out
+    assert sc["ring"].precision == 1.0 and sc["ring"].recall == 0.5
+    assert sc["ring"].f1 == pytest.approx(2 / 3)
+    assert sc["small_world"].precision == 0.5 and sc["small_world"].recall == 1.0
+    assert sc["small_world"].support == 1 and sc["small_world"].predicted == 2
+    only_oracle = family_scores([("ring", "clustered")])
+    assert only_oracle["clustered"].precision is None and only_oracle["clustered"].recall == 0
+    assert only_oracle["clustered"].f1 is None
+
+
+def test_mape_leaves_out_never_predictions():
+    value, n, never = mape([(110, 100), (None, 50), (45, 50)])
+    assert value == pytest.approx(10.0) and n == 2 and never == 1
+    assert mape([]) == (None, 0, 0)
+    with pytest.raises(ValidationError):
+        mape([(1, 0)])
+
+
+def test_paired_t_test_matches_scipy():
+    a, b = [0.91, 0.88, 0.93, 0.90], [0.85, 0.86, 0.90, 0.84]
+    t = paired_test("x", a, b)
+    ref = stats.ttest_rel(a, b)
+    assert t.n == 4 and t.t == pytest.approx(ref.statistic) and t.p == pytest.approx(ref.pvalue)
+    assert t.mean_diff == pytest.approx(np.mean(np.subtract(a, b)))
+    assert paired_test("one", [1.0], [0.5]).p is None
+    assert paired_test("constant", [1.0, 2.0], [0.5, 1.5]).t is None
+
+
+def test_folds_are_seeded_balanced_and_capped():
+    keys = [f"w{i}" for i in range(7)]
+    f = assign_folds(keys, 3, seed=0)
+    assert f == assign_folds(list(reversed(keys)), 3, seed=0)
+    assert sorted(np.bincount(list(f.values())).tolist()) == [2, 2, 3]
+    assert set(assign_folds(keys[:2], 5, seed=0).values()) == {0, 1}
+    with pytest.raises(ValidationError):
+        assign_folds(keys, 1, seed=0)
+
+
+def test_measured_target_uses_the_measured_fc():
+    assert measured_target(parse_sla("accuracy >= 0.95 * fc"), 0.9) == pytest.approx(0.855)
+    assert measured_target(parse_sla("accuracy >= 0.8"), 0.9) == pytest.approx(0.8)
+
+
+# ---- grid files -----------------------------------------------------------------------------
+
+GRID = """
+name = "t"
+seeds = [3, 5]
+folds = 2
+[defaults]
+dataset = "digits"
+clients = 10
+rounds = 5
+sparsity = [1.0, 0.5]
+topologies = ["ring", "small_world(k=4)", {family = "clustered", c = 2}]
+[[workloads]]
+alpha = [0.1, 1.0]
+snr_db = [0, 20]
+[[workloads]]
+name = "iid"
+partition = "iid"
+topologies = ["complete"]
+sla = "accuracy >= 0.8"
+"""
+
+
+def test_grid_expands_products_and_parses_topologies():
+    g = parse_grid(GRID, source="t.toml")
+    assert g.seeds == (3, 5) and g.folds == 2 and len(g.workloads) == 5
+    w = g.workloads[0]
+    assert w.key == "digits N=10 alpha=0.1 snr=0 partition=dirichlet"
+    assert w.workload.seed == 3 and w.for_seed(5).seed == 5
+    assert w.sparsity == (0.5, 1.0)
+    assert w.topologies == (("ring", ()), ("small_world", (("k", 4),)),
+                            ("clustered", (("c", 2),)))
+    iid = g.workloads[-1]
+    assert iid.key == "iid" and iid.sla == "accuracy >= 0.8"
+    # 4 workloads x 3 topologies x 2 k + the iid one: complete k=1 and k=0.5, all x 2 seeds,
+    # plus the fully connected reference of the 4 workloads without it
+    assert g.n_runs == 2 * (4 * (6 + 1) + 2)
+    assert g.with_seeds(3).seeds == (0, 1, 2)
+    assert g.sha == parse_grid(GRID).sha
+
+
+@pytest.mark.parametrize("text, key", [
+    ('bogus = 1\n[[workloads]]\n', "bogus"),
+    ('[[workloads]]\nalpha = -1\n', "workloads[0].alpha"),
+    ('[[workloads]]\nseed = 3\n', "workloads[0].seed"),
+    ('[[workloads]]\ntopologies = ["ringg"]\n', "workloads[0].topologies"),
+    ('[[workloads]]\nsparsity = [0]\n', "workloads[0].sparsity"),
+    ('[[workloads]]\nsnr = 3\n', "workloads[0].snr"),
+    ('seeds = 0\n[[workloads]]\n', "seeds"),
+    ('sla = "rounds <= 3"\n[[workloads]]\n', "sla"),
+    ('folds = 1\n[[workloads]]\n', "folds"),
+    ('name = "x"\n', "workloads"),
+    ('[[workloads]]\nalpha = 0.5\n[[workloads]]\nalpha = 0.5\n', "workloads (#1)"),
+])
+def test_grid_errors_name_the_file_and_the_key(text, key):
+    with pytest.raises(ValidationError) as err:
+        parse_grid(text, source="bad.toml")
+    assert "bad.toml" in str(err.value) and f"'{key}'" in str(err.value)
+
+
+def test_shipped_grids_load_and_unknown_names_are_clear(tmp_path):
+    assert {"default", "quick"} <= set(builtin_grids())
+    quick = load_grid("quick")
+    assert quick.n_runs == 48 and quick.source == "builtin:quick"
+    default = load_grid("default")
+    assert len(default.workloads) == 39 and default.n_runs == 4680
+    assert default.workloads[default.reference].key == "digits N=20 alpha=0.5 snr=10"
+    with pytest.raises(ValidationError, match="did you mean 'quick'"):
+        load_grid("quik")
+    path = tmp_path / "g.toml"
+    path.write_text("[[workloads]]\nclients = 12\n")
+    assert load_grid(path).name == "g"
+    path.write_text("[[workloads\n")
+    with pytest.raises(ValidationError, match="not valid TOML"):
+        load_grid(path)
+
+
+# ---- the advisor, re-costed -----------------------------------------------------------------
+
+def test_recosting_with_the_planners_constants_reproduces_its_choice():
+    with aq.connect(":memory:") as db:
+        for alpha, snr, ks in ((0.1, 0.0, [0.1, 1.0]), (1.0, 20.0, [0.05, 0.3, 1.0])):
+            w = aq.Workload(dataset="digits", clients=12, alpha=alpha, snr_db=snr, rounds=40)
+            result = db.plan(w, topologies=["ring", ("small_world", {"k": 4}), "clustered",
+                                            "complete"], sparsity=ks)
+            fc = next(c for c in result.candidates if c.plan == advisor.fc_plan(result))
+            p = advisor.pick(result, result.context.constants, list(result.candidates), fc)
+            assert p.label == result.chosen.plan.label()
+            assert p.target == pytest.approx(result.target_accuracy)
+            assert p.predicted_rounds == result.chosen.cost.rounds
+        # constants that make every plan miss an absolute target fall back to the fc plan
+        result = db.plan(w, sla="accuracy >= 0.8", topologies=["ring", "complete"],
+                         sparsity=[0.1, 1.0])
+        fc = next(c for c in result.candidates if c.plan == advisor.fc_plan(result))
+        bad = dict(result.context.constants, f0=0.5)
+        p = advisor.pick(result, bad, [c for c in result.candidates if c is not fc], fc)
+        assert p.fallback and p.label == fc.plan.label() and p.predicted_rounds is None
+        assert not advisor.pick(result, None, list(result.candidates), fc).fallback
+
+
+def test_cache_key_identifies_workload_seed_plan_and_budget():
+    with aq.connect(":memory:") as db:
+        w = aq.Workload(dataset="digits", clients=10, rounds=5)
+        r = db.plan(w, topologies=["ring", "complete"], sparsity=[1.0],
+                    weights=["metropolis_hastings"])
+        a, b = (c.plan for c in r.candidates)
+        k = cache_key(w, a, 5)
+        assert k == cache_key(aq.Workload(dataset="digits", clients=10, rounds=5), a, 5)
+        assert len({k, cache_key(w, b, 5), cache_key(attrs.evolve(w, seed=1), a, 5),
+                    cache_key(w, a, 6), cache_key(attrs.evolve(w, snr_db=3.0), a, 5)}) == 5
+
+
+# ---- the quick grid, end to end -------------------------------------------------------------
+
+FIGURES = {"confusion_matrix.png", "predicted_vs_actual_rounds.png", "pareto_fronts.png",
+           "fairness_cdf.png", "accuracy_vs_dropout.png", "scalability.png"}
+
+
+@pytest.mark.slow
+def test_quick_grid_end_to_end_and_cached_rerun(tmp_path, capsys):
+    catalog = str(tmp_path / "eval.duckdb")
+    out = tmp_path / "out"
+    assert main(["evaluate", "--quick", "--catalog", catalog, "--out", str(out),
+                 "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "plan match rate" in printed and "48 trained" in printed
+    report = (out / "report.md").read_text()
+    for heading in ("## Summary", "## Per workload", "## Precision, recall and F1",
+                    "## Rounds MAPE per family", "## Statistics-collection overhead",
+                    "## Paired t-tests", "## Per-topology table", "## Scalability"):
+        assert heading in report
+    assert FIGURES <= {p.name for p in out.iterdir()}
+    assert all((out / f).stat().st_size > 1000 for f in FIGURES)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["runs"] == 48 and summary["trained"] == 48 and summary["workloads"] == 3
+    for block in ("uncalibrated", "calibrated"):
+        rate = summary[block]["match_rate"]
+        assert rate is None or 0 <= rate <= 1
+
+    with aq.connect(catalog) as db:
+        cat = db.catalog
+        (n_exec,) = cat.query("SELECT count(*) AS n FROM airplan.executions")[0].values()
+        assert n_exec == 48
+        ev = cat.query("SELECT * FROM airplan.evaluations")
+        assert len(ev) == 1 and ev[0]["status"] == "succeeded"
+        assert ev[0]["grid"] == "quick" and ev[0]["seeds"] == 2 and ev[0]["folds"] == 3
+        rows = cat.query("SELECT * FROM airplan.evaluation_results ORDER BY workload_key, "
+                         "calibrated")
+        assert len(rows) == 6 and {r["calibrated"] for r in rows} == {False, True}
+        for r in rows:
+            assert r["oracle_plan"] is None or r["match"] == (r["advisor_plan"]
+                                                              == r["oracle_plan"])
+            detail = json.loads(r["detail"]) if isinstance(r["detail"], str) else r["detail"]
+            assert len(detail["exec_ids"]) == 16
+        # the advisor before calibration is the planner's own choice on this catalog
+        assert all(json.loads(r["detail"])["planner_pick"] == r["advisor_plan"]
+                   for r in rows if not r["calibrated"])
+
+        # a second evaluation re-trains nothing: every run comes from the catalog
+        again = run_evaluation(db, load_grid("quick"), out_dir=tmp_path / "again",
+                               figures=False, scalability=False)
+        assert again.summary["trained"] == 0 and again.summary["cached"] == 48
+        (n_after,) = cat.query("SELECT count(*) AS n FROM airplan.executions")[0].values()
+        assert n_after == n_exec
+        assert again.summary["uncalibrated"] == summary["uncalibrated"]
+        assert cat.query("SELECT status FROM airplan.evaluations WHERE evaluation_id = ?",
+                         [again.evaluation_id])[0]["status"] == "succeeded"
+
+
+def test_cli_evaluate_errors_exit_2(tmp_path, capsys):
+    assert main(["evaluate"]) == 2
+    assert "needs --grid" in capsys.readouterr().err
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[workloads]]\nalpha = 'x'\n")
+    assert main(["evaluate", "--grid", str(bad), "--catalog", ":memory:"]) == 2
+    err = capsys.readouterr().err
+    assert "bad.toml" in err and "workloads[0].alpha" in err
+    assert main(["evaluate", "--quick", "--seeds", "0", "--catalog", ":memory:"]) == 2
+
+
+def test_single_workload_without_oracle_still_reports(tmp_path):
+    grid = parse_grid("""
+seeds = 1
+scalability_clients = [6, 8]
+[[workloads]]
+clients = 6
+rounds = 3
+local_steps = 1
+sla = "accuracy >= 0.999"
+topologies = ["ring"]
+sparsity = [1.0]
+""", source="tiny.toml")
+    assert grid.n_runs == 2          # the ring and the fully connected reference
+    with aq.connect(str(tmp_path / "c.duckdb")) as db:
+        rep = run_evaluation(db, grid, out_dir=tmp_path / "o", figures=False)
+        s = rep.summary
+        assert s["no_oracle"] == 1 and s["calibrated"] is None and s["folds"] == 0
+        assert s["uncalibrated"]["match_rate"] is None
+        text = rep.report_path.read_text()
+        assert "no candidate that meets the SLA" in text and "cross-validation needs" in text
+        rows = db.catalog.query("SELECT * FROM airplan.evaluation_results")
+        assert len(rows) == 1 and rows[0]["oracle_plan"] is None and rows[0]["match"] is None
