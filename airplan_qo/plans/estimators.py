@@ -338,17 +338,20 @@ ESTIMATORS.register("dsgd", DSGDEstimator())
 ESTIMATORS.register("paper", PaperEstimator())
 
 
-def resolve_constants(estimator: CostEstimator, rows: list[dict[str, Any]], dataset: str
-                      ) -> tuple[dict[str, float], tuple[int, ...]]:
-    """Priors overridden by current calibration rows: global, then dataset scope (more specific
-    wins). Returns the constants and the ids of the calibration rows used."""
+def resolve_constants(estimator: CostEstimator, rows: list[dict[str, Any]], dataset: str,
+                      family: str | None = None) -> tuple[dict[str, float], tuple[int, ...]]:
+    """Priors overridden by current calibration rows: global, then dataset scope, then the
+    dataset_family scope ``dataset:family`` (more specific wins). Returns the constants and the
+    ids of the calibration rows used."""
     values = dict(estimator.priors)
     used: dict[str, int] = {}
-    rank = {"global": 0, "dataset": 1}
+    rank = {"global": 0, "dataset": 1, "dataset_family": 2}
+    keys = {"global": "", "dataset": dataset, "dataset_family": f"{dataset}:{family}"}
     best: dict[str, int] = {}
     for row in rows:
         scope = row["scope"]
-        if scope not in rank or (scope == "dataset" and row["scope_key"] != dataset):
+        if scope not in rank or row["scope_key"] != keys[scope] or (
+                scope == "dataset_family" and family is None):
             continue
         name = row["constant_name"]
         if name in values and rank[scope] >= best.get(name, -1):

@@ -312,12 +312,18 @@ class Optimizer:
         fc_accuracy = estimator.accuracy_at(ctx, fc_plan, stats_of[fc_spec][0], round_budget)
         target = self._target(request.sla, w, fc_accuracy)
 
+        family_ctx = {}
+        if any(r["scope"] == "dataset_family" for r in rows):
+            for family in {s.family for s in specs}:
+                consts, ids_f = resolve_constants(estimator, rows, w.dataset, family)
+                family_ctx[family] = attrs.evolve(ctx, constants=consts, calibration_ids=ids_f)
         candidates: list[Candidate] = []
         for spec in specs:
             st, tid = stats_of[spec]
             for k in sparsity:
                 plan = PhysicalPlan(spec, k, channel)
-                cand = self._cost(estimator, ctx, plan, st, d, startup, objective, target)
+                cand = self._cost(estimator, family_ctx.get(spec.family, ctx), plan, st, d,
+                                  startup, objective, target)
                 cand.topology_id = tid
                 cand.pruned_reason = (_connectivity(request, spec, st) or
                                       self._prune(cand, request.sla, fc_accuracy, budgets,

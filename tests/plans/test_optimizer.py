@@ -125,3 +125,15 @@ def test_read_only_catalog_plans_without_recording(tmp_path):
     with aq.connect(path, read_only=True) as s:
         r = s.plan(W)
         assert r.planning_run_id is None
+
+
+def test_dataset_family_calibration_applies_to_its_family(db):
+    rows = db.catalog.supersede_calibration("dsgd", "dataset_family", "digits:ring",
+                                            {"f0": 0.5}, n_obs=3, source="test")
+    r = db.plan(W, topologies=["ring", "complete"], sparsity=[1.0],
+                weights=["metropolis_hastings"])
+    ring = next(c for c in r.candidates if c.plan.topology.family == "ring")
+    full = next(c for c in r.candidates if c.plan.topology.family == "complete")
+    assert ring.cost.estimate.calibration_ids == (rows["f0"],)
+    assert ring.cost.estimate.terms["error_floor"] >= 0.5
+    assert full.cost.estimate.calibration_ids == ()
