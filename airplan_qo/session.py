@@ -73,7 +73,6 @@ class Session:
             objective=objective, statement=statement)
         return Optimizer(self.catalog).plan(request)
 
-
     def sql(self, text: str, *, format: str = "text") -> list:
         """Run a script of statements (EXPLAIN/TRAIN/ANALYZE WORKLOAD or catalog queries)."""
         from .sql.executor import execute_script
@@ -125,19 +124,17 @@ class Session:
             return Result("explain", text=text,
                           document=json.loads(text) if fmt == "json" else None)
         r = report.result
-        row = {"exec_id": report.exec_id, "plan_id": report.plan_id, "plan": plan.chosen.plan.label(),
+        row = {"exec_id": report.exec_id, "plan_id": report.plan_id,
+               "plan": plan.chosen.plan.label(),
                "status": r.status, "rounds": r.rounds, "rounds_to_target": r.rounds_to_target,
                "final_accuracy": r.final_accuracy, "channel_uses": r.total_channel_uses,
                "reason": r.reason}
         return Result("table", tuple(row), (tuple(row.values()),))
 
-
     def _calibrate_text(self, estimator: str) -> str:
-        from .errors import ValidationError as _VE
-
         try:
             return self.calibrate(estimator).render()
-        except _VE as exc:
+        except ValidationError as exc:
             return f"calibration skipped: {exc}"
 
 
