@@ -5,7 +5,11 @@ estimator's priors) and after calibration (constants fitted on the other cross-v
 folds), the candidates of a recorded planning run are re-costed with those constants: the same
 estimator, context, topology statistics and per-round resources, the same SLA pruning, ordering
 and fully connected fallback as :class:`~airplan_qo.plans.optimizer.Optimizer`. With the
-planning run's own constants this reproduces the planner's choice (a test checks it).
+planning run's own constants this reproduces the planner's choice (a test checks it) as long
+as the catalog holds no ``dataset_family`` calibration rows, which the planner applies per
+candidate family; the evaluation always passes explicit constants (priors or fitted ones).
+Pruning that does not depend on the constants (a re-optimisation's connectivity restriction) is
+taken from the planning run as recorded.
 """
 
 from __future__ import annotations
@@ -91,7 +95,8 @@ def pick(result, constants: Mapping[str, float] | None, candidates: Sequence[Any
     for cand in candidates:
         e = est.estimate(ctx, cand.plan, cand.stats, target)
         cost = Cost(e, cand.cost.per_round, cand.cost.startup, result.objective)
-        feasible = _feasible(cost, e, sla, fc_acc, budget, budgets)
+        feasible = (not (cand.pruned_reason or "").startswith("connectivity:")
+                    and _feasible(cost, e, sla, fc_acc, budget, budgets))
         ranked.append(((not feasible,) + cost.sort_key(cand.plan.label()), cand, cost, feasible))
     ranked.sort(key=lambda r: r[0])
     if ranked and ranked[0][3]:
