@@ -166,7 +166,7 @@ def measure(session, grid: Grid, *, progress: Callable[[str], None] | None = Non
     out: list[Measured] = []
     total = grid.n_runs
     done = trained = 0
-    start = time.perf_counter()
+    train_s = 0.0
     for wi, ws in enumerate(grid.workloads, 1):
         seeds: dict[int, SeedPlan] = {}
         todo: list[tuple[int, str, bool, int, bool, float | None]] = []
@@ -187,6 +187,7 @@ def measure(session, grid: Grid, *, progress: Callable[[str], None] | None = Non
                     t0 = time.perf_counter()
                     report = _execute(session, attrs.evolve(result, chosen=cand))
                     wall = time.perf_counter() - t0
+                    train_s += wall
                     exec_id = int(report.exec_id)
                     _tag(catalog, exec_id, key, grid.name, report.result.client_accuracies, wall)
                     cache[key] = exec_id
@@ -196,10 +197,10 @@ def measure(session, grid: Grid, *, progress: Callable[[str], None] | None = Non
                 todo.append((seed, cand.plan.label(), is_candidate, exec_id, hit, wall))
         runs = load_runs(catalog, ws, seeds, todo)
         out.append(Measured(ws, seeds, runs))
-        elapsed = time.perf_counter() - start
         eta = ""
         if trained and done < total:
-            eta = f", about {elapsed / done * (total - done):.0f} s left"
+            eta = (f", at most about {train_s / trained * (total - done):.0f} s of training "
+                   "left")
         say(f"workload {wi}/{len(grid.workloads)} '{ws.key}': {len(runs)} runs "
             f"({w_trained} trained, {len(runs) - w_trained} cached) in "
             f"{time.perf_counter() - w_start:.1f} s{eta}")
