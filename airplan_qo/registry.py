@@ -7,7 +7,7 @@ so a typo in SQL, the CLI or the Python API always gets the same helpful message
 from __future__ import annotations
 
 import difflib
-from typing import Callable, Generic, Iterator, TypeVar
+from typing import Generic, Iterator, TypeVar
 
 from .errors import UnknownNameError, ValidationError
 
@@ -68,4 +68,3 @@ class Registry(Generic[T]):
         return [(k, self._items[k]) for k in self.names()]
 
 
-Factory = Callable[..., T]

@@ -187,17 +187,20 @@ def _run(catalog: Catalog, exec_id: int, plan_id: int, w, spec: TopologySpec, co
          reopt: Reoptimizer | None = None, bases: dict[str, Any] | None = None
          ) -> ExecutionReport:
     start = time.perf_counter()
-    dataset = load(w.dataset, seed=w.seed)
-    part = partition(w.partition, dataset.y_train, w.clients, seed=w.seed,
-                     **({"alpha": w.alpha} if w.partition == "dirichlet" else {}))
-    trainer = Trainer(config, dataset, part, build(spec))
-    ckpt_dir = _checkpoint_dir(catalog)
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
-    ckpt = ckpt_dir / f"exec-{exec_id}.pt"
-    if resume_from:
-        if reopt is not None:
-            reopt.restore(trainer, _checkpoint_state(resume_from), bases)
-        trainer.load(resume_from)
+    ckpt = _checkpoint_dir(catalog) / f"exec-{exec_id}.pt"
+    try:  # a setup failure (data that cannot be partitioned, ...) is recorded, not left running
+        dataset = load(w.dataset, seed=w.seed)
+        part = partition(w.partition, dataset.y_train, w.clients, seed=w.seed,
+                         **({"alpha": w.alpha} if w.partition == "dirichlet" else {}))
+        trainer = Trainer(config, dataset, part, build(spec))
+        ckpt.parent.mkdir(parents=True, exist_ok=True)
+        if resume_from:
+            if reopt is not None:
+                reopt.restore(trainer, _checkpoint_state(resume_from), bases)
+            trainer.load(resume_from)
+    except BaseException as exc:
+        _finish_failed(catalog, exec_id, exc)
+        raise
     written = {r["round"] for r in catalog.query(
         "SELECT round FROM airplan.round_stats WHERE exec_id = ?", [exec_id])}
     pending: list[dict[str, Any]] = []

@@ -148,3 +148,13 @@ def test_read_only_catalog_cannot_train(tmp_path):
     with aq.connect(path, read_only=True) as db:
         with pytest.raises(aq.ExecutionError, match="writable"):
             db.sql(TRAIN)
+
+
+def test_setup_failure_is_recorded_as_failed(tmp_path):
+    with aq.connect(tmp_path / "c.duckdb") as db:
+        with pytest.raises(aq.DataError, match="min_per_client"):
+            db.sql("TRAIN digits ON 400 CLIENTS WITH (rounds = 1) USING TOPOLOGY ring "
+                   "USING SPARSITY 1")
+        rows = _rows(db, "SELECT status, reason FROM airplan.executions")
+        assert [r["status"] for r in rows] == ["failed"]
+        assert "min_per_client" in rows[0]["reason"]
