@@ -66,5 +66,3 @@ class Registry(Generic[T]):
 
     def items(self) -> list[tuple[str, T]]:
         return [(k, self._items[k]) for k in self.names()]
-
-
