@@ -86,8 +86,10 @@ def channel_noise(plan: PhysicalPlan, stats: TopologyStats) -> float:
     sigma_eff^2 / (payload power per coordinate) = 1 / (2 SNR |h_min|^2) (DESIGN section 6).
     Above the truncation threshold g, the minimum of m active Rayleigh gains is g + Exp(m), and
     E[1 / (g + X)] = m e^{g m} E1(g m); m = expected active neighbours (online and not
-    truncated). The receiver averages about (degree + 1) payloads with the static weights,
-    which divides the noise power relative to the model.
+    truncated). Transmitters pre-scale by W_ij, so the power normaliser is max_j W_ij^2 times
+    the payload power: relative to the payload (the model for D-SGD, the replica values on the
+    mask for CHOCO) the noise is W_ij^2 ~ 1 / (degree + 1)^2 times the inverse gain over 2 SNR
+    (checked against the runtime's noise energy in tests/runtime/test_accounting.py).
     """
     ch = plan.channel
     if ch.kind == "ideal":
@@ -96,7 +98,7 @@ def channel_noise(plan: PhysicalPlan, stats: TopologyStats) -> float:
     m = max(1.0, stats.spectra.mean_degree * ch.active_probability * (1.0 - ch.dropout))
     gm = ch.g_th * m
     inv_gain = m * math.exp(gm) * exp1(gm) if gm < 700 else 1.0 / ch.g_th
-    return inv_gain / (2.0 * snr) / (stats.spectra.mean_degree + 1.0)
+    return inv_gain / (2.0 * snr) / (stats.spectra.mean_degree + 1.0) ** 2
 
 
 def survival_probabilities(dropout: float, link_survival: float) -> tuple[float, float]:

@@ -81,10 +81,10 @@ def build_tree(result, analyze: dict[str, Any] | None = None) -> Node:
         "momentum": w.momentum, "batch_size": w.batch_size})
     children = [local]
     if plan.k_ratio < 1:
-        children.append(Node("Top-k Sparsify", {
+        children.append(Node("Rand-k Sparsify", {
             "k": plan.k_ratio, "coords": pr.coords,
-            "mask": "common rand-k (shared seed): one support per slot, summed in k/2 uses",
-            "error_feedback": w.error_feedback}))
+            "mask": "common rand-k (shared seed): one support per round, summed in k/2 uses",
+            "residual": "kept in the public replicas (CHOCO)"}))
     ota_attrs = {"channel": plan.channel.kind, "algorithm": plan.effective_algorithm,
                  "weights": plan.topology.weights, "slots": stats.slots_per_round,
                  "channel_uses_per_round": pr.channel_uses}

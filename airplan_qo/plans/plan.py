@@ -13,17 +13,18 @@ Cost accounting (shared by every estimator; estimators only predict rounds and a
 * one gossip round = ``slots_per_round`` slots (a colouring of G^2): in a slot all neighbours of
   that slot's receivers transmit at once, so a round costs ``slots * ceil(coords / 2)`` channel
   uses and that many symbol times of airtime (``1 / bandwidth_hz`` seconds each).
-* energy: every directed link (j -> i) transmits once per round, unless truncated (probability
-  ``1 - exp(-g_th)``): ``2|E| * exp(-g_th) * ceil(coords / 2)`` symbols at peak power
-  ``P = 10^(tx_power_dbm / 10) mW`` for ``1 / bandwidth_hz`` seconds each. Channel inversion
-  never exceeds P, so this is an upper bound.
-* backlog (sparse payloads on unreliable links): a compressed increment that missed a link
-  (truncated, or an end offline; probability ``delta = 1 - exp(-g_th) (1 - dropout)^2``) is
-  re-sent with the next delivery, on a different mask, so the receiver listens on the union of
-  two supports. A slot lasts as long as its longest receiver, so the slot's payload grows by the
-  probability that any link into the slot had a miss: ``1 + 1 - (1 - delta)^(deg * N / slots)``
-  for channel uses and airtime, ``1 + 1 - (1 - delta)^deg`` per receiver for energy. Dense
-  payloads (k = 1) are not re-sent (D-SGD simply re-weights dropped links).
+* energy: every directed link (j -> i) transmits once per round when it is up: both ends online
+  and not truncated, probability ``exp(-g_th) (1 - dropout)^2``: ``2|E| exp(-g_th)
+  (1 - dropout)^2 ceil(coords / 2)`` symbols at peak power ``P = 10^(tx_power_dbm / 10) mW`` for
+  ``1 / bandwidth_hz`` seconds each. Channel inversion never exceeds P, so this is an upper
+  bound.
+* silent slots: a receiver hears nothing when it is offline or all its links are down; a slot
+  whose receivers are all silent costs nothing, so channel uses and airtime are scaled by the
+  probability that a slot has a live receiver, ``1 - s^(N / slots)`` with ``s = dropout +
+  (1 - dropout) E[(1 - exp(-g_th) (1 - dropout))^deg]`` (1 on the ideal channel without
+  dropout).
+  Nothing is re-sent: sparse payloads refresh the receivers' aggregates with replica values on
+  the round's mask (docs/runtime.md), so a missed link costs no later traffic.
 * bits (a digital comparison): the same payloads sent as 32-bit floats over every directed link,
   plus ``ceil(log2 d)`` index bits per coordinate when sparse (digital links cannot share masks
   for free): ``2|E| * coords * (32 + index_bits)``.
@@ -107,28 +108,34 @@ class RoundCost:
     symbols: float
 
 
-def backlog_factors(plan: PhysicalPlan, stats: TopologyStats) -> tuple[float, float]:
-    """Expected payload growth from re-sent sparse increments: (per slot, per receiver)."""
+def live_slot_probability(plan: PhysicalPlan, stats: TopologyStats) -> float:
+    """Probability that a slot has at least one receiver that hears a transmitter.
+
+    A receiver of degree g is silent with probability ``dropout + (1 - dropout) l^g``, l the
+    probability that one of its links is down; degrees are taken as one node at the maximum
+    degree and the others sharing the remaining edge ends equally (exact for regular graphs and
+    stars, where the mean degree alone misjudges the leaves)."""
     ch = plan.channel
-    if plan.k_ratio >= 1:
-        return 1.0, 1.0
-    delta = 1.0 - ch.active_probability * (1.0 - ch.dropout) ** 2
-    if delta <= 0:
-        return 1.0, 1.0
-    deg = stats.spectra.mean_degree
-    per_slot_links = deg * stats.spectra.n_nodes / max(stats.slots_per_round, 1)
-    return 2.0 - (1.0 - delta) ** per_slot_links, 2.0 - (1.0 - delta) ** deg
+    online = 1.0 - ch.dropout
+    link_down = 1.0 - ch.active_probability * online       # given the receiver is online
+    sp = stats.spectra
+    n = max(sp.n_nodes, 1)
+    rest = (2.0 * sp.n_edges - sp.max_degree) / max(n - 1, 1)
+    silent = ch.dropout + online * (link_down ** sp.max_degree + (n - 1) * link_down ** rest) / n
+    if silent <= 0.0:
+        return 1.0
+    return 1.0 - silent ** (n / max(stats.slots_per_round, 1))
 
 
 def round_cost(plan: PhysicalPlan, stats: TopologyStats, d: int) -> RoundCost:
     coords = max(1, math.ceil(plan.k_ratio * d))
     uses_per_payload = math.ceil(coords / 2)
     slots = stats.slots_per_round
-    slot_factor, receiver_factor = backlog_factors(plan, stats)
-    channel_uses = float(slots * uses_per_payload) * slot_factor
+    channel_uses = float(slots * uses_per_payload) * live_slot_probability(plan, stats)
     symbol_s = 1.0 / plan.channel.bandwidth_hz
-    links = 2 * stats.spectra.n_edges * plan.channel.active_probability * (1 - plan.channel.dropout)
-    symbols = links * uses_per_payload * receiver_factor
+    links = (2 * stats.spectra.n_edges * plan.channel.active_probability
+             * (1 - plan.channel.dropout) ** 2)
+    symbols = links * uses_per_payload
     index_bits = math.ceil(math.log2(d)) if plan.k_ratio < 1 and d > 1 else 0
     bits = 2 * stats.spectra.n_edges * coords * (BITS_PER_COORD + index_bits)
     return RoundCost(coords=coords, channel_uses=channel_uses, slots=slots,

@@ -62,7 +62,6 @@ WORKLOAD_PARAMS: dict[str, WorkloadParam] = {p.name: p for p in [
                   _range(0, None, lo_open=True)),
     WorkloadParam("dropout", float, 0.0, "per-round client dropout probability",
                   _range(0, 1, hi_open=True)),
-    WorkloadParam("error_feedback", bool, True, "error feedback for top-k compression"),
     WorkloadParam("channel", str, "ota", "channel model", choices=("ota", "ideal")),
     WorkloadParam("topology_seed", int, 0, "seed of random topologies", _range(0, None)),
     WorkloadParam("seed", int, 0, "master seed (data, training and channel seeds derive from it)",
@@ -78,9 +77,19 @@ WORKLOAD_PARAMS: dict[str, WorkloadParam] = {p.name: p for p in [
 ]}
 
 
+#: Names users reach for that are deliberately not settings, with the reason.
+NOT_SETTINGS = {
+    "error_feedback": "compressed plans (k < 1) run CHOCO, whose public replicas already carry "
+                      "the compression residual (error feedback is built in); dense plans "
+                      "(k = 1) do not compress",
+}
+
+
 def coerce_param(name: str, value: Any) -> Any:
     """Validate one workload parameter; the error names the key and the allowed values."""
     spec = WORKLOAD_PARAMS.get(name)
+    if name in NOT_SETTINGS:
+        raise ValidationError(f"'{name}' is not a workload setting: {NOT_SETTINGS[name]}")
     if spec is None:
         raise ValidationError(f"unknown parameter '{name}'{suggest(name, list(WORKLOAD_PARAMS))}; "
                               f"known: {', '.join(sorted(WORKLOAD_PARAMS))}")
@@ -148,7 +157,6 @@ class Workload:
     tx_power_dbm: float = 23.0
     bandwidth_hz: float = 1e6
     dropout: float = 0.0
-    error_feedback: bool = True
     channel: str = "ota"
     topology_seed: int = 0
     seed: int = 0

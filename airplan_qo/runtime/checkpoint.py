@@ -2,7 +2,7 @@
 
 Saved with ``torch.save`` and read back with ``torch.load(weights_only=True)``, so a checkpoint
 can never run code when loaded. Stored: the stacked models and momentum buffers, the rule's state
-(CHOCO public copies, receiver aggregates and per-link backlog; error-feedback memory), the
+(CHOCO public copies, receiver aggregates and reference; error-feedback memory), the
 states of the data, training and channel generators, the round counter and history, and the
 mixing matrix and schedule in use (a run that was rewired must be loaded into a trainer rewired
 the same way). Resuming gives bit-identical rounds to an uninterrupted run with the same seeds,

@@ -591,7 +591,7 @@ class Trainer:
     def rewire(self, topology: Any) -> None:
         """Switch to a new topology (and its W and schedule) between rounds, keeping every
         client model, and so the average model, unchanged. CHOCO's receiver aggregates are
-        re-synchronised to the new weights and its per-link backlog is cleared."""
+        re-synchronised to the new weights."""
         n = topology.graph.number_of_nodes()
         if n != self.n:
             raise ExecutionError(f"cannot rewire {self.n} clients onto a topology of {n} nodes")

@@ -20,7 +20,7 @@ from ..errors import BindError, UnknownNameError, ValidationError
 from ..plans.families import FAMILIES
 from ..plans.mixing import WEIGHTS
 from ..plans.sla import DEFAULT_SLA, SLA, SLAError, sla_from_expression
-from ..plans.workload import WORKLOAD_PARAMS, Workload, coerce_param
+from ..plans.workload import NOT_SETTINGS, WORKLOAD_PARAMS, Workload, coerce_param
 from ..registry import suggest
 from .dialect import node_offset
 from .expressions import AnalyzeWorkload, ExplainTrain, Statement, Train
@@ -115,6 +115,9 @@ class _Binder:
         clause = stmt.args.get("params")
         for setting in clause.expressions if clause else []:
             key = str(setting.this.this).lower()
+            if key in NOT_SETTINGS:
+                raise self.error(f"'{key}' is not a workload setting: {NOT_SETTINGS[key]}",
+                                 setting.this)
             if key not in WORKLOAD_PARAMS:
                 raise self.error(f"unknown parameter '{key}'{suggest(key, list(WORKLOAD_PARAMS))}"
                                  f"; known: {', '.join(sorted(WORKLOAD_PARAMS))}", setting.this)

@@ -139,18 +139,20 @@ def test_round_cost_arithmetic():
     rc = round_cost(plan, st, d=1001)
     coords = math.ceil(0.1 * 1001)  # 101
     assert rc.coords == coords
-    # re-sent increments after a missed link widen the payload (union of two masks)
-    delta = 1 - math.exp(-0.1)
-    slot_factor = 2 - (1 - delta) ** (2 * 10 / st.slots_per_round)
-    receiver_factor = 2 - (1 - delta) ** 2
-    assert rc.channel_uses == pytest.approx(
-        st.slots_per_round * math.ceil(coords / 2) * slot_factor)
+    # nothing is re-sent; a slot costs nothing only when all its receivers are silent
+    a = math.exp(-0.1)
+    live = 1 - ((1 - a) ** 2) ** (10 / st.slots_per_round)
+    assert rc.channel_uses == pytest.approx(st.slots_per_round * math.ceil(coords / 2) * live)
     assert rc.airtime_s == pytest.approx(rc.channel_uses / 1e6)
-    symbols = 2 * 10 * math.exp(-0.1) * math.ceil(coords / 2) * receiver_factor
+    symbols = 2 * 10 * a * math.ceil(coords / 2)
     assert rc.energy_j == pytest.approx(1.0 * 1e-6 * symbols)
+    # with dropout a link needs both ends online
+    drop = round_cost(attrs.evolve(plan, channel=attrs.evolve(plan.channel, dropout=0.2)),
+                      st, d=1001)
+    assert drop.energy_j == pytest.approx(1e-6 * symbols * 0.8 ** 2)
     assert rc.bits == 2 * 10 * coords * (32 + math.ceil(math.log2(1001)))
     dense = round_cost(attrs.evolve(plan, k_ratio=1.0), st, d=1001)
-    assert dense.channel_uses == st.slots_per_round * math.ceil(1001 / 2)
+    assert dense.channel_uses == pytest.approx(st.slots_per_round * math.ceil(1001 / 2) * live)
 
 
 def test_p_random_is_p_without_losses_and_per_topology_under_dropout():

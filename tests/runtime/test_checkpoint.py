@@ -55,7 +55,7 @@ def test_checkpoint_loads_with_weights_only(tmp_path, digits, digits_iid, ring10
     trainer.save(tmp_path / "c.pt")
     state = torch.load(tmp_path / "c.pt", weights_only=True)
     assert state["round"] == 1 and state["x"].shape == trainer.x.shape
-    assert set(state["rule"]) == {"xhat", "s", "pending_keys", "pending_values"}
+    assert set(state["rule"]) == {"xhat", "s", "ref"}
     assert "channel" in state and "data_rng" in state and "train_gen" in state
 
 

@@ -19,7 +19,7 @@ def bound(text: str):
 def test_full_statement():
     b = bound("EXPLAIN ANALYZE (VERBOSE, COSTS OFF, FORMAT JSON, ALTERNATIVES 3, CALIBRATE FALSE) "
               "TRAIN Digits ON 20 CLIENTS WITH (alpha = 0.1, model = MLP, rounds = 50.0, "
-              "error_feedback = off) USING TOPOLOGY ring, small_world(k = 4), "
+              "channel = 'ideal') USING TOPOLOGY ring, small_world(k = 4), "
               "erdos_renyi(p = 0.3) USING WEIGHTS max_degree, metropolis_hastings "
               "USING SPARSITY IN (0.05, 0.1, 0.05) SLA accuracy >= 0.9 * fc AND rounds <= 300 "
               "WITHIN 400 ROUNDS WITHIN 2.5 SECONDS WITHIN 10 JOULES COST MODEL DSGD")
@@ -28,7 +28,7 @@ def test_full_statement():
     assert b.options == ExplainOptions(verbose=True, costs=False, format="json",
                                        alternatives=3, calibrate=False)
     assert b.workload == Workload(dataset="digits", clients=20, alpha=0.1, model="mlp",
-                                  rounds=50, error_feedback=False)
+                                  rounds=50, channel="ideal")
     assert b.topologies == (("ring", {}), ("small_world", {"k": 4}),
                             ("erdos_renyi", {"p": 0.3}))
     assert isinstance(b.topologies[1][1]["k"], int)
@@ -113,3 +113,8 @@ def test_bind_rejects_pass_through():
     (stmt,) = parse("SELECT 1")
     with pytest.raises(TypeError):
         bind(stmt)  # type: ignore[arg-type]
+
+
+def test_error_feedback_is_refused_with_the_reason():
+    with pytest.raises(BindError, match="CHOCO, whose public replicas already carry"):
+        bound("TRAIN digits ON 20 CLIENTS WITH (error_feedback = off)")

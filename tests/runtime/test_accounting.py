@@ -1,0 +1,93 @@
+"""The planner's per-round resource figures against what the runtime measures."""
+
+import attrs
+import numpy as np
+import pytest
+
+import airplan_qo as aq
+
+FAMILIES = ["ring", "erdos_renyi", "small_world", "clustered", "complete", "exponential",
+            "torus", "k_regular", "star"]
+
+
+@pytest.fixture(scope="module")
+def measured():
+    """(plan, predicted per-round cost, measured mean channel uses and energy per round)."""
+    db = aq.connect(":memory:")
+    out = []
+    for dropout in (0.0, 0.2):
+        w = aq.Workload(dataset="digits", clients=20, alpha=0.5, snr_db=10, rounds=12,
+                        model="logistic", dropout=dropout)
+        result = db.plan(w, topologies=FAMILIES, sparsity=[0.1, 0.3, 1.0],
+                         weights=["metropolis_hastings"])
+        for cand in result.candidates:
+            report = db.execute(attrs.evolve(result, chosen=cand), stop_at_target=False,
+                                reoptimize=False)
+            rows = db.catalog.query("SELECT channel_uses, energy_j FROM airplan.round_stats "
+                                    "WHERE exec_id = ? AND round >= 1", [report.exec_id])
+            out.append((dropout, cand.plan, cand.cost.per_round,
+                        float(np.mean([r["channel_uses"] for r in rows])),
+                        float(np.mean([r["energy_j"] for r in rows]))))
+    db.close()
+    return out
+
+
+def test_every_family_and_k_is_measured(measured):
+    seen = {(p.topology.family, p.k_ratio) for d, p, *_ in measured if d == 0.0}
+    assert seen == {(f, k) for f in FAMILIES for k in (0.1, 0.3, 1.0)}
+
+
+def test_predicted_channel_uses_per_round_match_the_runtime(measured):
+    for dropout, plan, per_round, uses, _ in measured:
+        tol = 0.03 if dropout == 0.0 else 0.10      # dropout: live slots vary round to round
+        assert uses == pytest.approx(per_round.channel_uses, rel=tol), (dropout, plan.label())
+
+
+def test_predicted_energy_per_round_matches_the_runtime(measured):
+    # a link transmits when both ends are online: (1 - dropout)^2, not (1 - dropout)
+    for dropout, plan, per_round, _, energy in measured:
+        tol = 0.10 if dropout == 0.0 else 0.20
+        assert energy == pytest.approx(per_round.energy_j, rel=tol), (dropout, plan.label())
+
+
+@pytest.mark.parametrize("family,params", [("ring", {}), ("small_world", {"k": 4}),
+                                           ("erdos_renyi", {"p": 0.3}), ("complete", {})])
+@pytest.mark.parametrize("k_ratio", [1.0, 0.3])
+def test_channel_noise_term_matches_the_runtime_noise_energy(family, params, k_ratio):
+    """sigma_c^2 (noise power per coordinate relative to the payload's) against the runtime."""
+    import torch
+
+    from airplan_qo.plans.estimators import channel_noise
+    from airplan_qo.plans.plan import ChannelConfig, PhysicalPlan
+    from airplan_qo.plans.topology import TopologySpec, build, describe
+    from airplan_qo.runtime.channel import Channel
+    from airplan_qo.runtime.compression import common_mask
+    from airplan_qo.runtime.gossip import DSGD, Choco, LinkSet, dsgd_mix
+
+    n, d = 20, 4000
+    spec = TopologySpec.create(family, n, **params)
+    _, stats = describe(spec)
+    links = LinkSet(build(spec))
+    plan = PhysicalPlan(spec, k_ratio, ChannelConfig(snr_db=5.0, g_th=0.1))
+    channel = Channel("ota", snr_db=5.0, g_th=0.1, dropout=0.0, seed=2)
+    ratios = []
+    for r in range(30):
+        x = torch.randn(n, d, generator=torch.Generator().manual_seed(r))
+        rl = channel.draw(n, links.u, links.v)
+        up = links.up(rl)
+        if k_ratio == 1.0:
+            clean = dsgd_mix(x, links, up)
+            out = DSGD(n, d, shrinkage=False).communicate(x.clone(), links, rl, channel)[-1]
+            noise, payload = out - clean, x
+        else:
+            k = int(k_ratio * d)
+            rule = Choco(n, d, k, "common_randk", 0.1, torch.zeros(d), shrinkage=False)
+            gen = torch.Generator().manual_seed(r)
+            idx = common_mask(d, k, torch.Generator().manual_seed(r))
+            rule.communicate(x.clone(), links, rl, channel, train_gen=gen)
+            clean = dsgd_mix(x[:, idx].contiguous(), links, up)
+            noise, payload = rule.s[:, idx] - clean, x[:, idx]
+        heard = np.bincount(links.recv[up], minlength=n) > 0
+        power = float((payload.double() ** 2).mean())
+        ratios.append(float((noise[torch.from_numpy(heard)].double() ** 2).mean()) / power)
+    assert float(np.mean(ratios)) == pytest.approx(channel_noise(plan, stats), rel=0.3)
