@@ -47,7 +47,10 @@ def test_outcome_from_curve_counts_rounds_and_channel_uses_to_the_target():
     acc = [0.5, 0.7, None, 0.85, 0.9]
     costs = [10, 10, 10, 10, 10]
     assert outcome_from_curve(acc, costs, 5, 0.8) == (True, 4, 45.0)
-    assert outcome_from_curve(acc, costs, 5, 0.85) == (True, 4, 45.0)
+    # smoothed over 3 evaluations: round 4 averages 0.7, 0.85, 0.9 (0.817 < 0.85)
+    assert outcome_from_curve(acc, costs, 5, 0.85) == (True, 5, 55.0)
+    # one lucky evaluation is not a crossing
+    assert outcome_from_curve([0.5, 0.9, 0.5, 0.6, 0.6], costs, 0, 0.85) == (False, 5, 50.0)
     # never reached: the whole run, a lower bound
     assert outcome_from_curve(acc, costs, 5, 0.95) == (False, 5, 55.0)
     with pytest.raises(ValidationError):

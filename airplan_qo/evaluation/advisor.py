@@ -114,7 +114,7 @@ def _feasible(cost: Cost, e, sla, fc_acc: float, round_budget: int,
     estimator's own constraints."""
     if cost.rounds is None:
         return False
-    metrics = {"accuracy": e.accuracy, "rounds": cost.rounds,
+    metrics = {"accuracy": e.accuracy, "avg_model_accuracy": e.accuracy, "rounds": cost.rounds,
                "energy_j": cost.total("energy_j"), "airtime_s": cost.total("airtime_s"),
                "channel_uses": cost.total("channel_uses")}
     if sla.check(metrics, fc_acc):

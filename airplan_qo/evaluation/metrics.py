@@ -33,6 +33,7 @@ import attrs
 import numpy as np
 
 from ..errors import ValidationError
+from ..plans.sla import ACCURACY_METRICS, first_crossing
 
 
 @attrs.frozen
@@ -114,18 +115,18 @@ class PairedTest:
 
 def outcome_from_curve(accuracy: Sequence[float | None], round_cost: Sequence[float],
                        startup: float, target: float) -> tuple[bool, int, float]:
-    """(reached, rounds, cost) of one run: the first round whose test accuracy is >= target
-    (1-based) and the channel uses up to and including it plus ``startup``; when the target is
-    never reached, the rounds run and the whole run's channel uses (lower bounds)."""
+    """(reached, rounds, cost) of one run: the round at which the accuracy curve (mean
+    client-model accuracy, 1-based rounds, None where not evaluated) reaches ``target`` on the
+    smoothed rule of :func:`~airplan_qo.plans.sla.first_crossing` (centred moving average
+    over 3 evaluations), and the channel uses up to and including it plus ``startup``; when the
+    target is never reached, the rounds run and the whole run's channel uses (lower bounds)."""
     if len(accuracy) != len(round_cost):
         raise ValidationError(f"curve has {len(accuracy)} accuracies but {len(round_cost)} "
                               "per-round costs")
-    spent = float(startup)
-    for i, (acc, c) in enumerate(zip(accuracy, round_cost), 1):
-        spent += float(c or 0.0)
-        if acc is not None and math.isfinite(acc) and acc >= target:
-            return True, i, spent
-    return False, len(accuracy), spent
+    reached = first_crossing(list(enumerate(accuracy, 1)), target)
+    rounds = reached if reached is not None else len(accuracy)
+    spent = float(startup) + float(sum(float(c or 0.0) for c in round_cost[:rounds]))
+    return reached is not None, rounds, spent
 
 
 def measured_target(sla, fc_accuracy: float | None) -> float:
@@ -181,7 +182,7 @@ def _meets(s: PlanSummary, sla, fc_accuracy: float | None) -> bool:
     values = {"rounds": s.rounds, "channel_uses": s.cost, "energy_j": s.energy_j,
               "airtime_s": s.airtime_s}
     for c in sla.constraints:
-        if c.metric == "accuracy":
+        if c.metric in ACCURACY_METRICS:
             continue
         actual = values.get(c.metric)
         if actual is None or not c.holds(float(actual), fc_accuracy):

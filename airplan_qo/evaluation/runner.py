@@ -32,7 +32,7 @@ from .advisor import fc_plan
 from .grid import Grid, WorkloadSpec
 
 #: Version of the measurement protocol; part of every cache key.
-PROTOCOL = 1
+PROTOCOL = 2
 _REUSABLE = ("succeeded", "failed")
 
 
@@ -212,16 +212,17 @@ def load_runs(catalog, ws: WorkloadSpec, seeds: dict[int, SeedPlan],
     """Read the runs back from the catalog (fresh and cached alike, one code path)."""
     ids = [t[3] for t in todo]
     rows = {int(r["exec_id"]): r for r in catalog.query(
-        "SELECT exec_id, status, final_accuracy, options FROM airplan.executions "
+        "SELECT exec_id, status, client_acc_mean AS final_accuracy, options "
+        "FROM airplan.executions "
         "WHERE list_contains(?, exec_id)", [ids])}
     table = catalog.query_arrow(
-        "SELECT exec_id, round, test_accuracy, channel_uses, energy_j FROM airplan.round_stats "
+        "SELECT exec_id, round, client_acc_mean, channel_uses, energy_j FROM airplan.round_stats "
         "WHERE list_contains(?, exec_id) AND round >= 1 ORDER BY exec_id, round", [ids])
     curves: dict[int, tuple[list, list, list]] = {}
     if table.num_rows:
         cols = {n: table.column(n).to_pylist() for n in table.column_names}
         for eid, rnd, acc, uses, energy in zip(cols["exec_id"], cols["round"],
-                                               cols["test_accuracy"], cols["channel_uses"],
+                                               cols["client_acc_mean"], cols["channel_uses"],
                                                cols["energy_j"]):
             a, u, e = curves.setdefault(int(eid), ([], [], []))
             while len(a) < rnd - 1:

@@ -752,15 +752,16 @@ def _beta_k_by_id(catalog: Catalog) -> dict[int, float]:
 
 def _curves(catalog: Catalog, exec_ids: list[int]
             ) -> dict[int, tuple[np.ndarray, np.ndarray, float | None]]:
-    """Per execution: rounds, errors (1 - test accuracy) and the mean link drop rate."""
+    """Per execution: rounds, errors (1 - mean client-model accuracy, the SLA's ``accuracy``) and
+    the mean link drop rate."""
     table = catalog.query_arrow(
-        "SELECT exec_id, round, test_accuracy, link_drop_rate FROM airplan.round_stats "
+        "SELECT exec_id, round, client_acc_mean, link_drop_rate FROM airplan.round_stats "
         "WHERE list_contains(?, exec_id) ORDER BY exec_id, round", [exec_ids])
     if table.num_rows == 0:
         return {}
     ids = table.column("exec_id").to_numpy()
     rnd = table.column("round").to_numpy().astype(float)
-    acc = np.array(table.column("test_accuracy").to_numpy(zero_copy_only=False), dtype=float)
+    acc = np.array(table.column("client_acc_mean").to_numpy(zero_copy_only=False), dtype=float)
     drop = np.array(table.column("link_drop_rate").to_numpy(zero_copy_only=False), dtype=float)
     uniq, starts = np.unique(ids, return_index=True)
     ends = np.append(starts[1:], ids.size)

@@ -36,6 +36,7 @@ from .compression import MASKS, k_from_ratio
 from .flat import STRATEGIES, GradientEngine, ParamLayout, chunks, client_logits, \
     resolve_strategy, single_logits
 from .gossip import ALGORITHMS, DSGD, Choco, LinkSet, PaperLiteral, round_traffic
+from ..plans.sla import TARGET_METRICS, first_crossing
 from .metrics import consensus_distance, diverged, jain_index
 from .models import MODELS, build_model
 
@@ -166,6 +167,7 @@ class RunConfig:
     train_seed: int = attrs.field(default=0, validator=_seed)
     channel_seed: int = attrs.field(default=0, validator=_seed)
     target_accuracy: float | None = attrs.field(default=None, validator=_finite(0.0, 1.0))
+    target_metric: str = attrs.field(default="accuracy", validator=_choice(tuple(TARGET_METRICS)))
     eval_every: int = attrs.field(default=1, validator=_positive_int("eval_every"))
     threads: int = attrs.field(default=1, validator=_positive_int("threads"))
     strategy: str = attrs.field(default="auto", validator=_choice(STRATEGIES))
@@ -432,9 +434,13 @@ class Trainer:
             if reason is None and (r % cfg.eval_every == 0 or r == cfg.rounds):
                 test_acc, client_acc = self._evaluate()
                 acc_mean, acc_min = float(client_acc.mean()), float(client_acc.min())
-                if (cfg.target_accuracy is not None and self.rounds_to_target is None
-                        and test_acc >= cfg.target_accuracy):
-                    self.rounds_to_target = r
+            if cfg.target_accuracy is not None and self.rounds_to_target is None \
+                    and (test_acc is not None or r == cfg.rounds):
+                key = TARGET_METRICS[cfg.target_metric]
+                now = {"test_accuracy": test_acc, "client_acc_mean": acc_mean}[key]
+                points = [(h["round"], h[key]) for h in self.history] + [(r, now)]
+                self.rounds_to_target = first_crossing(points, cfg.target_accuracy,
+                                                       complete=r == cfg.rounds)
         self.failure = reason
         row = {
             "round": r,

@@ -33,6 +33,7 @@ from ..errors import ExecutionError
 from ..plans.estimators import ESTIMATORS
 from ..plans.topology import TopologySpec, build
 from .engine import RunConfig, RunResult, Trainer
+from ..plans.sla import TARGET_METRICS, first_crossing
 from .monitor import MonitorConfig, Reoptimizer, request_from_json, request_to_json, \
     spec_from_plan_row
 
@@ -50,15 +51,16 @@ def derive_seeds(seed: int) -> dict[str, int]:
             for name, c in zip(("data_seed", "train_seed", "channel_seed"), children)}
 
 
-def run_config(workload, plan, rounds: int, target: float | None, seeds: dict[str, int]
-               ) -> RunConfig:
+def run_config(workload, plan, rounds: int, target: float | None, seeds: dict[str, int],
+               target_metric: str = "accuracy") -> RunConfig:
     ch = plan.channel
     return RunConfig(
         model=workload.model, lr=workload.lr, momentum=workload.momentum,
         batch_size=workload.batch_size, local_steps=workload.local_steps, rounds=rounds,
         k_ratio=plan.k_ratio, algorithm="auto", mask=plan.mask, channel=ch.kind,
         snr_db=ch.snr_db, g_th=ch.g_th, tx_power_dbm=ch.tx_power_dbm,
-        bandwidth_hz=ch.bandwidth_hz, dropout=ch.dropout, target_accuracy=target, **seeds)
+        bandwidth_hz=ch.bandwidth_hz, dropout=ch.dropout, target_accuracy=target,
+        target_metric=target_metric, **seeds)
 
 
 @attrs.frozen
@@ -80,7 +82,8 @@ class ExecutionReport:
         return {
             "status": r.status,
             "actual_rounds": r.rounds_to_target if r.rounds_to_target is not None else r.rounds,
-            "actual_accuracy": r.final_accuracy,
+            "actual_accuracy": r.client_acc_mean,
+            "actual_avg_model_accuracy": r.final_accuracy,
             "actual_channel_uses": r.total_channel_uses,
             "actual_link_drop_rate": float(np.mean(drops)) if drops else None,
             "execution_time_ms": self.execution_time_ms,
@@ -107,7 +110,7 @@ class _Progress:
         eta = elapsed / max(done, 1) * (self.total - done)
         width = 30
         filled = int(width * done / max(self.total, 1))
-        acc = row.get("test_accuracy")
+        acc = row.get("client_acc_mean")
         acc_text = f" acc={acc:.3f}" if acc is not None else ""
         sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} "
                          f"rounds{acc_text} ETA {eta:5.1f}s ")
@@ -158,7 +161,8 @@ def execute(catalog: Catalog, result, *, quiet: bool = False, stop_at_target: bo
     w = result.request.workload
     seeds = derive_seeds(w.seed)
     config = run_config(w, result.chosen.plan, result.context.round_budget,
-                        result.target_accuracy if stop_at_target else None, seeds)
+                        result.target_accuracy if stop_at_target else None, seeds,
+                        result.request.sla.accuracy_metric)
     options = {"dataset": w.dataset, "clients": w.clients, "workload": w.params(),
                "run_config": config.as_dict(), "planning_run_id": result.planning_run_id,
                "feedback_basis": feedback_basis(result)}
@@ -287,6 +291,7 @@ def feedback_basis(result) -> dict[str, Any]:
              for t in range(1, budget + 1)]
     return {"estimator": result.estimator, "rounds": est.rounds, "model_term": est.model_term,
             "target_accuracy": result.target_accuracy,
+            "target_metric": result.request.sla.accuracy_metric,
             "per_round_channel_uses": chosen.cost.per_round.channel_uses,
             "per_round_energy_j": chosen.cost.per_round.energy_j, "accuracy_curve": curve,
             "accuracy_curve_lo": _lower_curve(result, estimator, curve)}
@@ -311,14 +316,15 @@ def _feedback(basis: dict[str, Any], run: RunResult, exec_id: int, plan_id: int
     accuracy at the rounds actually run, and the resources those rounds used."""
     rounds_run = run.rounds
     target = basis["target_accuracy"]
-    reached = next((h["round"] for h in run.history if h.get("test_accuracy") is not None
-                    and h["test_accuracy"] >= target), None)
+    key = TARGET_METRICS[basis.get("target_metric", "accuracy")]
+    reached = first_crossing([(h["round"], h.get(key)) for h in run.history], target)
     curve = basis["accuracy_curve"]
     acc_est = curve[min(rounds_run, len(curve)) - 1] if rounds_run and curve else None
     rows = [
         ("rounds", basis["rounds"], reached if reached is not None else rounds_run,
          basis["model_term"], reached is None),
-        ("accuracy", acc_est, run.final_accuracy, None, False),
+        ("accuracy", acc_est, run.client_acc_mean if key == "client_acc_mean"
+         else run.final_accuracy, None, False),
         ("channel_uses", basis["per_round_channel_uses"] * rounds_run, run.total_channel_uses,
          None, False),
         ("energy_j", basis["per_round_energy_j"] * rounds_run, run.total_energy_j, None, False),

@@ -84,3 +84,4 @@ def diverged(loss: float, initial_loss: float | None, factor: float) -> str | No
         return (f"training loss {loss:.4g} exceeded {factor:g} x the initial loss "
                 f"{initial_loss:.4g}")
     return None
+

@@ -180,7 +180,7 @@ class Monitor:
         if drop is not None and math.isfinite(drop):
             self._drop_n += 1
             self._drop += (float(drop) - self._drop) / self._drop_n
-        acc = row.get("test_accuracy")
+        acc = row.get("client_acc_mean")
         if acc is not None and math.isfinite(acc):
             self.last_accuracy = float(acc)
 
@@ -202,7 +202,7 @@ class Monitor:
         return None
 
     def _prediction(self, row: Mapping[str, Any], r: int, rel: int) -> Trigger | None:
-        acc = row.get("test_accuracy")
+        acc = row.get("client_acc_mean")
         if self.prediction is None or acc is None or not math.isfinite(acc):
             return None
         if rel < self.config.warmup:

@@ -195,7 +195,7 @@ def _populate(cat, observations, *, dataset="digits", estimator="dsgd", terms_of
                            else o.link_drop_rate)
             cat.insert_rows("round_stats", {
                 "exec_id": np.full(o.rounds.size, ex, dtype=np.int64),
-                "round": o.rounds.astype(np.int32), "test_accuracy": 1.0 - o.errors,
+                "round": o.rounds.astype(np.int32), "client_acc_mean": 1.0 - o.errors,
                 "link_drop_rate": drop})
         cat.insert_rows("feedback", {
             "exec_id": [ex] * 4, "plan_id": [plan] * 4, "estimator": [estimator] * 4,

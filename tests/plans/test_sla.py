@@ -127,3 +127,24 @@ def test_constraint_validation(kwargs, fragment):
 def test_constraints_must_be_constraints():
     with pytest.raises(ValidationError):
         SLA(("accuracy >= 0.9",))  # type: ignore[arg-type]
+
+
+def test_a_lucky_evaluation_does_not_reach_the_target():
+    from airplan_qo.plans.sla import first_crossing
+
+    noisy = [(1, 0.5), (2, 0.91), (3, 0.6), (4, 0.88), (5, 0.92), (6, 0.93), (7, 0.9)]
+    # the raw curve first crosses 0.9 at round 2; its centred 3-point average at round 5
+    assert first_crossing(noisy, 0.9) == 5
+    assert first_crossing(noisy[:5], 0.9, complete=False) is None   # round 5 needs round 6
+    assert first_crossing([(10, 0.95)], 0.9) == 10
+    assert first_crossing([(1, None), (2, 0.95), (3, 0.97)], 0.9) == 2
+    assert first_crossing(noisy, 0.99) is None
+
+
+def test_sla_accuracy_metrics():
+    from airplan_qo.plans.sla import parse_sla
+
+    assert parse_sla("accuracy >= 0.9 * fc").accuracy_metric == "accuracy"
+    sla = parse_sla("avg_model_accuracy >= 0.95 * fc AND rounds <= 50")
+    assert sla.accuracy_metric == "avg_model_accuracy"
+    assert sla.accuracy_threshold(0.9) == pytest.approx(0.855)

@@ -32,7 +32,7 @@ def test_train_statement_writes_consistent_rows(tmp_path):
                                             row["exec_id"])}
         assert set(fb) == {"rounds", "accuracy", "channel_uses", "energy_j"}
         assert fb["channel_uses"]["actual"] == pytest.approx(total)
-        assert fb["accuracy"]["actual"] == pytest.approx(ex["final_accuracy"])
+        assert fb["accuracy"]["actual"] == pytest.approx(ex["client_acc_mean"])
         plan = _rows(db, "SELECT * FROM airplan.plans WHERE plan_id = ?", ex["plan_id"])[0]
         assert plan["chosen"] and fb["rounds"]["estimated"] == plan["est_rounds"]
         assert ex["data_seed"] != ex["train_seed"] != ex["channel_seed"]

@@ -33,7 +33,7 @@ from airplan_qo.runtime.monitor import (
 
 
 def _row(r, cd=0.25, acc=None, dropout=0.0, drop=0.1):
-    return {"round": r, "consensus_distance": cd, "test_accuracy": acc, "dropout_rate": dropout,
+    return {"round": r, "consensus_distance": cd, "client_acc_mean": acc, "dropout_rate": dropout,
             "link_drop_rate": drop}
 
 
