@@ -5,6 +5,20 @@ receivers may share a slot only if they are not neighbours and have no common ne
 graph distance >= 3. A slot schedule is therefore a proper colouring of G^2; its number of
 colours is the number of slots per gossip round. Every closed neighbourhood is a clique of G^2,
 so max degree + 1 is a lower bound.
+
+Colouring is NP-hard, so the schedule is the best of several colourings, cheapest first:
+
+1. greedy in decreasing G^2-degree order, then iterated-greedy passes (Culberson): recolour the
+   colour classes one after another, which never adds a colour (every size; vectorised);
+2. networkx ``greedy_color``: smallest-last and largest-first with colour interchange, and
+   DSATUR on the smaller graphs (their cost grows quickly with the size of G^2);
+3. on small graphs, an exact DSATUR branch and bound (networkx has no exact colouring) that looks
+   for a colouring with fewer colours, within a budget of search steps.
+
+Each stage is skipped once the colouring meets a lower bound (a clique of G^2 grown from the
+closed neighbourhood of a max-degree node), so paths, rings with 3 | n and some tori stop at
+stage 1. On small graphs stage 3 usually proves the result optimal: C_n^2 gets its chromatic
+number (5 for n = 5, 3 when 3 | n, else 4).
 """
 
 from __future__ import annotations
@@ -16,7 +30,20 @@ import scipy.sparse as sp
 
 from .mixing import adjacency
 
-EXACT_STRATEGY_LIMIT = 500  # networkx DSATUR on G^2 costs seconds beyond this
+#: networkx strategies with colour interchange run up to this many nodes and edges of G^2; their
+#: time and memory grow about quadratically (both strategies: ~0.5 s for small-world k = 6 at
+#: N = 1000 on one core, ~6 s and ~1 GiB for a ring of 10 000).
+INTERCHANGE_NODE_LIMIT = 1_000
+INTERCHANGE_EDGE_LIMIT = 30_000
+#: networkx DSATUR (quadratic in the number of nodes there) runs up to this many nodes.
+DSATUR_NODE_LIMIT = 500
+#: The exact search runs up to this many nodes (it recurses once per node) ...
+EXACT_NODE_LIMIT = 200
+#: ... and stops after this many colour assignments (tens of milliseconds).
+EXACT_STEP_BUDGET = 5_000
+#: Iterated-greedy passes over the colour classes (each costs one sparse row gather).
+ITERATED_GREEDY_PASSES = 6
+_TAKEN_CELLS = 1 << 22  # bound on the boolean (receivers x colours) table of one pass step
 
 
 @attrs.frozen
@@ -39,7 +66,11 @@ class Schedule:
 
 
 def square_adjacency(graph: nx.Graph) -> sp.csr_matrix:
-    """Adjacency of G^2 (pairs at distance 1 or 2), without the diagonal."""
+    """Adjacency of G^2 (pairs at distance 1 or 2), without the diagonal.
+
+    ``networkx.power(graph, 2)`` builds the same graph, but as Python dicts and several times
+    slower; the sparse product also serves the vectorised greedy passes at large N.
+    """
     a = adjacency(graph)
     a2 = (a + a @ a).tocsr()
     a2.setdiag(0)
@@ -49,29 +80,64 @@ def square_adjacency(graph: nx.Graph) -> sp.csr_matrix:
 
 
 def ota_schedule(graph: nx.Graph) -> Schedule:
-    """Colour G^2 greedily; small graphs try several orders (incl. DSATUR) and keep the best."""
+    """A slot schedule with as few slots as the staged colouring of G^2 finds (module doc)."""
     n = graph.number_of_nodes()
-    deg = np.diff(adjacency(graph).indptr)
+    a = adjacency(graph)
+    deg = np.diff(a.indptr)
     lower = int(deg.max()) + 1 if n else 0
     if lower == n:  # a node sees everyone (star, complete): every receiver needs its own slot
         return Schedule(slots=tuple((i,) for i in range(n)), lower_bound=lower)
     a2 = square_adjacency(graph)
-    deg2 = np.diff(a2.indptr)
-    orders = [np.argsort(-deg2, kind="stable")]
-    if n <= EXACT_STRATEGY_LIMIT:
-        orders.append(np.arange(n))
-    best = min((_greedy(a2, order) for order in orders), key=lambda c: c.max())
-    if n <= EXACT_STRATEGY_LIMIT:
+    hub = int(np.argmax(deg))
+    clique = _clique(a2, [hub, *a.indices[a.indptr[hub]:a.indptr[hub + 1]].tolist()])
+    best = _greedy(a2, np.argsort(-np.diff(a2.indptr), kind="stable"))
+    if _colours(best) > len(clique):
+        best = _iterated_greedy(a2, best)
+    if (_colours(best) > len(clique) and n <= INTERCHANGE_NODE_LIMIT
+            and a2.nnz // 2 <= INTERCHANGE_EDGE_LIMIT):
         g2 = nx.from_scipy_sparse_array(a2)
-        ds = nx.greedy_color(g2, strategy="DSATUR")
-        colours = np.array([ds[i] for i in range(n)])
-        if colours.max() < best.max():
-            best = colours
-    slots = tuple(tuple(np.flatnonzero(best == k).tolist()) for k in range(int(best.max()) + 1))
+        runs = [("smallest_last", True), ("largest_first", True)]
+        if n <= DSATUR_NODE_LIMIT:
+            runs.append(("DSATUR", False))
+        for strategy, interchange in runs:
+            if _colours(best) == len(clique):
+                break
+            found = nx.greedy_color(g2, strategy=strategy, interchange=interchange)
+            colours = np.fromiter((found[i] for i in range(n)), dtype=np.int64, count=n)
+            if _colours(colours) < _colours(best):
+                best = colours
+    if _colours(best) > len(clique) and n <= EXACT_NODE_LIMIT:
+        best = _exact_improve(a2, best, clique, EXACT_STEP_BUDGET)
+    slots = tuple(tuple(np.flatnonzero(best == k).tolist()) for k in range(_colours(best)))
     return Schedule(slots=slots, lower_bound=lower)
 
 
+def _colours(colour: np.ndarray) -> int:
+    return int(colour.max()) + 1
+
+
+def _clique(a2: sp.csr_matrix, seed: list[int]) -> list[int]:
+    """Grow a clique of G^2 (a closed neighbourhood of G) greedily: add the common neighbour of
+    all members with the most neighbours until there is none."""
+    deg2 = np.diff(a2.indptr)
+    members = list(seed)
+    hits = np.bincount(np.concatenate([a2.indices[a2.indptr[v]:a2.indptr[v + 1]]
+                                       for v in members]), minlength=a2.shape[0])
+    common = np.flatnonzero(hits == len(members))  # no diagonal: members are not in it
+    while common.size:
+        v = int(common[np.argmax(deg2[common])])
+        members.append(v)
+        common = np.intersect1d(common, a2.indices[a2.indptr[v]:a2.indptr[v + 1]],
+                                assume_unique=True)
+    return members
+
+
 def _greedy(a2: sp.csr_matrix, order: np.ndarray) -> np.ndarray:
+    """Sequential greedy colouring in ``order`` (smallest colour free among coloured neighbours).
+
+    Hand-written on the CSR arrays: networkx would first need G^2 as a Python graph, which alone
+    costs seconds at N = 1e5.
+    """
     n = a2.shape[0]
     colour = np.full(n, -1, dtype=np.int64)
     indptr, indices = a2.indptr, a2.indices
@@ -85,6 +151,113 @@ def _greedy(a2: sp.csr_matrix, order: np.ndarray) -> np.ndarray:
         taken[used[used <= used.size]] = True
         colour[node] = int(np.argmin(taken))
     return colour
+
+
+def _iterated_greedy(a2: sp.csr_matrix, colour: np.ndarray) -> np.ndarray:
+    """Culberson's iterated greedy: recolour whole colour classes in turn (reverse order, then
+    largest class first, alternating). A class is an independent set, so all its nodes are
+    recoloured at once, and the k-th class recoloured gets a colour < k: never more colours."""
+    for p in range(ITERATED_GREEDY_PASSES):
+        k = _colours(colour)
+        order = np.arange(k)[::-1] if p % 2 == 0 else np.argsort(
+            -np.bincount(colour, minlength=k), kind="stable")
+        colour = _recolour_classes(a2, colour, order)
+    return colour
+
+
+def _recolour_classes(a2: sp.csr_matrix, colour: np.ndarray, class_order: np.ndarray
+                      ) -> np.ndarray:
+    new = np.full(len(colour), -1, dtype=np.int64)
+    by_class = np.argsort(colour, kind="stable")
+    bounds = np.searchsorted(colour[by_class], np.arange(_colours(colour) + 1))
+    rows = a2[by_class]  # one gather; each class is then a contiguous block of rows
+    indptr, indices = rows.indptr, rows.indices
+    for c in class_order:
+        lo, hi = bounds[c], bounds[c + 1]
+        width = int(new[indices[indptr[lo]:indptr[hi]]].max(initial=-1)) + 2
+        chunk = max(1, _TAKEN_CELLS // width)  # rows per (rows x colours) table
+        for a in range(lo, hi, chunk):
+            b = min(hi, a + chunk)
+            nb = new[indices[indptr[a]:indptr[b]]]
+            row_of = np.repeat(np.arange(b - a), np.diff(indptr[a:b + 1]))
+            seen = nb >= 0
+            taken = np.zeros((b - a, width), dtype=bool)
+            taken[row_of[seen], nb[seen]] = True
+            new[by_class[a:b]] = np.argmin(taken, axis=1)  # first colour no neighbour has yet
+    return new
+
+
+class _Stop(Exception):
+    pass
+
+
+def _exact_improve(a2: sp.csr_matrix, colour: np.ndarray, clique: list[int], budget: int
+                   ) -> np.ndarray:
+    """DSATUR branch and bound (Brelaz 1979) for a colouring with fewer colours than ``colour``.
+
+    The clique is pre-coloured 0..|clique|-1 (it breaks the colour symmetry and is the lower
+    bound); then the uncoloured node with the most distinct neighbour colours (ties: most
+    neighbours, lowest id) is branched on, over the colours used so far plus one new colour,
+    while fewer colours than the best colouring found stay possible. Stops at the lower bound or
+    after ``budget`` colour assignments and returns the best colouring found (``colour`` if none).
+    """
+    n = a2.shape[0]
+    nbrs = [a2.indices[a2.indptr[v]:a2.indptr[v + 1]].tolist() for v in range(n)]
+    best, ub, lb = colour, _colours(colour), len(clique)
+    col = [-1] * n
+    count = [[0] * ub for _ in range(n)]  # count[v][c]: neighbours of v coloured c
+    step = n + 1  # score = distinct neighbour colours * (n + 1) + degree; -1 once coloured
+    score = [len(nbrs[v]) for v in range(n)]
+    steps = 0
+
+    # Plain Python lists: the nodes have tens of neighbours, where numpy's per-call overhead
+    # would dominate (about 3x slower per step).
+    def assign(v: int, c: int) -> int:
+        col[v], kept = c, score[v]
+        score[v] = -1
+        for u in nbrs[v]:
+            row = count[u]
+            if row[c] == 0 and col[u] < 0:
+                score[u] += step
+            row[c] += 1
+        return kept
+
+    def unassign(v: int, c: int, kept: int) -> None:
+        col[v], score[v] = -1, kept
+        for u in nbrs[v]:
+            row = count[u]
+            row[c] -= 1
+            if row[c] == 0 and col[u] < 0:
+                score[u] -= step
+
+    def search(used: int, left: int) -> None:
+        nonlocal best, ub, steps
+        if left == 0:
+            best, ub = np.array(col, dtype=np.int64), used
+            if ub <= lb:
+                raise _Stop
+            return
+        v = max(range(n), key=score.__getitem__)  # most saturated, then most neighbours
+        row = count[v]
+        for c in range(min(used + 1, ub - 1)):
+            if c >= ub - 1:  # a better colouring was found below: tighter bound
+                break
+            if row[c]:
+                continue
+            steps += 1
+            if steps > budget:
+                raise _Stop
+            kept = assign(v, c)
+            search(max(used, c + 1), left - 1)
+            unassign(v, c, kept)
+
+    for i, v in enumerate(clique):
+        assign(v, i)
+    try:
+        search(len(clique), n - len(clique))
+    except _Stop:
+        pass
+    return best
 
 
 def is_valid(graph: nx.Graph, schedule: Schedule) -> bool:

@@ -1,8 +1,10 @@
 import networkx as nx
+import numpy as np
 import pytest
 
 from airplan_qo.plans.families import FAMILIES, build_graph
-from airplan_qo.plans.schedule import Schedule, is_valid, ota_schedule
+from airplan_qo.plans.schedule import (Schedule, _greedy, _iterated_greedy, is_valid,
+                                       ota_schedule, square_adjacency)
 
 
 def _distance_ok(g, schedule):
@@ -28,7 +30,7 @@ def test_schedule_valid(family, n):
 def test_known_slot_counts():
     assert ota_schedule(build_graph("complete", 50)).slots_per_round == 50
     assert ota_schedule(build_graph("star", 50)).slots_per_round == 50
-    assert ota_schedule(build_graph("ring", 50)).slots_per_round in (4, 5)  # 50 % 3 != 0
+    assert ota_schedule(build_graph("ring", 50)).slots_per_round == 4  # 50 % 3 != 0
     assert ota_schedule(build_graph("ring", 51)).slots_per_round == 3
     er = ota_schedule(build_graph("erdos_renyi", 50, p=0.2, seed=0)).slots_per_round
     assert 20 <= er <= 35
@@ -45,3 +47,73 @@ def test_large_schedule_uses_fast_path():
     g = build_graph("small_world", 5000, seed=0, k=6)
     s = ota_schedule(g)
     assert is_valid(g, s)
+
+
+@pytest.mark.parametrize("n", range(5, 31))
+def test_ring_gets_chromatic_number_of_its_square(n):
+    g = nx.cycle_graph(n)
+    s = ota_schedule(g)
+    assert is_valid(g, s) and _distance_ok(g, s)
+    assert s.slots_per_round == (5 if n == 5 else 3 if n % 3 == 0 else 4)
+
+
+@pytest.mark.parametrize("family, n, params, seed, slots", [
+    ("small_world", 20, {"k": 4}, 0, 7),  # = max degree + 1
+    ("clustered", 20, {}, 33, 8),  # = max degree + 1
+    ("torus", 20, {}, 0, 7),
+    ("k_regular", 50, {}, 0, 7),
+])
+def test_small_graphs_get_fewer_slots(family, n, params, seed, slots):
+    g = build_graph(family, n, seed=seed, **params)
+    s = ota_schedule(g)
+    assert is_valid(g, s) and _distance_ok(g, s)
+    assert s.slots_per_round == slots
+
+
+def _chromatic_number(g2: nx.Graph) -> int:
+    """Smallest k with a proper k-colouring, by plain backtracking (independent of the code)."""
+    nodes = sorted(g2, key=g2.degree, reverse=True)
+    for k in range(1, len(nodes) + 1):
+        colour: dict[int, int] = {}
+
+        def extend(i: int) -> bool:
+            if i == len(nodes):
+                return True
+            v = nodes[i]
+            used = {colour[u] for u in g2[v] if u in colour}
+            for c in range(min(k, max(colour.values(), default=-1) + 2)):
+                if c not in used:
+                    colour[v] = c
+                    if extend(i + 1):
+                        return True
+                    del colour[v]
+            return False
+
+        if extend(0):
+            return k
+    return 0
+
+
+def test_small_random_graphs_get_the_optimum():
+    rng = np.random.default_rng(3)
+    checked = 0
+    while checked < 40:
+        n, p = int(rng.integers(8, 17)), float(rng.uniform(0.1, 0.35))
+        g = nx.gnp_random_graph(n, p, seed=int(rng.integers(2**31)))
+        if not nx.is_connected(g):
+            continue
+        s = ota_schedule(g)
+        assert is_valid(g, s) and _distance_ok(g, s)
+        assert s.slots_per_round == _chromatic_number(nx.power(g, 2)), sorted(g.edges())
+        checked += 1
+
+
+def test_iterated_greedy_never_adds_colours():
+    g = build_graph("small_world", 3000, seed=1, k=6)
+    a2 = square_adjacency(g)
+    first = _greedy(a2, np.argsort(-np.diff(a2.indptr), kind="stable"))
+    improved = _iterated_greedy(a2, first)
+    coo = a2.tocoo()
+    assert np.all(improved[coo.row] != improved[coo.col])
+    assert improved.max() <= first.max()
+    assert ota_schedule(g).slots_per_round <= improved.max() + 1
