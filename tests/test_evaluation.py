@@ -354,3 +354,35 @@ sparsity = [1.0]
         assert "no candidate that meets the SLA" in text and "cross-validation needs" in text
         rows = db.catalog.query("SELECT * FROM airplan.evaluation_results")
         assert len(rows) == 1 and rows[0]["oracle_plan"] is None and rows[0]["match"] is None
+
+
+def test_within_noise_match_uses_the_paired_seed_noise():
+    from airplan_qo.evaluation.metrics import within_noise
+
+    best = {0: 100.0, 1: 120.0, 2: 90.0}
+    assert within_noise({0: 105.0, 1: 126.0, 2: 94.0}, best, True)        # +5%: under log 1.1
+    assert not within_noise({0: 150.0, 1: 180.0, 2: 135.0}, best, True)   # +50% on every seed
+    assert not within_noise({0: 100.0, 1: 120.0, 2: 90.0}, best, False)   # misses the SLA
+    # a large but noisy excess: inside t * SE
+    assert within_noise({0: 70.0, 1: 240.0, 2: 80.0}, best, True)
+
+
+def test_policy_table_rates_and_ratios():
+    from airplan_qo.evaluation.metrics import PlanSummary, policy_table
+
+    def s(w, plan, cost, meets):
+        return PlanSummary(w, plan, plan.split()[0], 3, 3 if meets else 0, 0.9, 0.0, cost, 10,
+                           None, None, meets)
+
+    table = policy_table({
+        "w1": ({"ring k=1": s("w1", "ring k=1", 200, True),
+                "complete k=1": s("w1", "complete k=1", 400, True)},
+               s("w1", "ring k=1", 200, True)),
+        "w2": ({"ring k=1": s("w2", "ring k=1", 300, False),
+                "complete k=1": s("w2", "complete k=1", 150, True)},
+               s("w2", "complete k=1", 150, True))})
+    by = {r["policy"]: r for r in table}
+    assert by["complete k=1"]["sla_met_rate"] == 1.0
+    assert by["complete k=1"]["median_cost_ratio"] == pytest.approx(1.5)
+    assert by["ring k=1"]["sla_met_rate"] == 0.5
+    assert table[0]["policy"] == "complete k=1"

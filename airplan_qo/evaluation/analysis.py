@@ -27,7 +27,7 @@ from ..plans.topology import TopologySpec
 from . import advisor
 from .grid import Grid, WorkloadSpec
 from .metrics import (Comparison, PairedTest, PlanSummary, RunOutcome, assign_folds, compare,
-                      family_scores, mape, measured_target, oracle, paired_test, rate,
+                      family_scores, mape, measured_target, oracle, paired_test, policy_table, rate,
                       stats_of, summarize)
 from .runner import Measured, RunRecord, client_variance
 
@@ -216,14 +216,18 @@ def analyze(session, grid: Grid, measured: Sequence[Measured], *,
         sp = m.seeds[seed0]
         by_plan = summaries[key]
         cand_labels = tuple(c.plan.label() for c in sp.candidates)
+        seed_costs: dict[str, dict[int, float]] = defaultdict(dict)
+        for (wk, plan, seed), o in outcome_of.items():
+            if wk == key:
+                seed_costs[plan][seed] = o.cost
         pick_b = advisor.pick(sp.result, priors, sp.candidates, sp.fc_candidate)
-        cmp_b = compare(key, pick_b.label, by_plan, cand_labels)
+        cmp_b = compare(key, pick_b.label, by_plan, cand_labels, seed_costs)
         fold = folds_of.get(key)
         consts = fold_constants(key, m.spec.workload.dataset)
         pick_a = cmp_a = None
         if consts is not None:
             pick_a = advisor.pick(sp.result, consts, sp.candidates, sp.fc_candidate)
-            cmp_a = compare(key, pick_a.label, by_plan, cand_labels)
+            cmp_a = compare(key, pick_a.label, by_plan, cand_labels, seed_costs)
         target = targets[key]
         res_b, cand_b = m.candidate(seed0, pick_b.label)
         pred_b = advisor.predicted_rounds(res_b, cand_b, priors, target)
@@ -472,12 +476,16 @@ def _comparison_block(cmps: list[Comparison], preds: list[tuple[float | None, fl
     match, n = rate(c.match for c in cmps)
     fam_match, _ = rate(c.family_match for c in cmps)
     meets, _ = rate(c.advisor_meets_sla for c in cmps)
+    noise, _ = rate(c.within_noise for c in cmps)
+    ratios = [c.cost_ratio for c in cmps if c.cost_ratio is not None]
     m, n_used, never = mape(preds)
     scores = family_scores(pairs_family)
     f1s = [s.f1 for s in scores.values() if s.f1 is not None]
     return {
         "workloads": len(cmps), "with_oracle": n, "match_rate": match,
         "family_match_rate": fam_match, "advisor_meets_sla_rate": meets,
+        "within_noise_rate": noise,
+        "median_cost_ratio": float(np.median(ratios)) if ratios else None,
         "regret_acc_pts": stats_of(c.regret_acc_pts for c in cmps),
         "regret_cost_pct": stats_of(c.regret_cost_pct for c in cmps),
         "rounds_mape_pct": m, "rounds_mape_n": n_used, "rounds_unpredicted": never,
@@ -547,6 +555,8 @@ def _summary(grid: Grid, results: Sequence[WorkloadResult], runs: Sequence[RunRe
                        "in_sample_mape_pct": f.in_sample_mape, "constants": f.constants}
                       for f in folds],
         "ttests": [attrs.asdict(t) for t in ttests],
+        "policies": policy_table({w.key: ({p: s for p, s in w.summaries.items()
+                                           if p in w.candidates}, w.oracle) for w in results}),
     }
 
 

@@ -88,6 +88,8 @@ class Comparison:
     regret_acc_pts: float | None
     regret_cost_pct: float | None
     advisor_meets_sla: bool
+    within_noise: bool | None = None
+    cost_ratio: float | None = None
 
 
 @attrs.frozen
@@ -198,8 +200,29 @@ def oracle(summaries: Iterable[PlanSummary]) -> PlanSummary | None:
     return min(ok, key=lambda s: (s.cost, -s.accuracy, s.plan))
 
 
+def within_noise(pick: Mapping[int, float], best: Mapping[int, float], meets_sla: bool,
+                 tolerance: float = math.log(1.10)) -> bool:
+    """Within-noise match: the pick meets the SLA and its paired (by seed) mean log-cost excess
+    over the oracle is at most ``max(t_{0.975, n-1} SE, log 1.10)`` (SE of the mean paired
+    difference; with one seed only the tolerance applies)."""
+    from scipy import stats
+
+    if not meets_sla:
+        return False
+    seeds = sorted(set(pick) & set(best))
+    if not seeds:
+        return False
+    diff = np.array([math.log(pick[s]) - math.log(best[s]) for s in seeds])
+    band = tolerance
+    if diff.size > 1:
+        se = float(diff.std(ddof=1)) / math.sqrt(diff.size)
+        band = max(band, float(stats.t.ppf(0.975, diff.size - 1)) * se)
+    return float(diff.mean()) <= band
+
+
 def compare(workload: str, advisor_plan: str, by_plan: Mapping[str, PlanSummary],
-            candidates: Iterable[str] | None = None) -> Comparison:
+            candidates: Iterable[str] | None = None,
+            seed_costs: Mapping[str, Mapping[int, float]] | None = None) -> Comparison:
     """Match and regret of the advisor's pick against the oracle: the cheapest of
     ``candidates`` (default: every plan of ``by_plan``, keyed by label) that meets the SLA.
     The advisor's plan must have been measured; it may lie outside ``candidates`` (the
@@ -214,9 +237,36 @@ def compare(workload: str, advisor_plan: str, by_plan: Mapping[str, PlanSummary]
         return Comparison(workload, adv.plan, adv.family, None, None, None, None, None, None,
                           adv.meets_sla)
     regret_cost = (100.0 * (adv.cost - orc.cost) / orc.cost) if orc.cost > 0 else None
+    noise = None
+    if seed_costs is not None and adv.plan in seed_costs and orc.plan in seed_costs:
+        noise = within_noise(seed_costs[adv.plan], seed_costs[orc.plan], adv.meets_sla)
     return Comparison(workload, adv.plan, adv.family, orc.plan, orc.family,
                       adv.plan == orc.plan, adv.family == orc.family,
-                      100.0 * (orc.accuracy - adv.accuracy), regret_cost, adv.meets_sla)
+                      100.0 * (orc.accuracy - adv.accuracy), regret_cost, adv.meets_sla,
+                      noise, adv.cost / orc.cost if orc.cost > 0 else None)
+
+
+def policy_table(per_workload: Mapping[str, tuple[Mapping[str, PlanSummary], PlanSummary | None]]
+                 ) -> list[dict[str, Any]]:
+    """Every fixed single-plan policy ("always this plan label"): over the workloads where that
+    plan was measured, the fraction whose SLA it meets and its median cost ratio to the oracle
+    (over workloads with an oracle). Sorted by SLA-met rate (high first), then median ratio."""
+    labels = sorted({p for by_plan, _ in per_workload.values() for p in by_plan})
+    out = []
+    for label in labels:
+        met, ratios = [], []
+        for by_plan, orc in per_workload.values():
+            s = by_plan.get(label)
+            if s is None:
+                continue
+            met.append(s.meets_sla)
+            if orc is not None and orc.cost > 0:
+                ratios.append(s.cost / orc.cost)
+        out.append({"policy": label, "workloads": len(met),
+                    "sla_met_rate": sum(met) / len(met) if met else None,
+                    "median_cost_ratio": float(np.median(ratios)) if ratios else None})
+    return sorted(out, key=lambda r: (-(r["sla_met_rate"] or 0.0),
+                                      r["median_cost_ratio"] or math.inf, r["policy"]))
 
 
 def family_scores(pairs: Iterable[tuple[str, str | None]]) -> dict[str, FamilyScore]:
@@ -301,4 +351,5 @@ def stats_of(values: Iterable[float | None]) -> dict[str, Any]:
 
 __all__ = ["RunOutcome", "PlanSummary", "Comparison", "FamilyScore", "PairedTest",
            "outcome_from_curve", "measured_target", "summarize", "oracle", "compare",
+           "within_noise", "policy_table",
            "family_scores", "mape", "paired_test", "assign_folds", "rate", "stats_of"]
