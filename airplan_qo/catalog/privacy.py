@@ -1,11 +1,15 @@
-"""Differential privacy for released Count-Min sketches: Gaussian noise, exact accounting.
+"""Differential privacy for released label counts: Gaussian noise, exact accounting.
 
-Adding or removing one record changes one cell per row by 1, so the L2 sensitivity of a depth-``r``
-sketch is ``sqrt(r)`` (``sqrt(2 r)`` under replace-one adjacency). A release adds N(0, sigma^2) to
-every cell. For the Gaussian mechanism the whole (epsilon, delta) curve has a closed form
-(Balle & Wang 2018, "analytic Gaussian mechanism"); it depends only on ``mu = sensitivity/sigma``,
-and K Gaussian releases compose exactly into one with ``mu = sqrt(sum mu_i^2)`` (Gaussian DP,
-Dong, Roth & Su 2019). Rounding or any other post-processing of a release costs no privacy.
+A client releases its labels either as an exact class histogram or as a Count-Min sketch
+(:func:`choose_release` picks the cheaper). Adding or removing one record changes one histogram
+cell by 1 (L2 sensitivity 1) and one cell per row of a depth-``r`` sketch (``sqrt(r)``); under
+replace-one adjacency these are ``sqrt(2)`` and ``sqrt(2 r)``. A release adds N(0, sigma^2) to
+every cell, drawn from a generator seeded with fresh OS entropy (:func:`release_generator`) so
+nothing stored anywhere reproduces the noise. For the Gaussian mechanism the whole
+(epsilon, delta) curve has a closed form (Balle & Wang 2018, "analytic Gaussian mechanism"); it
+depends only on ``mu = sensitivity/sigma``, and K Gaussian releases compose exactly into one
+with ``mu = sqrt(sum mu_i^2)`` (Gaussian DP, Dong, Roth & Su 2019). Rounding or any other
+post-processing of a release costs no privacy.
 
 Channel noise of an over-the-air round is not a DP mechanism by itself (its scale depends on fading
 and power control, is not calibrated to any sensitivity, and the receiver may know it), so no
@@ -15,6 +19,7 @@ privacy is credited to it here. :func:`paper_epsilon` reproduces the paper's cla
 from __future__ import annotations
 
 import math
+import secrets
 
 import attrs
 import numpy as np
@@ -22,16 +27,25 @@ from scipy.optimize import brentq
 from scipy.special import log_ndtr
 
 from ..errors import ValidationError
+from .schema import COUNT_MIN, HISTOGRAM, RELEASE_KINDS
 from .sketch import CountMinSketch
 
 __all__ = [
+    "COUNT_MIN",
+    "HISTOGRAM",
+    "RELEASE_KINDS",
     "sketch_sensitivity",
+    "histogram_sensitivity",
+    "LabelRelease",
+    "label_release",
+    "choose_release",
     "gaussian_delta",
     "gaussian_epsilon",
     "calibrate_sigma",
     "calibrate_sketch_sigma",
     "compose_sigmas",
     "GaussianAccountant",
+    "release_generator",
     "privatize_sketch",
     "classical_gaussian_sigma",
     "paper_epsilon",
@@ -168,6 +182,92 @@ def calibrate_sketch_sigma(epsilon: float, delta: float, depth: int) -> float:
     return calibrate_sigma(epsilon, delta, sketch_sensitivity(depth))
 
 
+def histogram_sensitivity(*, replace_one: bool = False) -> float:
+    """L2 sensitivity of an exact class histogram to one record: 1 (sqrt(2) under replace-one).
+
+    Adding or removing a record changes its class's cell by 1; replacing it moves 1 from one
+    class to another.
+    """
+    return math.sqrt(2.0) if replace_one else 1.0
+
+
+@attrs.frozen
+class LabelRelease:
+    """How each client releases its label counts: kind, shape, sensitivity and noise.
+
+    ``depth x width`` cells per client (``1 x n_classes`` for a histogram); ``sigma`` is the noise
+    standard deviation per cell, 0.0 for an exact (non-private) release.
+    """
+
+    kind: str
+    depth: int
+    width: int
+    sensitivity: float
+    sigma: float
+
+    @property
+    def cells(self) -> int:
+        """Cells one client sends."""
+        return self.depth * self.width
+
+    @property
+    def count_variance(self) -> float:
+        """Noise variance of one class count estimated from the release, at best.
+
+        A histogram releases each count once (``sigma^2``). A sketch holds each class in one
+        cell per row; the best estimate from ``depth`` independently noised cells is their mean
+        (``sigma^2 / depth``), and hash collisions only add to that.
+        """
+        return self.sigma ** 2 / self.depth
+
+
+def label_release(kind: str, n_classes: int, depth: int, width: int,
+                  epsilon: float | None = None, delta: float | None = None) -> LabelRelease:
+    """The release of ``kind`` for ``n_classes`` labels; noised for (epsilon, delta) if given.
+
+    ``depth x width`` are the Count-Min dimensions (used by ``count_min`` only). Add/remove
+    adjacency: sensitivity ``sqrt(depth)`` for a sketch, 1 for a histogram.
+    """
+    if kind not in RELEASE_KINDS:
+        raise ValidationError(f"release kind must be one of {', '.join(RELEASE_KINDS)}, "
+                              f"got {kind!r}")
+    for name, value in (("n_classes", n_classes), ("depth", depth), ("width", width)):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
+                or value < 1:
+            raise ValidationError(f"{name} must be a positive integer, got {value!r}")
+    if kind == HISTOGRAM:
+        shape, sens = (1, int(n_classes)), histogram_sensitivity()
+    else:
+        shape, sens = (int(depth), int(width)), sketch_sensitivity(int(depth))
+    if epsilon is None:
+        if delta is not None:
+            raise ValidationError("delta given without epsilon: a private release needs both")
+        sigma = 0.0
+    else:
+        if delta is None:
+            raise ValidationError("epsilon given without delta: a private release needs both")
+        sigma = calibrate_sigma(epsilon, delta, sens)
+    return LabelRelease(kind, shape[0], shape[1], sens, sigma)
+
+
+def choose_release(n_classes: int, depth: int, width: int, epsilon: float | None = None,
+                   delta: float | None = None) -> LabelRelease:
+    """The cheaper way to release ``n_classes`` labels: exact histogram or ``depth x width`` sketch.
+
+    The histogram is chosen when it is at least as good on both counts: no more cells than the
+    sketch and no more noise variance per class count (:attr:`LabelRelease.count_variance`).
+    Under add/remove adjacency the noise per count ties (``sigma_sketch^2 / depth`` equals
+    ``sigma_histogram^2``, since sigma scales with the sensitivity) and the histogram has no
+    hash collisions, so the size decides: a histogram for ``n_classes <= depth * width`` (275
+    for the default 5 x 55 sketch), a sketch above. Without privacy the same rule applies.
+    """
+    hist = label_release(HISTOGRAM, n_classes, depth, width, epsilon, delta)
+    sketch = label_release(COUNT_MIN, n_classes, depth, width, epsilon, delta)
+    # sigma is linear in the sensitivity, so the tie is exact up to the last bits of a double
+    no_noisier = hist.count_variance <= sketch.count_variance * (1.0 + 1e-12)
+    return hist if hist.cells <= sketch.cells and no_noisier else sketch
+
+
 def compose_sigmas(sigmas) -> float:
     """Effective sigma of K Gaussian releases with the same sensitivity: (sum s_i^-2)^(-1/2)."""
     arr = np.atleast_1d(np.asarray(sigmas, dtype=np.float64))
@@ -240,20 +340,33 @@ class GaussianAccountant:
         return self.epsilon(), self.target_delta
 
 
+def release_generator() -> np.random.Generator:
+    """A generator for release noise, seeded with 256 bits of fresh OS entropy (``secrets``).
+
+    The seed is drawn for this call and kept nowhere: neither the catalog nor anything derived
+    from the workload (seeds, versions, ids) can regenerate the noise.
+    """
+    return np.random.default_rng(secrets.randbits(256))
+
+
 def _generator(rng) -> np.random.Generator:
+    if rng is None:
+        return release_generator()
     if isinstance(rng, np.random.Generator):
         return rng
-    if isinstance(rng, (int, np.integer)) and not isinstance(rng, (bool, np.bool_)) and rng >= 0:
-        return np.random.default_rng(int(rng))
-    raise ValidationError(f"rng must be a numpy Generator or a non-negative int seed, got {rng!r}")
+    raise ValidationError(
+        f"rng must be None (fresh OS entropy, for releases) or a numpy Generator (simulations); "
+        f"a seed would make the noise reproducible from it, got {rng!r}")
 
 
-def privatize_sketch(sketch_counts, sigma: float, rng):
+def privatize_sketch(sketch_counts, sigma: float, rng=None):
     """Add N(0, sigma^2) to every cell and round to integers (rounding is free post-processing).
 
-    Accepts a count array (returns an int64 array of the same shape) or a
-    :class:`~airplan_qo.catalog.sketch.CountMinSketch` (returns a new sketch). Calibrate sigma with
-    :func:`calibrate_sketch_sigma`.
+    Accepts a count array of any shape, a histogram included (returns an int64 array of the same
+    shape), or a :class:`~airplan_qo.catalog.sketch.CountMinSketch` (returns a new sketch).
+    Calibrate sigma with :func:`calibrate_sigma` at the release's sensitivity
+    (:func:`label_release`). ``rng=None``, the default and the only choice for a real release,
+    draws the noise from :func:`release_generator`; pass a Generator only to simulate releases.
     """
     sigma = _positive("sigma", sigma)
     gen = _generator(rng)

@@ -26,6 +26,12 @@ import attrs
 #: The database name a Catalog connection gives the catalog file (``ATTACH ... AS airplan``).
 CATALOG_NAME = "airplan"
 
+#: How a client's labels are released (``release_kind`` columns): a Count-Min sketch, or the
+#: exact class histogram (depth 1, one cell per class).
+COUNT_MIN = "count_min"
+HISTOGRAM = "histogram"
+RELEASE_KINDS: tuple[str, ...] = (COUNT_MIN, HISTOGRAM)
+
 # Default for every created_at column: the instant of insertion, as a UTC wall-clock TIMESTAMP.
 _NOW_UTC = "timezone('UTC', current_timestamp)"
 
@@ -328,10 +334,91 @@ _V1: tuple[str, ...] = (
         SELECT * FROM calibration WHERE superseded_by IS NULL""",
 )
 
+_KINDS_SQL = ", ".join(f"'{k}'" for k in RELEASE_KINDS)
+
+# Version 2: label releases have a kind (Count-Min sketch or exact histogram), and a noised
+# release keeps no exact record count. DuckDB cannot add a column with a CHECK constraint, so
+# both tables are rebuilt. Record counts of earlier noised releases are replaced by the estimate
+# the noised cells give (the mean row sum, clipped at 0), and their workload totals by the sum
+# of those estimates. Earlier ledger rows are annotated: their noise came from a generator seeded
+# with values stored in the catalog.
+_V2: tuple[str, ...] = (
+    f"""CREATE TABLE client_sketches_v2 (
+        workload_id BIGINT NOT NULL,
+        stats_version INTEGER NOT NULL CHECK (stats_version >= 1),
+        client INTEGER NOT NULL CHECK (client >= 0),
+        release_kind VARCHAR NOT NULL DEFAULT '{COUNT_MIN}'
+            CHECK (release_kind IN ({_KINDS_SQL})),
+        n_records BIGINT NOT NULL CHECK (n_records >= 0),
+        depth INTEGER NOT NULL CHECK (depth > 0),
+        width INTEGER NOT NULL CHECK (width > 0),
+        hash_seed BIGINT NOT NULL,
+        counts INTEGER[] NOT NULL CHECK (len(counts) = depth * width),
+        noise_sigma DOUBLE NOT NULL DEFAULT 0 CHECK (noise_sigma >= 0),
+        CHECK (release_kind <> '{HISTOGRAM}' OR depth = 1),
+        PRIMARY KEY (workload_id, stats_version, client)
+    )""",
+    f"""INSERT INTO client_sketches_v2 (workload_id, stats_version, client, release_kind,
+            n_records, depth, width, hash_seed, counts, noise_sigma)
+        SELECT workload_id, stats_version, client, '{COUNT_MIN}',
+               CASE WHEN noise_sigma > 0
+                    THEN greatest(0, round(list_sum(counts) / depth))::BIGINT
+                    ELSE n_records END,
+               depth, width, hash_seed, counts, noise_sigma
+        FROM client_sketches""",
+    "DROP TABLE client_sketches",
+    "ALTER TABLE client_sketches_v2 RENAME TO client_sketches",
+    f"""CREATE TABLE workload_stats_v2 (
+        workload_id BIGINT NOT NULL,
+        stats_version INTEGER NOT NULL CHECK (stats_version >= 1),
+        n_clients INTEGER NOT NULL CHECK (n_clients > 0),
+        n_classes INTEGER NOT NULL CHECK (n_classes > 0),
+        n_records BIGINT NOT NULL CHECK (n_records >= 0),
+        release_kind VARCHAR NOT NULL DEFAULT '{COUNT_MIN}'
+            CHECK (release_kind IN ({_KINDS_SQL})),
+        sketch_eps DOUBLE NOT NULL CHECK (sketch_eps > 0 AND sketch_eps < 1),
+        sketch_delta DOUBLE NOT NULL CHECK (sketch_delta > 0 AND sketch_delta < 1),
+        depth INTEGER NOT NULL CHECK (depth > 0),
+        width INTEGER NOT NULL CHECK (width > 0),
+        alpha_paper DOUBLE,
+        alpha_dirichlet DOUBLE,
+        label_entropy DOUBLE,
+        sketch_bytes BIGINT NOT NULL CHECK (sketch_bytes >= 0),
+        model_bytes BIGINT NOT NULL CHECK (model_bytes >= 0),
+        stats_overhead DOUBLE,
+        dp_epsilon DOUBLE CHECK (dp_epsilon IS NULL OR dp_epsilon >= 0),
+        dp_delta DOUBLE CHECK (dp_delta IS NULL OR (dp_delta >= 0 AND dp_delta < 1)),
+        created_at TIMESTAMP NOT NULL DEFAULT {_NOW_UTC},
+        CHECK (release_kind <> '{HISTOGRAM}' OR depth = 1),
+        PRIMARY KEY (workload_id, stats_version)
+    )""",
+    f"""INSERT INTO workload_stats_v2 (workload_id, stats_version, n_clients, n_classes,
+            n_records, release_kind, sketch_eps, sketch_delta, depth, width, alpha_paper,
+            alpha_dirichlet, label_entropy, sketch_bytes, model_bytes, stats_overhead,
+            dp_epsilon, dp_delta, created_at)
+        SELECT s.workload_id, s.stats_version, s.n_clients, s.n_classes,
+               CASE WHEN s.dp_epsilon IS NULL THEN s.n_records
+                    ELSE coalesce((SELECT sum(c.n_records) FROM client_sketches AS c
+                                   WHERE c.workload_id = s.workload_id
+                                     AND c.stats_version = s.stats_version), 0)::BIGINT END,
+               '{COUNT_MIN}', s.sketch_eps, s.sketch_delta, s.depth, s.width, s.alpha_paper,
+               s.alpha_dirichlet, s.label_entropy, s.sketch_bytes, s.model_bytes,
+               s.stats_overhead, s.dp_epsilon, s.dp_delta, s.created_at
+        FROM workload_stats AS s""",
+    "DROP TABLE workload_stats",
+    "ALTER TABLE workload_stats_v2 RENAME TO workload_stats",
+    """UPDATE privacy_ledger
+        SET note = concat_ws('; ', note, 'released before schema 2 with noise seeded from '
+                             || 'values stored in the catalog: reproducible, so the stated '
+                             || 'epsilon does not hold')""",
+)
+
 #: Every migration, oldest first; versions are consecutive from 1.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial catalog: workloads, statistics, topologies, plans, executions, "
                  "feedback, calibration, privacy ledger, views and macros", _V1),
+    Migration(2, "label releases get a kind (count_min or histogram); noised releases keep no "
+                 "exact record counts", _V2),
 )
 
 #: The schema version this code writes and expects.

@@ -37,7 +37,10 @@ import pyarrow as pa
 
 from airplan_qo.catalog.schema import (
     CATALOG_NAME,
+    COUNT_MIN,
+    HISTOGRAM,
     ID_COLUMNS,
+    RELEASE_KINDS,
     SCHEMA_VERSION,
     SEQUENCES,
     TABLES,
@@ -70,12 +73,18 @@ _open_lock = threading.RLock()  # re-entrant: __del__ may close a Catalog while 
 
 
 class Sketches(NamedTuple):
-    """Per-client Count-Min sketches of one workload statistics version, as numpy arrays."""
+    """Per-client label releases of one workload statistics version, as numpy arrays.
+
+    ``kind`` is ``count_min`` (a Count-Min sketch, hashed with ``hash_seed``) or ``histogram``
+    (depth 1, one cell per class). For a noised release ``n_records`` is derived from the noised
+    cells, never the exact count.
+    """
 
     counts: np.ndarray  # (n_clients, depth, width) int32
     n_records: np.ndarray  # (n_clients,) int64
     hash_seed: int
     noise_sigma: float
+    kind: str = COUNT_MIN
 
 
 def resolve_path(path: str | os.PathLike[str] | None = None) -> str:
@@ -552,13 +561,19 @@ class Catalog:
             f"WHERE workload_id = ?)", [int(workload_id), int(workload_id)]))
 
     def write_sketches(self, workload_id: int, stats_version: int, counts: np.ndarray,
-                       n_records: np.ndarray, hash_seed: int, noise_sigma: float = 0.0) -> int:
-        """Store one Count-Min sketch per client (``counts`` shape (n_clients, depth, width)).
+                       n_records: np.ndarray, hash_seed: int, noise_sigma: float = 0.0, *,
+                       kind: str = COUNT_MIN) -> int:
+        """Store one label release per client (``counts`` shape (n_clients, depth, width)).
 
-        Each sketch becomes one row with a flat row-major INTEGER[]; the whole batch is a single
-        Arrow insert. Returns the number of clients written.
+        ``kind`` is ``count_min`` (Count-Min sketches hashed with ``hash_seed``) or ``histogram``
+        (depth 1, one cell per class). Each release becomes one row with a flat row-major
+        INTEGER[]; the whole batch is a single Arrow insert. Returns the number of clients
+        written.
         """
         self._writable("client_sketches")
+        if kind not in RELEASE_KINDS:
+            raise ValidationError(f"release kind must be one of {', '.join(RELEASE_KINDS)}, "
+                                  f"got {kind!r}")
         counts = np.asarray(counts)
         n_records = np.asarray(n_records)
         if counts.ndim != 3:
@@ -567,6 +582,8 @@ class Catalog:
         n, depth, width = counts.shape
         if n == 0 or depth == 0 or width == 0:
             raise ValidationError(f"sketch counts must be non-empty, got shape {counts.shape}")
+        if kind == HISTOGRAM and depth != 1:
+            raise ValidationError(f"a histogram release has depth 1, got shape {counts.shape}")
         if not np.issubdtype(counts.dtype, np.integer):
             raise ValidationError(f"sketch counts must be integers, got dtype {counts.dtype}")
         if counts.size and (counts.max() > _INT32_MAX or counts.min() < _INT32_MIN):
@@ -589,6 +606,7 @@ class Catalog:
             "workload_id": pa.array(np.full(n, int(workload_id), dtype=np.int64)),
             "stats_version": pa.array(np.full(n, int(stats_version), dtype=np.int32)),
             "client": pa.array(np.arange(n, dtype=np.int32)),
+            "release_kind": pa.array([kind] * n, type=pa.string()),
             "n_records": pa.array(n_records.astype(np.int64, copy=False)),
             "depth": pa.array(np.full(n, depth, dtype=np.int32)),
             "width": pa.array(np.full(n, width, dtype=np.int32)),
@@ -604,15 +622,16 @@ class Catalog:
         """Load the sketches written by :meth:`write_sketches` as numpy arrays (no Python loop).
 
         Returns ``(counts (n_clients, depth, width) int32, n_records int64, hash_seed,
-        noise_sigma)``; raises CatalogError when there are none or they are inconsistent.
+        noise_sigma, kind)``; raises CatalogError when there are none or they are inconsistent.
         """
         where = f"{_Q}.client_sketches WHERE workload_id = $w AND stats_version = $v"
         params = {"w": int(workload_id), "v": int(stats_version)}
         meta = self.query(
             f"SELECT count(*) AS n, min(client) AS lo, max(client) AS hi, "
-            f"count(DISTINCT (depth, width, hash_seed, noise_sigma)) AS kinds, "
+            f"count(DISTINCT (depth, width, hash_seed, noise_sigma, release_kind)) AS kinds, "
             f"any_value(depth) AS depth, any_value(width) AS width, "
-            f"any_value(hash_seed) AS hash_seed, any_value(noise_sigma) AS noise_sigma "
+            f"any_value(hash_seed) AS hash_seed, any_value(noise_sigma) AS noise_sigma, "
+            f"any_value(release_kind) AS kind "
             f"FROM {where}", params)[0]
         label = f"workload {workload_id}, stats version {stats_version}"
         if meta["n"] == 0:
@@ -620,7 +639,7 @@ class Catalog:
         n = int(meta["n"])
         if meta["kinds"] != 1 or meta["lo"] != 0 or meta["hi"] != n - 1:
             raise CatalogError(f"client sketches for {label} in catalog {self.path} are "
-                               "inconsistent (clients not 0..n-1, or mixed depth/width/seed)")
+                               "inconsistent (clients not 0..n-1, or mixed depth/width/seed/kind)")
         depth, width = int(meta["depth"]), int(meta["width"])
         table = self.query_arrow(
             f"SELECT n_records, counts FROM {where} ORDER BY client", params)
@@ -633,7 +652,8 @@ class Catalog:
         # copies: arrays viewing Arrow buffers would be read-only
         counts = np.array(values, dtype=np.int32).reshape(n, depth, width)
         n_records = np.array(table.column("n_records").to_numpy(), dtype=np.int64)
-        return Sketches(counts, n_records, int(meta["hash_seed"]), float(meta["noise_sigma"]))
+        return Sketches(counts, n_records, int(meta["hash_seed"]), float(meta["noise_sigma"]),
+                        str(meta["kind"]))
 
     # ---- calibration -------------------------------------------------------------------------
 

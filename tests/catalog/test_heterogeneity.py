@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 from scipy import optimize, stats
-from scipy.special import gammaln
+from scipy.special import gammaln, rel_entr
 
 from airplan_qo.catalog.heterogeneity import (
     dirichlet_alpha,
@@ -145,6 +145,16 @@ def test_kl_matrix():
     assert kl[1, 3] != pytest.approx(kl[3, 1], rel=1e-6)
 
 
+@pytest.mark.parametrize("alpha, n_clients, n_classes", [(0.05, 30, 10), (1.0, 40, 100),
+                                                         (1e3, 20, 3)])
+def test_kl_matrix_equals_rel_entr_over_every_pair(alpha, n_clients, n_classes):
+    counts = dirichlet_counts(alpha, 4, n_clients=n_clients, n_classes=n_classes)
+    q = counts / counts.sum(axis=1, keepdims=True) + 1e-3
+    p = q / q.sum(axis=1, keepdims=True)
+    reference = rel_entr(p[:, None, :], p[None, :, :]).sum(axis=2)
+    np.testing.assert_allclose(kl_matrix(counts), reference, rtol=0, atol=1e-13)
+
+
 def test_paper_alpha_same_for_counts_and_probabilities():
     counts = dirichlet_counts(0.5, 2, n_clients=10)
     probs = counts / counts.sum(axis=1, keepdims=True)
@@ -162,6 +172,9 @@ def test_label_entropy():
     iid = label_entropy(dirichlet_counts(100.0, 0))
     skew = label_entropy(dirichlet_counts(0.1, 0))
     assert skew < iid < math.log(C)
+    counts = dirichlet_counts(0.1, 5, n_clients=50)  # many zero cells
+    per_client = [stats.entropy(row) for row in counts]  # scipy normalises each row
+    assert label_entropy(counts) == pytest.approx(np.mean(per_client), rel=1e-13)
 
 
 # ---- bad inputs ---------------------------------------------------------------------------------

@@ -12,12 +12,16 @@ from airplan_qo.catalog.privacy import (
     GaussianAccountant,
     calibrate_sigma,
     calibrate_sketch_sigma,
+    choose_release,
     classical_gaussian_sigma,
     compose_sigmas,
     gaussian_delta,
     gaussian_epsilon,
+    histogram_sensitivity,
+    label_release,
     paper_epsilon,
     privatize_sketch,
+    release_generator,
     sketch_sensitivity,
 )
 from airplan_qo.catalog.sketch import CountMinSketch
@@ -180,16 +184,91 @@ def test_sketch_sensitivity_is_sqrt_depth_by_brute_force(depth):
 
 def test_privatize_sketch_arrays_and_sketches():
     counts = np.zeros((200, 500), dtype=np.int64)
-    noisy = privatize_sketch(counts, 3.0, np.random.default_rng(0))
+    noisy = privatize_sketch(counts, 3.0)
     assert noisy.dtype == np.int64 and noisy.shape == counts.shape
-    assert np.std(noisy) == pytest.approx(math.sqrt(9 + 1 / 12), rel=0.02)  # + rounding
-    assert abs(np.mean(noisy)) < 0.05
-    np.testing.assert_array_equal(noisy, privatize_sketch(counts, 3.0, 0))
-    assert not np.array_equal(noisy, privatize_sketch(counts, 3.0, 1))
+    # rounded N(0, 9): std sqrt(9 + 1/12) and mean 0, within ~5 standard errors
+    assert np.std(noisy) == pytest.approx(math.sqrt(9 + 1 / 12), abs=5 * 3 / math.sqrt(2e5))
+    assert abs(np.mean(noisy)) < 5 * 3 / math.sqrt(1e5)
+    # the exact law of a rounded N(0, 9): P(k) = Phi((k + 1/2)/3) - Phi((k - 1/2)/3)
+    edges = np.arange(-12.5, 13.0)
+    observed = np.histogram(noisy, bins=np.concatenate([[-np.inf], edges, [np.inf]]))[0]
+    expected = np.diff(stats.norm.cdf(np.concatenate([[-np.inf], edges, [np.inf]]), scale=3.0))
+    assert stats.chisquare(observed, expected * noisy.size).pvalue > 1e-6
+    # every call draws fresh noise: two releases of the same cells are independent
+    again = privatize_sketch(counts, 3.0)
+    assert (noisy != again).mean() > 0.8
+    assert abs(np.corrcoef(noisy.ravel(), again.ravel())[0, 1]) < 5 / math.sqrt(noisy.size)
+    # a caller-supplied Generator is for simulations only
+    sim = privatize_sketch(counts, 3.0, np.random.default_rng(0))
+    np.testing.assert_array_equal(sim, privatize_sketch(counts, 3.0, np.random.default_rng(0)))
     s = CountMinSketch(5, 55, 2).update(np.arange(30))
-    ns = privatize_sketch(s, 2.0, np.random.default_rng(1))
+    ns = privatize_sketch(s, 2.0)
     assert isinstance(ns, CountMinSketch) and (ns.depth, ns.width, ns.seed) == (5, 55, 2)
     assert s.total == 30 and not np.array_equal(ns.counts, s.counts)
+
+
+def test_release_generator_is_seeded_from_os_entropy():
+    a, b = release_generator(), release_generator()
+    assert a.bit_generator.state != b.bit_generator.state
+    draws = [release_generator().integers(0, 2**63) for _ in range(50)]
+    assert len(set(draws)) == 50
+
+
+@pytest.mark.parametrize("seed", [0, 7, np.int64(3), "seed"])
+def test_privatize_refuses_seeds(seed):
+    with pytest.raises(ValidationError, match="rng must be None"):
+        privatize_sketch(np.zeros(3), 1.0, seed)
+
+
+# ---- histogram or sketch ------------------------------------------------------------------------
+
+def test_histogram_sensitivity_by_brute_force():
+    base = np.bincount(np.random.default_rng(0).integers(0, 10, 300), minlength=10)
+    for c in range(10):
+        added = base.copy()
+        added[c] += 1
+        assert np.linalg.norm(added - base) == histogram_sensitivity()
+        for d in range(10):
+            moved = base.copy()
+            moved[c] += 1
+            moved[d] -= 1
+            assert np.linalg.norm(moved - base) <= histogram_sensitivity(replace_one=True) + 1e-12
+
+
+def test_choice_picks_the_histogram_for_10_classes_and_the_sketch_for_1000():
+    few = choose_release(10, 5, 55, 1.0, 1e-5)
+    assert (few.kind, few.depth, few.width, few.sensitivity) == ("histogram", 1, 10, 1.0)
+    assert few.sigma == pytest.approx(3.730631634816428, rel=1e-9)  # dp-accounting reference
+    many = choose_release(1000, 5, 55, 1.0, 1e-5)
+    assert (many.kind, many.depth, many.width) == ("count_min", 5, 55)
+    assert many.sensitivity == pytest.approx(math.sqrt(5))
+    assert many.sigma == pytest.approx(calibrate_sketch_sigma(1.0, 1e-5, 5), rel=1e-12)
+    # the sketch's best per-count noise (mean of its 5 cells) ties the histogram's
+    assert many.count_variance == pytest.approx(few.count_variance, rel=1e-12)
+    assert few.cells == 10 and many.cells == 275
+    # the size decides: up to 5 x 55 = 275 classes a histogram is no larger
+    assert choose_release(275, 5, 55, 1.0, 1e-5).kind == "histogram"
+    assert choose_release(276, 5, 55, 1.0, 1e-5).kind == "count_min"
+    # without privacy the exact histogram wins the same way
+    exact = choose_release(10, 5, 55)
+    assert exact.kind == "histogram" and exact.sigma == 0.0
+    assert choose_release(1000, 5, 55).kind == "count_min"
+
+
+def test_label_release_calibrates_each_kind():
+    hist = label_release("histogram", 10, 5, 55, 0.5, 1e-6)
+    sketch = label_release("count_min", 10, 5, 55, 0.5, 1e-6)
+    assert hist.sigma == pytest.approx(calibrate_sigma(0.5, 1e-6, 1.0), rel=1e-12)
+    assert sketch.sigma == pytest.approx(calibrate_sigma(0.5, 1e-6, math.sqrt(5)), rel=1e-12)
+    assert gaussian_epsilon(1e-6, hist.sigma, hist.sensitivity) == pytest.approx(0.5, rel=1e-8)
+    assert gaussian_epsilon(1e-6, sketch.sigma, sketch.sensitivity) == pytest.approx(0.5,
+                                                                                   rel=1e-8)
+    with pytest.raises(ValidationError, match="release kind"):
+        label_release("bloom", 10, 5, 55)
+    with pytest.raises(ValidationError, match="n_classes"):
+        label_release("histogram", 0, 5, 55)
+    with pytest.raises(ValidationError, match="without delta"):
+        label_release("histogram", 10, 5, 55, 1.0)
 
 
 def test_paper_formula_is_reproduced_and_labelled():
@@ -222,7 +301,7 @@ def test_paper_formula_is_reproduced_and_labelled():
     (lambda: GaussianAccountant(1e-5).record(-1.0), "sigma"),
     (lambda: GaussianAccountant(1e-5).record(1.0, count=0), "count"),
     (lambda: GaussianAccountant(1e-5).epsilon(2.0), "delta"),
-    (lambda: privatize_sketch(np.zeros(3), 0.0, 0), "sigma"),
+    (lambda: privatize_sketch(np.zeros(3), 0.0), "sigma"),
     (lambda: privatize_sketch(np.zeros(3), 1.0, "seed"), "rng"),
     (lambda: sketch_sensitivity(0), "depth"),
     (lambda: paper_epsilon(0.01, 1e-5, 0.0, 500), "sigma_c"),

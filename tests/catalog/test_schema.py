@@ -46,9 +46,11 @@ def test_migrations_are_consecutive_and_pending_is_forward_only():
 def test_fresh_file_gets_version_and_every_object(tmp_path):
     path = tmp_path / "fresh.duckdb"
     with Catalog.open(path) as cat:
-        assert cat.schema_version == SCHEMA_VERSION == 1
-        rows = cat.query("SELECT version, description, applied_at FROM airplan.schema_version")
-        assert len(rows) == 1 and rows[0]["description"] and rows[0]["applied_at"] is not None
+        assert cat.schema_version == SCHEMA_VERSION == 2
+        rows = cat.query("SELECT version, description, applied_at FROM airplan.schema_version "
+                         "ORDER BY version")
+        assert [r["version"] for r in rows] == [1, 2]
+        assert all(r["description"] and r["applied_at"] is not None for r in rows)
     con = duckdb.connect(str(path), read_only=True)
     try:
         tables, views, macros = _objects(con)
@@ -68,7 +70,8 @@ def test_reopen_is_idempotent(tmp_path):
     for _ in range(2):
         with Catalog.open(path) as cat:
             assert cat.schema_version == SCHEMA_VERSION
-            assert cat.query("SELECT count(*) AS n FROM airplan.schema_version")[0]["n"] == 1
+            assert cat.query("SELECT count(*) AS n FROM airplan.schema_version")[0]["n"] == \
+                len(MIGRATIONS)
             assert cat.query("SELECT count(*) AS n FROM airplan.calibration")[0]["n"] == 1
 
 
@@ -127,6 +130,55 @@ def test_read_only_open_of_older_catalog_asks_for_a_migration(tmp_path, monkeypa
     _with_extra_migration(monkeypatch, ["CREATE TABLE extra (a INTEGER)"])
     with pytest.raises(CatalogError, match="older"):
         Catalog.open(path, read_only=True)
+
+
+def test_migration_2_gives_releases_a_kind_and_drops_exact_counts_of_noised_ones(
+        tmp_path, monkeypatch):
+    path = tmp_path / "v1.duckdb"
+    monkeypatch.setattr(schema_mod, "MIGRATIONS", MIGRATIONS[:1])
+    monkeypatch.setattr(store_mod, "SCHEMA_VERSION", 1)
+    Catalog.open(path).close()
+    monkeypatch.undo()
+    con = duckdb.connect(str(path))
+    stats = ("INSERT INTO workload_stats (workload_id, stats_version, n_clients, n_classes, "
+             "n_records, sketch_eps, sketch_delta, depth, width, sketch_bytes, model_bytes, "
+             "dp_epsilon, dp_delta) VALUES (1, ?, 2, 10, 30, 0.05, 0.5, 1, 3, 12, 100, ?, ?)")
+    con.execute(stats, [1, None, None])
+    con.execute(stats, [2, 1.0, 1e-5])
+    sketch = ("INSERT INTO client_sketches VALUES (1, ?, ?, ?, 1, 3, 9, ?, ?)")
+    con.execute(sketch, [1, 0, 10, [4, 3, 3], 0.0])  # exact: counts stay
+    con.execute(sketch, [1, 1, 20, [20, 0, 0], 0.0])
+    con.execute(sketch, [2, 0, 10, [7, -1, 8], 3.5])  # noised: 14, not the exact 10
+    con.execute(sketch, [2, 1, 20, [-9, 2, 1], 3.5])  # noised: -6 clipped to 0
+    con.execute("INSERT INTO privacy_ledger (workload_id, stats_version, mechanism, sensitivity, "
+                "sigma, epsilon, delta, cumulative_epsilon, cumulative_delta, note) VALUES "
+                "(1, 2, 'gaussian', 1.0, 3.5, 1.0, 1e-5, 1.0, 1e-5, 'sketch cells')")
+    con.close()
+    with Catalog.open(path) as cat:
+        assert cat.schema_version == 2
+        rows = cat.query("SELECT stats_version, client, release_kind, n_records, counts "
+                         "FROM airplan.client_sketches ORDER BY stats_version, client")
+        assert [r["release_kind"] for r in rows] == ["count_min"] * 4
+        assert [r["n_records"] for r in rows] == [10, 20, 14, 0]
+        assert rows[2]["counts"] == [7, -1, 8]
+        totals = cat.query("SELECT stats_version, n_records, release_kind FROM "
+                           "airplan.workload_stats ORDER BY stats_version")
+        assert [(t["n_records"], t["release_kind"]) for t in totals] == \
+            [(30, "count_min"), (14, "count_min")]
+        note = cat.query("SELECT note FROM airplan.privacy_ledger")[0]["note"]
+        assert note.startswith("sketch cells; released before schema 2") and \
+            "reproducible" in note
+        assert cat.read_sketches(1, 2).kind == "count_min"
+        sketch_row = {"workload_id": 9, "stats_version": 1, "client": 0, "n_records": 3,
+                      "depth": 2, "width": 3, "hash_seed": 0, "counts": [1, 2, 3, 4, 5, 6]}
+        stats_row = {"workload_id": 9, "stats_version": 1, "n_clients": 1, "n_classes": 3,
+                     "n_records": 3, "sketch_eps": 0.1, "sketch_delta": 0.1, "depth": 2,
+                     "width": 3, "sketch_bytes": 24, "model_bytes": 1}
+        for table, row in [("client_sketches", {**sketch_row, "release_kind": "bloom"}),
+                           ("client_sketches", {**sketch_row, "release_kind": "histogram"}),
+                           ("workload_stats", {**stats_row, "release_kind": "histogram"})]:
+            with pytest.raises(CatalogError, match="CHECK"):
+                cat.insert_row(table, row)
 
 
 @pytest.mark.parametrize("table, row, fragment", [

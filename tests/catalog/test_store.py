@@ -369,6 +369,30 @@ def test_sketch_input_is_validated():
             cat.write_sketches(1, 1, np.zeros((3, 4, 5), int), np.zeros(2, int), 0)
         with pytest.raises(CatalogError, match="no client sketches"):
             cat.read_sketches(1, 1)
+        with pytest.raises(ValidationError, match="release kind"):
+            cat.write_sketches(1, 1, np.zeros((3, 1, 5), int), np.zeros(3, int), 0, kind="cms")
+        with pytest.raises(ValidationError, match="depth 1"):
+            cat.write_sketches(1, 1, np.zeros((3, 2, 5), int), np.zeros(3, int), 0,
+                               kind="histogram")
+
+
+def test_histogram_releases_round_trip_with_their_kind():
+    counts = np.arange(4 * 10).reshape(4, 1, 10)
+    with Catalog.open(":memory:") as cat:
+        cat.write_sketches(1, 1, counts, counts.sum(axis=(1, 2)), 0, 2.5, kind="histogram")
+        cat.write_sketches(1, 2, np.ones((4, 5, 3), int), np.full(4, 3), 7)
+        got = cat.read_sketches(1, 1)
+        assert got.kind == "histogram" and got.noise_sigma == 2.5
+        np.testing.assert_array_equal(got.counts, counts)
+        assert cat.read_sketches(1, 2).kind == "count_min"
+        assert {r["release_kind"] for r in cat.query(
+            "SELECT release_kind FROM airplan.client_sketches WHERE stats_version = 1")} == \
+            {"histogram"}
+        # one version holds one kind: a mix is reported as inconsistent
+        cat.query("UPDATE airplan.client_sketches SET release_kind = 'count_min', depth = 1 "
+                  "WHERE stats_version = 1 AND client = 0")
+        with pytest.raises(CatalogError, match="inconsistent"):
+            cat.read_sketches(1, 1)
 
 
 def test_writing_the_same_sketch_version_twice_fails_without_partial_rows():
