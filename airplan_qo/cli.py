@@ -138,13 +138,19 @@ def cmd_sql(args: argparse.Namespace) -> int:
     else:
         raise ValidationError("airplan sql needs statements (\"...\") or -f FILE")
     return run_script(text, catalog=args.catalog, fmt=args.format, read_only=args.read_only,
-                      quiet=args.quiet)
+                      quiet=args.quiet, **_sql_limits(args))
+
+
+def _sql_limits(args: argparse.Namespace) -> dict[str, Any]:
+    return {"allow_external_access": args.allow_external_access, "timeout": args.timeout,
+            "memory_limit": args.memory_limit, "threads": args.threads}
 
 
 def cmd_shell(args: argparse.Namespace) -> int:
     from .shell import Shell
 
-    return Shell(args.catalog, read_only=args.read_only, fmt=args.format).run()
+    return Shell(args.catalog, read_only=args.read_only, fmt=args.format,
+                 **_sql_limits(args)).run()
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -232,6 +238,20 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--catalog", help="catalog file (default $AIRPLAN_CATALOG or "
                                           "./airplan.duckdb; ':memory:' for a throwaway one)")
 
+    limits = argparse.ArgumentParser(add_help=False)
+    group = limits.add_argument_group(
+        "catalog SQL limits", "Catalog queries can read only the catalog and are stopped at "
+        "these limits (docs/sql.md, Security).")
+    group.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
+                       help="time limit of each catalog query (default 30; 0: no limit)")
+    group.add_argument("--memory-limit", metavar="SIZE",
+                       help="DuckDB memory limit, e.g. 512MB or 2GiB (default 1GiB)")
+    group.add_argument("--threads", type=int, metavar="N",
+                       help="DuckDB threads (default min(4, CPUs))")
+    group.add_argument("--allow-external-access", action="store_true",
+                       help="trusted local use only: let queries read files and URLs and "
+                            "autoload extensions")
+
     workload = argparse.ArgumentParser(add_help=False)
     workload.add_argument("--dataset", "-d", default="digits",
                           help="dataset (digits, synthetic, cifar10, cifar100, tiny_imagenet)")
@@ -272,8 +292,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.set_defaults(func=cmd_explain)
 
-    p = sub.add_parser("sql", parents=[common], help="run statements (TRAIN, EXPLAIN, ANALYZE "
-                       "WORKLOAD, catalog queries)",
+    p = sub.add_parser("sql", parents=[common, limits],
+                       help="run statements (TRAIN, EXPLAIN, ANALYZE WORKLOAD, catalog queries)",
                        description="Run a script of statements separated by ';'. See docs/sql.md.")
     p.add_argument("statements", nargs="?", help="statements, e.g. \"EXPLAIN TRAIN digits ON 20 "
                                                  "CLIENTS; SELECT * FROM airplan.plans\"")
@@ -287,7 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="continue an aborted execution from its last checkpoint instead")
     p.set_defaults(func=cmd_sql)
 
-    p = sub.add_parser("shell", parents=[common], help="interactive SQL shell",
+    p = sub.add_parser("shell", parents=[common, limits], help="interactive SQL shell",
                        description="Statements end with ';'. Dot commands: .help .tables "
                                    ".format text|json|csv .quit")
     p.add_argument("--format", choices=["text", "json", "csv"], default="text")

@@ -55,6 +55,23 @@ class SchemaVersionError(CatalogError):
     """The catalog was written by a newer (or unknown) version of the engine."""
 
 
+class SandboxError(CatalogError):
+    """User SQL tried to reach outside the catalog (a file, a URL, an extension, a setting) or
+    is not a read-only query."""
+
+
+class ResourceLimitError(CatalogError):
+    """User SQL was stopped at a resource limit; the catalog is unchanged and still usable."""
+
+
+class StatementTimeoutError(ResourceLimitError):
+    """User SQL ran past its statement time limit."""
+
+
+class MemoryLimitError(ResourceLimitError):
+    """User SQL needed more memory than the catalog's memory limit."""
+
+
 class ExecutionError(AirPlanError):
     """A training run failed or cannot start."""
 

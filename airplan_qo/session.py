@@ -5,6 +5,9 @@
     result = db.plan(aq.Workload(dataset="digits", clients=50, alpha=0.5, snr_db=10),
                      sla="accuracy >= 0.95 * fc")
     print(result.explain())
+
+Catalog queries (``db.sql("SELECT ...")``) can read only the catalog and run under a time limit
+and a memory limit; see the Security section of docs/sql.md.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import json
 import os
 from typing import Any, Iterable, Mapping
 
+from .catalog.sandbox import DEFAULT_TIMEOUT, SESSION_DEFAULT
 from .catalog.store import Catalog
 from .errors import ValidationError
 from .plans.workload import Workload
@@ -36,8 +40,12 @@ def _topologies(items: Iterable[Any] | None):
 class Session:
     """Plans, analyses and runs workloads against one catalog file."""
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, *, read_only: bool = False):
-        self.catalog = Catalog(path, read_only=read_only)
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, read_only: bool = False,
+                 allow_external_access: bool = False, timeout: float | None = DEFAULT_TIMEOUT,
+                 memory_limit: int | str | None = None, threads: int | None = None):
+        self.catalog = Catalog(path, read_only=read_only,
+                               allow_external_access=allow_external_access,
+                               memory_limit=memory_limit, threads=threads, timeout=timeout)
 
     def __enter__(self) -> "Session":
         return self
@@ -73,11 +81,16 @@ class Session:
             objective=objective, statement=statement)
         return Optimizer(self.catalog).plan(request)
 
-    def sql(self, text: str, *, format: str = "text") -> list:
-        """Run a script of statements (EXPLAIN/TRAIN/ANALYZE WORKLOAD or catalog queries)."""
+    def sql(self, text: str, *, format: str = "text", timeout: float | None = SESSION_DEFAULT
+            ) -> list:
+        """Run a script of statements (EXPLAIN/TRAIN/ANALYZE WORKLOAD or catalog queries).
+
+        ``timeout``: seconds each catalog query of the script may run (None or 0: no limit);
+        by default the session's. TRAIN and ANALYZE WORKLOAD are not timed.
+        """
         from .sql.executor import execute_script
 
-        return execute_script(self, text, fmt=format)
+        return execute_script(self, text, fmt=format, timeout=timeout)
 
     def execute(self, result, *, quiet: bool = True, stop_at_target: bool = True,
                 reoptimize: bool | None = None, monitor=None):
@@ -138,6 +151,16 @@ class Session:
             return f"calibration skipped: {exc}"
 
 
-def connect(path: str | os.PathLike[str] | None = None, *, read_only: bool = False) -> Session:
-    """Open (or create) a catalog: ``path``, else ``$AIRPLAN_CATALOG``, else ./airplan.duckdb."""
-    return Session(path, read_only=read_only)
+def connect(path: str | os.PathLike[str] | None = None, *, read_only: bool = False,
+            allow_external_access: bool = False, timeout: float | None = DEFAULT_TIMEOUT,
+            memory_limit: int | str | None = None, threads: int | None = None) -> Session:
+    """Open (or create) a catalog: ``path``, else ``$AIRPLAN_CATALOG``, else ./airplan.duckdb.
+
+    Catalog queries are fenced (docs/sql.md, Security): they can read only the catalog unless
+    ``allow_external_access=True`` (trusted local use: files, URLs, extensions); each may run
+    ``timeout`` seconds (default 30; None or 0: no limit); the catalog's DuckDB database gets
+    ``memory_limit`` (bytes or a size such as ``'2GB'``; default 1 GiB) and ``threads``
+    (default min(4, CPUs)).
+    """
+    return Session(path, read_only=read_only, allow_external_access=allow_external_access,
+                   timeout=timeout, memory_limit=memory_limit, threads=threads)

@@ -2,7 +2,8 @@
 
 Statements may span lines and end with ``;``. Dot commands: ``.help``, ``.tables``,
 ``.format text|json|csv``, ``.quit``. History is kept in ``~/.airplan_history`` when readline is
-available. Errors are printed and the shell goes on.
+available. Errors are printed and the shell goes on, a query stopped at a limit included.
+Catalog queries are fenced and limited as for ``airplan sql`` (docs/sql.md, Security).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 
+from .catalog.sandbox import DEFAULT_TIMEOUT
 from .errors import AirPlanError
 from .session import connect
 
@@ -24,9 +26,13 @@ Dot commands: .help  .tables  .format text|json|csv  .quit"""
 
 class Shell:
     def __init__(self, catalog: str | None, *, read_only: bool = False, fmt: str = "text",
-                 stdin=None, stdout=None):
+                 stdin=None, stdout=None, allow_external_access: bool = False,
+                 timeout: float | None = DEFAULT_TIMEOUT, memory_limit: int | str | None = None,
+                 threads: int | None = None):
         self.catalog_path = catalog
         self.read_only = read_only
+        self.limits = {"allow_external_access": allow_external_access, "timeout": timeout,
+                       "memory_limit": memory_limit, "threads": threads}
         self.fmt = fmt
         self.stdin = stdin or sys.stdin
         self.stdout = stdout or sys.stdout
@@ -60,7 +66,7 @@ class Shell:
         from .sql.executor import format_result, iter_script
 
         save = self._history() if self.interactive else None
-        with connect(self.catalog_path, read_only=self.read_only) as session:
+        with connect(self.catalog_path, read_only=self.read_only, **self.limits) as session:
             if self.interactive:
                 self._print(f"airplan shell on {session.catalog.path} (.help for help)")
             buffer: list[str] = []

@@ -15,6 +15,11 @@ DuckDB database (each with its own connection and transactions).
 
 Every helper reads its results to the end: DuckDB 2.0 refuses new work (registering an Arrow
 table, starting a relation) on a connection whose last ``execute()`` result is only partly read.
+
+Once the file is attached, the database is fenced for user SQL (see
+:mod:`~airplan_qo.catalog.sandbox`): external access off and the configuration locked, a memory
+limit and a thread count, unless the Catalog is opened with ``allow_external_access=True``.
+These are settings of the whole database, so Catalogs sharing one must ask for the same ones.
 """
 
 from __future__ import annotations
@@ -35,6 +40,13 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from airplan_qo.catalog.sandbox import (
+    DEFAULT_TIMEOUT,
+    SESSION_DEFAULT,
+    SqlLimits,
+    check_timeout,
+    run_query,
+)
 from airplan_qo.catalog.schema import (
     CATALOG_NAME,
     COUNT_MIN,
@@ -67,7 +79,7 @@ _arrow_names = itertools.count()
 # Fully qualified prefix of every catalog object on a Catalog connection.
 _Q = f"{CATALOG_NAME}.main"
 
-# Databases opened by this process, by (path, read_only): the root connection and its users.
+# Databases opened by this process, by (path, read_only): root connection, users, SqlLimits.
 _open_databases: dict[tuple[str, bool], list[Any]] = {}
 _open_lock = threading.RLock()  # re-entrant: __del__ may close a Catalog while one opens
 
@@ -118,9 +130,16 @@ class Catalog:
     Use :meth:`open` (or the constructor) and close it with :meth:`close` or a ``with`` block.
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, *, read_only: bool = False):
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, read_only: bool = False,
+                 allow_external_access: bool = False, memory_limit: int | str | None = None,
+                 threads: int | None = None, timeout: float | None = DEFAULT_TIMEOUT):
         self.path = resolve_path(path)
         self.read_only = bool(read_only)
+        #: Database settings for user SQL (external access, memory limit, threads).
+        self.limits = SqlLimits.create(allow_external_access=allow_external_access,
+                                       memory_limit=memory_limit, threads=threads)
+        #: Default time limit in seconds of :meth:`execute_user_sql` (None: no limit).
+        self.timeout = check_timeout(timeout)
         self._tx_depth = 0
         self._columns: dict[str, dict[str, str]] = {}
         if self.read_only and self.path == MEMORY:
@@ -141,10 +160,14 @@ class Catalog:
             raise
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str] | None = None, *,
-             read_only: bool = False) -> Catalog:
-        """Open the catalog at ``path`` (see :func:`resolve_path`); writers create or migrate it."""
-        return cls(path, read_only=read_only)
+    def open(cls, path: str | os.PathLike[str] | None = None, *, read_only: bool = False,
+             **limits: Any) -> Catalog:
+        """Open the catalog at ``path`` (see :func:`resolve_path`); writers create or migrate it.
+
+        ``limits``: ``allow_external_access``, ``memory_limit``, ``threads``, ``timeout`` as for
+        the constructor.
+        """
+        return cls(path, read_only=read_only, **limits)
 
     #: Same as :meth:`open`, for readers who expect DB-API naming.
     connect = open
@@ -214,9 +237,21 @@ class Catalog:
                 except duckdb.Error as exc:
                     root.close()
                     raise self._open_error(exc) from None
-                entry = [root, 0]
+                try:
+                    self.limits.apply(root)
+                except duckdb.Error as exc:
+                    root.close()
+                    raise CatalogError(f"cannot set the SQL limits of catalog {self.path} "
+                                       f"({self.limits.describe()}): {_strip(str(exc))}") from None
+                entry = [root, 0, self.limits]
                 if self.path != MEMORY:
                     _open_databases[key] = entry
+            elif entry[2] != self.limits:
+                raise CatalogError(
+                    f"catalog file {self.path} is already open in this process with "
+                    f"{entry[2].describe()}; DuckDB applies these to the whole database, so "
+                    f"it cannot also be opened with {self.limits.describe()}. Open it with "
+                    "the same settings or close the other session first.")
             try:
                 con = entry[0].cursor()
                 con.execute(f"USE {CATALOG_NAME}")
@@ -526,24 +561,26 @@ class Catalog:
                 raise CatalogError(f"query_arrow needs a statement that returns rows: {sql!r}")
             return rel.to_arrow_table()
 
-    def execute_user_sql(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+    def execute_user_sql(self, sql: str, *, timeout: float | None = SESSION_DEFAULT
+                         ) -> tuple[list[str], list[tuple[Any, ...]]]:
         """Run a user's query on the catalog connection; return (column names, rows).
 
-        The statement runs inside a transaction that is always rolled back, so user SQL can
-        never change the catalog (the engine is its only writer). DuckDB errors (syntax, unknown
+        Only one read-only query is run (checked by DuckDB's parser), inside a transaction that
+        is always rolled back, so user SQL can never change the catalog (the engine is its only
+        writer). It runs under :attr:`limits` and a time limit of ``timeout`` seconds (default
+        :attr:`timeout`; None or 0: none). Reaching outside the catalog raises SandboxError,
+        a limit StatementTimeoutError or MemoryLimitError; other DuckDB errors (syntax, unknown
         tables) become CatalogError carrying DuckDB's message, positions included.
         """
         con = self._live
+        seconds = self.timeout if timeout is SESSION_DEFAULT else check_timeout(timeout)
         with self._errors("SQL"):
             con.execute("BEGIN TRANSACTION")
             try:
-                cur = con.execute(sql)
-                names = [d[0] for d in cur.description or ()]
-                rows = cur.fetchall() if names else []
+                return run_query(con, sql, limits=self.limits, timeout=seconds)
             finally:
                 with contextlib.suppress(duckdb.Error):
                     con.execute("ROLLBACK")
-        return names, rows
 
     # ---- workloads and sketches --------------------------------------------------------------
 

@@ -5,7 +5,7 @@ leaves the catalog untouched. ``EXPLAIN TRAIN`` plans, ``ANALYZE WORKLOAD`` coll
 ``TRAIN`` and ``EXPLAIN ANALYZE TRAIN`` run the execution runtime. Every other statement goes to
 DuckDB unchanged on the catalog connection, read-only: the engine is the catalog's only writer,
 so statements other than queries are refused with a positioned error, and queries run inside a
-transaction that is always rolled back.
+transaction that is always rolled back, fenced and limited (see ``airplan_qo.catalog.sandbox``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from typing import Any
 
 import attrs
 
-from ..errors import CatalogError, ParseError
+from ..catalog.sandbox import DEFAULT_TIMEOUT, SESSION_DEFAULT
+from ..errors import CatalogError, ParseError, ResourceLimitError, SandboxError
 from .binder import BoundAnalyze, BoundTrain, bind
 from .parser import PassThrough, parse
 from .positions import Source
@@ -27,6 +28,9 @@ READ_ONLY_KEYWORDS = ("SELECT", "WITH", "FROM", "VALUES", "TABLE", "SHOW", "DESC
                       "SUMMARIZE", "EXPLAIN")
 _FIRST_WORD = re.compile(r"(?:\s|--[^\n]*\n?|/\*.*?\*/)*\(?\s*([A-Za-z_]+)", re.S)
 _DUCKDB_LINE = re.compile(r"LINE (\d+):")
+# What may follow EXPLAIN [ANALYZE] in catalog SQL: EXPLAIN ANALYZE runs its statement.
+_EXPLAINABLE = tuple(k for k in READ_ONLY_KEYWORDS if k != "EXPLAIN")
+_EXPLAIN_REST = re.compile(r"\s*(?:ANALYZE\b\s*)?(?:\([^()]*\)\s*)?\(?\s*([A-Za-z_]*)", re.I)
 
 
 @attrs.frozen
@@ -43,7 +47,17 @@ class Result:
 def _check_read_only(stmt: PassThrough, source: Source) -> None:
     m = _FIRST_WORD.match(stmt.sql)
     word = m.group(1).upper() if m else ""
-    if word not in READ_ONLY_KEYWORDS:
+    if word == "EXPLAIN":
+        inner = _EXPLAIN_REST.match(stmt.sql, m.end(1))
+        if inner is None or inner.group(1).upper() not in _EXPLAINABLE:
+            offset = stmt.start + (inner.start(1) if inner else m.end(1))
+            shown = inner.group(1) if inner and inner.group(1) else "?"
+            raise source.error(
+                ParseError,
+                f"EXPLAIN of a '{shown}' statement is not run on the catalog: EXPLAIN ANALYZE "
+                "runs its statement, and catalog SQL must be a query "
+                f"({', '.join(_EXPLAINABLE)})", offset)
+    elif word not in READ_ONLY_KEYWORDS:
         offset = stmt.start + (m.start(1) if m else 0)
         shown = word or stmt.sql.strip()[:20]
         raise source.error(
@@ -70,17 +84,19 @@ def prepare(text: str) -> list[tuple[Any, Any]]:
     return out
 
 
-def execute_script(session, text: str, *, fmt: str = "text") -> list[Result]:
+def execute_script(session, text: str, *, fmt: str = "text",
+                   timeout: float | None = SESSION_DEFAULT) -> list[Result]:
     """Run every statement of ``text``; the first failure raises (earlier results are lost)."""
-    return list(iter_script(session, text, fmt=fmt))
+    return list(iter_script(session, text, fmt=fmt, timeout=timeout))
 
 
-def iter_script(session, text: str, *, fmt: str = "text", quiet: bool = True):
+def iter_script(session, text: str, *, fmt: str = "text", quiet: bool = True,
+                timeout: float | None = SESSION_DEFAULT):
     """Yield one Result per statement as it completes; ``quiet=False`` shows training progress
-    (on a terminal)."""
+    (on a terminal). ``timeout`` limits each catalog query (default: the session's)."""
     for stmt, bound in prepare(text):
         if bound is None:
-            yield _run_catalog_sql(session, stmt)
+            yield _run_catalog_sql(session, stmt, timeout)
         elif isinstance(bound, BoundAnalyze):
             stats = session.analyze(bound.workload)
             data = attrs.asdict(stats)
@@ -104,9 +120,10 @@ def _run_train(session, bound: BoundTrain, fmt: str, quiet: bool = True) -> Resu
                   document=json.loads(rendered) if out_fmt == "json" else None)
 
 
-def _run_catalog_sql(session, stmt: PassThrough) -> Result:
+def _run_catalog_sql(session, stmt: PassThrough, timeout: float | None = SESSION_DEFAULT
+                     ) -> Result:
     try:
-        columns, rows = session.catalog.execute_user_sql(stmt.sql)
+        columns, rows = session.catalog.execute_user_sql(stmt.sql, timeout=timeout)
     except CatalogError as exc:
         raise _positioned(exc, stmt) from None
     return Result("table", tuple(columns), tuple(tuple(r) for r in rows))
@@ -114,6 +131,8 @@ def _run_catalog_sql(session, stmt: PassThrough) -> Result:
 
 def _positioned(exc: Exception, stmt: PassThrough) -> CatalogError:
     message = str(exc).strip()
+    if isinstance(exc, (SandboxError, ResourceLimitError)):  # one line, its own type
+        return type(exc)(f"{message} (in the statement at line {stmt.line}, column {stmt.col})")
     m = _DUCKDB_LINE.search(message)
     if m:  # DuckDB numbers lines within the statement; renumber them within the script
         line = int(m.group(1)) + stmt.line - 1
@@ -154,11 +173,14 @@ def format_result(result: Result, fmt: str) -> str:
 
 
 def run_script(text: str, *, catalog: str | None, fmt: str = "text",
-               read_only: bool = False, quiet: bool = False) -> int:
+               read_only: bool = False, quiet: bool = False, allow_external_access: bool = False,
+               timeout: float | None = DEFAULT_TIMEOUT, memory_limit: int | str | None = None,
+               threads: int | None = None) -> int:
     """Run a script from the CLI and print each result; returns the exit status."""
     from ..session import connect
 
-    with connect(catalog, read_only=read_only) as session:
+    with connect(catalog, read_only=read_only, allow_external_access=allow_external_access,
+                 timeout=timeout, memory_limit=memory_limit, threads=threads) as session:
         for result in iter_script(session, text, fmt=fmt, quiet=quiet):
             print(format_result(result, fmt), flush=True)
     return 0
