@@ -147,6 +147,19 @@ def test_folds_are_seeded_balanced_and_capped():
         assign_folds(keys, 1, seed=0)
 
 
+def test_folds_keep_near_duplicate_workloads_together():
+    # SNR triplets and dropout variants of one (dataset, N, alpha) share a fold
+    keys = [f"digits-{n}-{a}-{snr}" for n in (10, 20) for a in (0.1, 0.5, 1.0)
+            for snr in (0, 10, 20)]
+    groups = {k: tuple(k.split("-")[:3]) for k in keys}
+    f = assign_folds(keys, 5, seed=0, groups=groups)
+    for k in keys:
+        assert all(f[j] == f[k] for j in keys if groups[j] == groups[k])
+    assert len(set(f.values())) == 5
+    with pytest.raises(ValidationError, match="2 groups"):
+        assign_folds(keys[:3], 5, seed=0, groups=groups)
+
+
 def test_measured_target_uses_the_measured_fc():
     assert measured_target(parse_sla("accuracy >= 0.95 * fc"), 0.9) == pytest.approx(0.855)
     assert measured_target(parse_sla("accuracy >= 0.8"), 0.9) == pytest.approx(0.8)
@@ -281,7 +294,8 @@ def test_quick_grid_end_to_end_and_cached_rerun(tmp_path, capsys):
     report = (out / "report.md").read_text()
     for heading in ("## Summary", "## Per workload", "## Precision, recall and F1",
                     "## Rounds MAPE per family", "## Statistics-collection overhead",
-                    "## Paired t-tests", "## Per-topology table", "## Scalability"):
+                    "## Paired t-tests", "## Per-topology table", "## Scalability",
+                    "## Ceiling error and ranking error", "## Fixed single-plan policies"):
         assert heading in report
     assert FIGURES <= {p.name for p in out.iterdir()}
     assert all((out / f).stat().st_size > 1000 for f in FIGURES)
@@ -290,6 +304,11 @@ def test_quick_grid_end_to_end_and_cached_rerun(tmp_path, capsys):
     for block in ("uncalibrated", "calibrated"):
         rate = summary[block]["match_rate"]
         assert rate is None or 0 <= rate <= 1
+        assert summary["ceiling"][block]["n"] >= 1
+        ranking = summary["ranking_given_measured_fc"][block]
+        assert ranking["within_noise_rate"] is None or 0 <= ranking["within_noise_rate"] <= 1
+    assert {p["policy"] for p in summary["policies"]} >= {
+        "complete [metropolis_hastings] k=1", "ring [metropolis_hastings] k=0.1"}
 
     with aq.connect(catalog) as db:
         cat = db.catalog
@@ -297,7 +316,8 @@ def test_quick_grid_end_to_end_and_cached_rerun(tmp_path, capsys):
         assert n_exec == 48
         ev = cat.query("SELECT * FROM airplan.evaluations")
         assert len(ev) == 1 and ev[0]["status"] == "succeeded"
-        assert ev[0]["grid"] == "quick" and ev[0]["seeds"] == 2 and ev[0]["folds"] == 3
+        # 3 workloads in 2 (dataset, N, alpha) groups: the dropout variant shares a fold
+        assert ev[0]["grid"] == "quick" and ev[0]["seeds"] == 2 and ev[0]["folds"] == 2
         rows = cat.query("SELECT * FROM airplan.evaluation_results ORDER BY workload_key, "
                          "calibrated")
         assert len(rows) == 6 and {r["calibrated"] for r in rows} == {False, True}

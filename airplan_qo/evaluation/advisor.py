@@ -69,12 +69,13 @@ def predicted_rounds(result, candidate, constants: Mapping[str, float] | None,
 
 
 def pick(result, constants: Mapping[str, float] | None, candidates: Sequence[Any],
-         fc_candidate) -> Pick:
+         fc_candidate, fc_accuracy: float | None = None) -> Pick:
     """Re-cost ``candidates`` (of ``result``) with ``constants`` and choose as the planner does.
 
     ``fc_candidate`` is a costed fully connected k = 1 candidate (from this planning run or a
     reference run of the same workload and seed): its accuracy after the round budget sets
-    ``fc`` and it is the fallback when nothing is feasible.
+    ``fc`` and it is the fallback when nothing is feasible. ``fc_accuracy`` replaces the
+    predicted ``fc`` (the evaluation passes the measured one, to judge the ranking alone).
     """
     est = ESTIMATORS.get(result.estimator)
     ctx = context_with(result, constants)
@@ -82,7 +83,8 @@ def pick(result, constants: Mapping[str, float] | None, candidates: Sequence[Any
     sla = request.sla if not isinstance(request.sla, str) else parse_sla(request.sla)
     w = request.workload
     budget = ctx.round_budget
-    fc_acc = est.accuracy_at(ctx, fc_candidate.plan, fc_candidate.stats, budget)
+    fc_acc = (est.accuracy_at(ctx, fc_candidate.plan, fc_candidate.stats, budget)
+              if fc_accuracy is None else float(fc_accuracy))
     threshold = sla.accuracy_threshold(fc_acc)
     if threshold is not None:
         target = float(threshold)

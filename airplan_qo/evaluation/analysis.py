@@ -54,6 +54,8 @@ class WorkloadResult:
     constants_after: dict[str, float] | None
     sketch_over_model: float | None
     startup: float
+    ranking_before: Comparison | None = None     # picks with the measured fc (ranking error)
+    ranking_after: Comparison | None = None
 
 
 @attrs.frozen
@@ -178,7 +180,10 @@ def analyze(session, grid: Grid, measured: Sequence[Measured], *,
         out = outcome_of[(r.workload, r.plan, r.seed)]
         obs_all.append(attrs.evolve(o, target_error=1.0 - targets[r.workload],
                                     rounds_actual=out.rounds, censored=not out.reached))
-    folds_of = assign_folds(keys, grid.folds, grid.cv_seed) if len(keys) >= 2 else {}
+    group_of = {m.spec.key: (m.spec.workload.dataset, m.spec.workload.clients,
+                             m.spec.workload.alpha) for m in measured}
+    folds_of = (assign_folds(keys, grid.folds, grid.cv_seed, group_of)
+                if len(set(group_of.values())) >= 2 else {})
     n_folds = len(set(folds_of.values()))
     if not folds_of:
         notes.append("cross-validation needs at least two workloads; the calibrated advisor is "
@@ -228,6 +233,14 @@ def analyze(session, grid: Grid, measured: Sequence[Measured], *,
         if consts is not None:
             pick_a = advisor.pick(sp.result, consts, sp.candidates, sp.fc_candidate)
             cmp_a = compare(key, pick_a.label, by_plan, cand_labels, seed_costs)
+        # the ranking alone: the same picks with the measured ceiling in place of the predicted
+        rank_b = compare(key, advisor.pick(sp.result, priors, sp.candidates, sp.fc_candidate,
+                                           fc_acc[key]).label, by_plan, cand_labels, seed_costs)
+        rank_a = None
+        if consts is not None:
+            rank_a = compare(key, advisor.pick(sp.result, consts, sp.candidates,
+                                               sp.fc_candidate, fc_acc[key]).label,
+                             by_plan, cand_labels, seed_costs)
         target = targets[key]
         res_b, cand_b = m.candidate(seed0, pick_b.label)
         pred_b = advisor.predicted_rounds(res_b, cand_b, priors, target)
@@ -243,7 +256,8 @@ def analyze(session, grid: Grid, measured: Sequence[Measured], *,
             pick_before=pick_b, pick_after=pick_a, predicted_before=pred_b,
             predicted_after=pred_a, constants_after=consts,
             sketch_over_model=getattr(sp.stats, "stats_overhead", None),
-            startup=float(sp.fc_candidate.cost.startup)))
+            startup=float(sp.fc_candidate.cost.startup), ranking_before=rank_b,
+            ranking_after=rank_a))
         if sp.result.context.calibration_ids:
             calibrated_planner.append(key)
 
@@ -331,19 +345,22 @@ def _ttests(results: Sequence[WorkloadResult], outcome_of, fixed, seeds, familie
     tests: list[PairedTest] = []
     for label, attr in (("advisor (priors)", "before"), ("advisor (calibrated)", "after")):
         for fam in families:
+            # one pair per workload (seed means): the seeds of a workload are not independent
             acc_a, acc_b, cost_a, cost_b = [], [], [], []
             for w in results:
                 cmp = getattr(w, attr)
                 plan = fixed.get(w.key, {}).get(fam)
                 if cmp is None or plan is None:
                     continue
-                for s in seeds:
-                    a = outcome_of.get((w.key, cmp.advisor_plan, s))
-                    b = outcome_of.get((w.key, plan, s))
-                    if a is None or b is None:
-                        continue
-                    acc_a.append(100 * a.final_accuracy), acc_b.append(100 * b.final_accuracy)
-                    cost_a.append(a.cost), cost_b.append(b.cost)
+                pairs = [(outcome_of.get((w.key, cmp.advisor_plan, s)),
+                          outcome_of.get((w.key, plan, s))) for s in seeds]
+                pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
+                if not pairs:
+                    continue
+                acc_a.append(100 * float(np.mean([a.final_accuracy for a, _ in pairs])))
+                acc_b.append(100 * float(np.mean([b.final_accuracy for _, b in pairs])))
+                cost_a.append(float(np.mean([a.cost for a, _ in pairs])))
+                cost_b.append(float(np.mean([b.cost for _, b in pairs])))
             if acc_a:
                 tests.append(paired_test(f"accuracy (pts): {label} vs fixed {fam}", acc_a, acc_b))
                 tests.append(paired_test(f"channel uses to target: {label} vs fixed {fam}",
@@ -494,6 +511,15 @@ def _comparison_block(cmps: list[Comparison], preds: list[tuple[float | None, fl
     }
 
 
+def _ceiling(pairs: list[tuple[float, float]]) -> dict[str, Any]:
+    """The predicted fully connected accuracy against the measured one, in points."""
+    errors = [100.0 * (p - m) for p, m in pairs if p is not None and m is not None]
+    return {"n": len(errors),
+            "mean_abs_error_pts": float(np.mean(np.abs(errors))) if errors else None,
+            "bias_pts": float(np.mean(errors)) if errors else None,
+            "max_abs_error_pts": float(np.max(np.abs(errors))) if errors else None}
+
+
 def _summary(grid: Grid, results: Sequence[WorkloadResult], runs: Sequence[RunRecord],
              preds: Sequence[RunPrediction], folds: Sequence[FoldFit],
              ttests: Sequence[PairedTest], n_folds: int) -> dict[str, Any]:
@@ -555,6 +581,20 @@ def _summary(grid: Grid, results: Sequence[WorkloadResult], runs: Sequence[RunRe
                        "in_sample_mape_pct": f.in_sample_mape, "constants": f.constants}
                       for f in folds],
         "ttests": [attrs.asdict(t) for t in ttests],
+        "ceiling": {
+            "uncalibrated": _ceiling([(w.pick_before.fc_accuracy, w.fc_measured)
+                                      for w in results]),
+            "calibrated": _ceiling([(w.pick_after.fc_accuracy, w.fc_measured)
+                                    for w in cal if w.pick_after is not None])},
+        "ranking_given_measured_fc": {
+            "uncalibrated": _comparison_block(
+                [w.ranking_before for w in results], [],
+                [(w.ranking_before.advisor_family, w.ranking_before.oracle_family)
+                 for w in results]),
+            "calibrated": _comparison_block(
+                [w.ranking_after for w in cal if w.ranking_after is not None], [],
+                [(w.ranking_after.advisor_family, w.ranking_after.oracle_family)
+                 for w in cal if w.ranking_after is not None]) if cal else None},
         "policies": policy_table({w.key: ({p: s for p, s in w.summaries.items()
                                            if p in w.candidates}, w.oracle) for w in results}),
     }

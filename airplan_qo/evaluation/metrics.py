@@ -275,33 +275,45 @@ def family_scores(pairs: Iterable[tuple[str, str | None]]) -> dict[str, FamilySc
     precision = hits / advisor picks of F, recall = hits / oracle choices of F, F1 their
     harmonic mean; None where the denominator is 0. Pairs without an oracle are left out.
     """
+    from sklearn.metrics import precision_recall_fscore_support
+
     pairs = [(a, o) for a, o in pairs if o is not None]
     families = sorted({a for a, _ in pairs} | {o for _, o in pairs})
+    if not families:
+        return {}
+    picked, truth = [a for a, _ in pairs], [o for _, o in pairs]
+    p, r, f1, support = precision_recall_fscore_support(
+        truth, picked, labels=families, zero_division=np.nan)
+
+    def value(x: float) -> float | None:
+        return None if math.isnan(x) else float(x)
+
     out = {}
-    for f in families:
-        hits = sum(1 for a, o in pairs if a == f and o == f)
-        predicted = sum(1 for a, _ in pairs if a == f)
-        support = sum(1 for _, o in pairs if o == f)
-        p = hits / predicted if predicted else None
-        r = hits / support if support else None
-        f1 = (2 * p * r / (p + r) if p is not None and r is not None and p + r > 0
-              else (0.0 if p is not None and r is not None else None))
-        out[f] = FamilyScore(f, p, r, f1, support, predicted)
+    for i, f in enumerate(families):
+        pi, ri, fi = value(p[i]), value(r[i]), value(f1[i])
+        # F1 is undefined (None) unless precision and recall are; 0 when both are 0
+        f1_i = None if pi is None or ri is None else (0.0 if fi is None else fi)
+        out[f] = FamilyScore(f, pi, ri, f1_i, int(support[i]), sum(1 for a in picked if a == f))
     return out
 
 
 def mape(pairs: Iterable[tuple[float | None, float]]) -> tuple[float | None, int, int]:
     """(MAPE in percent, n used, n unpredicted) of (predicted, actual) pairs: pairs whose
     prediction is None ("never") are counted as unpredicted and left out; actual must be > 0."""
-    apes, never = [], 0
+    from sklearn.metrics import mean_absolute_percentage_error
+
+    used, never = [], 0
     for pred, act in pairs:
         if pred is None:
             never += 1
             continue
         if not act > 0:
             raise ValidationError(f"MAPE needs actual values > 0, got {act}")
-        apes.append(100.0 * abs(float(pred) - float(act)) / float(act))
-    return (float(np.mean(apes)) if apes else None), len(apes), never
+        used.append((float(pred), float(act)))
+    if not used:
+        return None, 0, never
+    pred_v, act_v = zip(*used)
+    return 100.0 * float(mean_absolute_percentage_error(act_v, pred_v)), len(used), never
 
 
 def paired_test(name: str, a: Sequence[float], b: Sequence[float]) -> PairedTest:
@@ -323,15 +335,29 @@ def paired_test(name: str, a: Sequence[float], b: Sequence[float]) -> PairedTest
     return PairedTest(name, n, float(x.mean()), float(y.mean()), float(diff.mean()), t, p)
 
 
-def assign_folds(keys: Sequence[str], folds: int, seed: int) -> dict[str, int]:
-    """Workload -> fold (0..folds-1): a seeded permutation of the sorted keys dealt round-robin,
-    so folds differ in size by at most one. ``folds`` is capped at the number of workloads."""
+def assign_folds(keys: Sequence[str], folds: int, seed: int,
+                 groups: Mapping[str, Any] | None = None) -> dict[str, int]:
+    """Workload -> fold (0..folds-1) with scikit-learn's ``GroupKFold`` (groups shuffled with
+    ``seed``): workloads of one group (by default each its own; the analysis groups by
+    (dataset, N, alpha), so dropout variants and SNR triplets of one workload never sit on both
+    sides of a split) always share a fold. ``folds`` is capped at the number of groups."""
+    from sklearn.model_selection import GroupKFold
+
     if folds < 2:
         raise ValidationError(f"cross-validation needs at least 2 folds, got {folds}")
     ordered = sorted(keys)
-    k = min(folds, len(ordered))
-    perm = np.random.default_rng(seed).permutation(len(ordered))
-    return {ordered[j]: i % k for i, j in enumerate(perm.tolist())}
+    group_of = {k: (groups[k] if groups is not None else k) for k in ordered}
+    names = sorted({repr(g) for g in group_of.values()})
+    label = np.array([names.index(repr(group_of[k])) for k in ordered])
+    k = min(folds, len(names))
+    if k < 2:
+        raise ValidationError("cross-validation needs at least 2 groups of workloads")
+    out: dict[str, int] = {}
+    splitter = GroupKFold(n_splits=k, shuffle=True, random_state=seed)
+    for f, (_, test) in enumerate(splitter.split(np.zeros(len(ordered)), groups=label)):
+        for i in test.tolist():
+            out[ordered[i]] = f
+    return out
 
 
 def rate(values: Iterable[bool | None]) -> tuple[float | None, int]:

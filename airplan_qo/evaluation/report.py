@@ -94,6 +94,25 @@ def render(analysis, *, figures: list[Path], wall_s: float, command: str,
     if s["no_oracle"]:
         lines += [f"{s['no_oracle']} workload(s) have no candidate that meets the SLA in "
                   "measurement; they are left out of the match rates and regrets.", ""]
+    ceil, rank = s["ceiling"], s["ranking_given_measured_fc"]
+    lines += ["## Ceiling error and ranking error", "",
+              "Two separate errors: the predicted accuracy of the fully connected plan (`fc`, "
+              "which sets the target) against the measured one; and the picks made with the "
+              "**measured** `fc` in place of the predicted one, which isolates the ranking of "
+              "the candidates.", ""]
+    lines += _table(
+        ["", "advisor, priors", "advisor, calibrated (k-fold CV)"],
+        [["fc error (pts): mean |error| / bias / max |error|", _ceil(ceil["uncalibrated"]),
+          _ceil(ceil["calibrated"])],
+         ["with measured fc: within-noise match", _rate(rank["uncalibrated"],
+                                                        "within_noise_rate"),
+          _rate(rank["calibrated"], "within_noise_rate")],
+         ["with measured fc: pick meets the SLA", _rate(rank["uncalibrated"],
+                                                         "advisor_meets_sla_rate"),
+          _rate(rank["calibrated"], "advisor_meets_sla_rate")],
+         ["with measured fc: median cost ratio to the oracle",
+          _num(rank["uncalibrated"]["median_cost_ratio"]),
+          _num(rank["calibrated"]["median_cost_ratio"]) if rank["calibrated"] else "n/a"]])
     lines += ["## Fixed single-plan policies", "",
               "Always choosing one plan label, over the workloads where it is a candidate: the "
               "share of workloads whose SLA it meets and its median cost ratio to the oracle. "
@@ -262,6 +281,13 @@ def _regret(block: dict[str, Any] | None, key: str, median: bool = False) -> str
     st = block[key]
     parts = [st["mean"]] + ([st["median"]] if median else []) + [st["max"]]
     return " / ".join(f"{v:.2f}" for v in parts)
+
+
+def _ceil(c: dict[str, Any]) -> str:
+    if not c["n"]:
+        return "n/a"
+    return (f"{c['mean_abs_error_pts']:.1f} / {c['bias_pts']:+.1f} / "
+            f"{c['max_abs_error_pts']:.1f} (n={c['n']})")
 
 
 def _mape(block: dict[str, Any] | None) -> str:
