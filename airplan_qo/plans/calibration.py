@@ -268,8 +268,8 @@ def evaluate(observations: Sequence[Observation], constants: Mapping[str, float]
 # ---- dsgd fit -----------------------------------------------------------------------------
 
 def _softplus(x: np.ndarray, scale: np.ndarray) -> np.ndarray:
-    z = x / scale
-    return scale * (np.maximum(z, 0.0) + np.log1p(np.exp(-np.abs(z))))
+    """scale * log(1 + exp(x / scale)): a smooth max(x, 0), overflow-free via logaddexp."""
+    return scale * np.logaddexp(0.0, x / scale)
 
 
 class _DSGDProblem:

@@ -13,6 +13,7 @@ from typing import Callable
 import networkx as nx
 import numpy as np
 import scipy.sparse as sp
+from scipy.sparse import csgraph
 
 from ..registry import Registry
 
@@ -42,28 +43,31 @@ def edge_arrays(graph: nx.Graph) -> tuple[np.ndarray, np.ndarray]:
 
 
 def from_edge_weights(n: int, u: np.ndarray, v: np.ndarray, w: np.ndarray) -> sp.csr_matrix:
-    """W with off-diagonal weights w on edges (u, v) and the diagonal making rows sum to one."""
+    """W = I - L_w: off-diagonal weights w on edges (u, v), the diagonal making rows sum to one."""
     off = sp.coo_matrix((np.concatenate([w, w]), (np.concatenate([u, v]), np.concatenate([v, u]))),
                         shape=(n, n)).tocsr()
-    diag = 1.0 - np.asarray(off.sum(axis=1)).ravel()
-    return (off + sp.diags(diag)).tocsr()
+    return (sp.identity(n, format="csr") - csgraph.laplacian(off)).tocsr()
 
 
 def adjacency(graph: nx.Graph) -> sp.csr_matrix:
-    """0/1 adjacency matrix (CSR) of an undirected graph with nodes 0..n-1."""
+    """0/1 adjacency matrix (CSR) of an undirected graph with nodes 0..n-1.
+
+    Built from the cached edge arrays rather than ``networkx.to_scipy_sparse_array``, which walks
+    the graph's dicts again on every call.
+    """
     n = graph.number_of_nodes()
     u, v = edge_arrays(graph)
     return sp.coo_matrix((np.ones(2 * len(u)), (np.concatenate([u, v]), np.concatenate([v, u]))),
                          shape=(n, n)).tocsr()
 
 
-def laplacian(graph: nx.Graph) -> sp.csr_matrix:
-    a = adjacency(graph)
-    deg = np.asarray(a.sum(axis=1)).ravel()
-    return (sp.diags(deg) - a).tocsr()
+def laplacian(graph: nx.Graph, *, normed: bool = False) -> sp.csr_matrix:
+    """L = D - A of the graph, or D^-1/2 L D^-1/2 with ``normed`` (CSR)."""
+    return sp.csr_matrix(csgraph.laplacian(adjacency(graph), normed=normed))
 
 
 def degrees(graph: nx.Graph) -> np.ndarray:
+    """Node degrees (float) counted from the cached edge arrays, for the same reason."""
     n = graph.number_of_nodes()
     u, v = edge_arrays(graph)
     return np.bincount(np.concatenate([u, v]), minlength=n).astype(float)

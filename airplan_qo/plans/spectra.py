@@ -80,8 +80,7 @@ def graph_lambda2(graph: nx.Graph, family: str | None = None) -> tuple[float, fl
     if n <= DENSE_LIMIT:
         ev = np.linalg.eigvalsh(lap.toarray())
         graph.graph["_laplacian_extremes"] = (float(ev[1]), float(ev[-1]))
-    inv_sqrt = sp.diags(1.0 / np.sqrt(deg))
-    norm_lap = (inv_sqrt @ lap @ inv_sqrt).tocsr()
+    norm_lap = laplacian(graph, normed=True)
     if n <= DENSE_LIMIT:
         lam2, m1 = graph.graph["_laplacian_extremes"][0], "dense"
     else:

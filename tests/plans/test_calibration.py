@@ -382,3 +382,15 @@ def test_leave_one_family_out():
     assert held.per_group["ring"] > 1000.0
     with pytest.raises(ValidationError, match="two groups"):
         leave_one_group_out(synthetic(3), "dataset")
+
+
+def test_softplus_is_a_smooth_overflow_free_max():
+    from airplan_qo.plans.calibration import _softplus
+
+    x = np.array([-1e4, -30.0, -1.0, 0.0, 1.0, 30.0, 1e4])
+    scale = np.array(2.0)
+    out = _softplus(x, scale)
+    assert np.all(np.isfinite(out)) and np.all(out >= 0) and np.all(np.diff(out) > 0)
+    assert out[3] == pytest.approx(2.0 * math.log(2.0), rel=1e-15)
+    assert out[[2, 4]] == pytest.approx(2.0 * np.log1p(np.exp(x[[2, 4]] / 2.0)), rel=1e-15)
+    assert out[-1] == pytest.approx(1e4, rel=1e-15) and out[0] < 1e-300

@@ -31,6 +31,20 @@ def test_different_seeds_differ(family):
         build_graph(family, 60, seed=2).edges())
 
 
+@pytest.mark.parametrize("n, rows", [(12, 3), (12, 2), (12, 1), (20, 4), (7, 1), (4, 2), (9, 3)])
+def test_torus_labels_and_wrap_around(n, rows):
+    cols = n // rows
+    expected = set()
+    for i in range(rows):
+        for j in range(cols):
+            for a, b in (((i + 1) % rows, j), (i, (j + 1) % cols)):
+                if (a, b) != (i, j):
+                    expected.add(tuple(sorted((i * cols + j, a * cols + b))))
+    g = build_graph("torus", n, rows=rows)
+    assert list(g.nodes()) == list(range(n))
+    assert {tuple(sorted(e)) for e in g.edges()} == expected
+
+
 def test_known_structures():
     assert build_graph("ring", 10).number_of_edges() == 10
     assert build_graph("complete", 10).number_of_edges() == 45

@@ -6,7 +6,7 @@ import scipy.sparse as sp
 from airplan_qo.errors import UnknownNameError
 from airplan_qo.plans.families import build_graph
 from airplan_qo.plans import fastest_mixing
-from airplan_qo.plans.mixing import WEIGHTS
+from airplan_qo.plans.mixing import WEIGHTS, from_edge_weights, laplacian
 from airplan_qo.plans.spectra import spectral_stats
 
 @pytest.fixture(autouse=True)
@@ -88,3 +88,19 @@ def test_sdp_at_least_as_good_as_subgradient(monkeypatch):
     monkeypatch.setattr(fastest_mixing, "_have_cvxpy", lambda: False)
     sub = spectral_stats(g, WEIGHTS.get("fastest_mixing")(g)).mixing_gap
     assert exact >= sub - 1e-9
+
+
+@pytest.mark.parametrize("family,params", GRAPHS)
+def test_laplacians_match_networkx(family, params):
+    g = build_graph(family, 30, seed=4, **params)
+    assert np.allclose(laplacian(g).toarray(),
+                       nx.laplacian_matrix(g, nodelist=range(30)).toarray(), atol=1e-12)
+    assert np.allclose(laplacian(g, normed=True).toarray(),
+                       nx.normalized_laplacian_matrix(g, nodelist=range(30)).toarray(),
+                       atol=1e-12)
+
+
+def test_from_edge_weights_fills_the_diagonal():
+    w = from_edge_weights(4, np.array([0, 1, 1]), np.array([1, 2, 3]), np.array([0.5, 0.25, 0.1]))
+    assert np.allclose(w.toarray(), [[0.5, 0.5, 0, 0], [0.5, 0.15, 0.25, 0.1],
+                                     [0, 0.25, 0.75, 0], [0, 0.1, 0, 0.9]], atol=1e-15)
