@@ -18,6 +18,7 @@ from typing import Any
 import attrs
 
 from ..catalog.analyze import register_workload, workload_fingerprint
+from ..catalog.privacy import choose_release
 from ..catalog.sketch import dimensions
 from ..catalog.store import Catalog
 from ..data import dataset_info
@@ -305,7 +306,9 @@ class Optimizer:
                                 tx_power_dbm=w.tx_power_dbm, bandwidth_hz=w.bandwidth_hz,
                                 dropout=w.dropout)
         depth, width = dimensions(w.sketch_eps, w.sketch_delta)
-        startup = float(w.clients * math.ceil(depth * width / 2))
+        release = choose_release(n_classes, depth, width, w.dp_epsilon,
+                                 w.dp_delta if w.dp_epsilon is not None else None)
+        startup = float(w.clients * math.ceil(release.cells / 2))
 
         specs = self.candidate_specs(request)
         fc_spec = TopologySpec.create("complete", w.clients, seed=w.topology_seed,

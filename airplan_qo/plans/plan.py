@@ -28,8 +28,9 @@ Cost accounting (shared by every estimator; estimators only predict rounds and a
 * bits (a digital comparison): the same payloads sent as 32-bit floats over every directed link,
   plus ``ceil(log2 d)`` index bits per coordinate when sparse (digital links cannot share masks
   for free): ``2|E| * coords * (32 + index_bits)``.
-* startup: the statistics broadcast (each client's Count-Min sketch, ``cells / 2`` channel uses
-  per client, one slot each), the ``cost=startup..total`` of EXPLAIN.
+* startup: the statistics broadcast (each client's label release, an exact histogram or a
+  Count-Min sketch, whichever ``ANALYZE WORKLOAD`` chooses: ``cells / 2`` channel uses per
+  client, one slot each), the ``cost=startup..total`` of EXPLAIN.
 
 Costs are ordered by (reaches the target, objective total, rounds, plan label): a plan that never
 reaches the SLA target sorts after every plan that does; "unknown" (None) is not "infinite" and is
