@@ -295,7 +295,8 @@ def test_quick_grid_end_to_end_and_cached_rerun(tmp_path, capsys):
     for heading in ("## Summary", "## Per workload", "## Precision, recall and F1",
                     "## Rounds MAPE per family", "## Statistics-collection overhead",
                     "## Paired t-tests", "## Per-topology table", "## Scalability",
-                    "## Ceiling error and ranking error", "## Fixed single-plan policies"):
+                    "## Ceiling error and ranking error", "## Fixed single-plan policies",
+                    "## Time-to-target advisor (cross-validated)"):
         assert heading in report
     assert FIGURES <= {p.name for p in out.iterdir()}
     assert all((out / f).stat().st_size > 1000 for f in FIGURES)
@@ -307,6 +308,12 @@ def test_quick_grid_end_to_end_and_cached_rerun(tmp_path, capsys):
         assert summary["ceiling"][block]["n"] >= 1
         ranking = summary["ranking_given_measured_fc"][block]
         assert ranking["within_noise_rate"] is None or 0 <= ranking["within_noise_rate"] <= 1
+    ttt = summary["time_to_target"]                 # the cross-validated Tobit advisor
+    for variant in ("measured_fc", "predicted_fc"):
+        assert ttt[variant]["workloads"] == 3
+        assert 0 <= ttt[variant]["within_noise_rate"] <= 1
+        assert 0 <= ttt["prediction"][variant]["coverage90_all"] <= 1
+    assert set(ttt["fit"]["plan"]["coef"]) >= {"log_inv_p", "log_inv_k", "choco"}
     assert {p["policy"] for p in summary["policies"]} >= {
         "complete [metropolis_hastings] k=1", "ring [metropolis_hastings] k=0.1"}
 
@@ -406,3 +413,4 @@ def test_policy_table_rates_and_ratios():
     assert by["complete k=1"]["median_cost_ratio"] == pytest.approx(1.5)
     assert by["ring k=1"]["sla_met_rate"] == 0.5
     assert table[0]["policy"] == "complete k=1"
+

@@ -24,7 +24,7 @@ from ..plans.estimators import ESTIMATORS
 from ..plans.plan import Cost
 from ..plans.sla import parse_sla
 from ..plans.topology import TopologySpec
-from . import advisor
+from . import advisor, time_to_target
 from .grid import Grid, WorkloadSpec
 from .metrics import (Comparison, PairedTest, PlanSummary, RunOutcome, assign_folds, compare,
                       family_scores, mape, measured_target, oracle, paired_test, policy_table, rate,
@@ -294,6 +294,7 @@ def analyze(session, grid: Grid, measured: Sequence[Measured], *,
         scal = _scalability(grid, measured[grid.reference], results[grid.reference], priors,
                             full_fit, notes)
     summary = _summary(grid, results, runs, preds, fold_fits, ttests, n_folds)
+    summary["time_to_target"] = _time_to_target(measured, outcome_of, summaries, folds_of, notes)
     return Analysis(grid, tuple(results), tuple(runs), tuple(outcomes), tuple(preds),
                     tuple(fold_fits), full_fit, tuple(all_fits), tuple(ttests), tuple(topo_table),
                     tuple(fam_table), tuple(scal), fixed, summary, tuple(dict.fromkeys(notes)))
@@ -509,6 +510,27 @@ def _comparison_block(cmps: list[Comparison], preds: list[tuple[float | None, fl
         "family_scores": {f: attrs.asdict(s) for f, s in scores.items()},
         "macro_f1": float(np.mean(f1s)) if f1s else None,
     }
+
+
+def _time_to_target(measured, outcome_of, summaries, folds_of, notes: list[str]
+                    ) -> dict[str, Any] | None:
+    """The cross-validated time-to-target advisor (evaluation/time_to_target.py)."""
+    if not folds_of:
+        return None
+    try:
+        ev = time_to_target.evaluate(measured, outcome_of, summaries, folds_of)
+    except AirPlanError as exc:
+        notes.append(f"time-to-target advisor not evaluated: {exc}")
+        return None
+    out: dict[str, Any] = {"confidence": ev["confidence"]}
+    for variant, cmps in ev["comparisons"].items():
+        out[variant] = _comparison_block(cmps, [], [(c.advisor_family, c.oracle_family)
+                                                   for c in cmps]) if cmps else None
+    out["prediction"] = time_to_target.prediction_quality(ev["errors"])
+    fit = ev["fit"]
+    out["fit"] = {name: {"coef": f.coef, "sd": f.sd, "n_obs": f.n_obs,
+                         "n_censored": f.n_censored} for name, f in fit.items()}
+    return out
 
 
 def _ceiling(pairs: list[tuple[float, float]]) -> dict[str, Any]:

@@ -89,7 +89,7 @@ def render(analysis, *, figures: list[Path], wall_s: float, command: str,
          ["statistics broadcast / training cost of the advisor's pick: median / max",
           _ov(ov["broadcast_share_of_advisor_training_pct"]),
           _ov(ov["broadcast_share_of_calibrated_advisor_training_pct"]), PAPER["overhead"]],
-         ["sketch bytes / one model transmission: median",
+         ["label-statistics bytes / one model transmission: median",
           _ov(ov["sketch_over_model_pct"], median_only=True), "same", "-"]])
     if s["no_oracle"]:
         lines += [f"{s['no_oracle']} workload(s) have no candidate that meets the SLA in "
@@ -102,7 +102,7 @@ def render(analysis, *, figures: list[Path], wall_s: float, command: str,
               "the candidates.", ""]
     lines += _table(
         ["", "advisor, priors", "advisor, calibrated (k-fold CV)"],
-        [["fc error (pts): mean |error| / bias / max |error|", _ceil(ceil["uncalibrated"]),
+        [["fc error (pts): mean abs / bias / max abs", _ceil(ceil["uncalibrated"]),
           _ceil(ceil["calibrated"])],
          ["with measured fc: within-noise match", _rate(rank["uncalibrated"],
                                                         "within_noise_rate"),
@@ -113,6 +113,31 @@ def render(analysis, *, figures: list[Path], wall_s: float, command: str,
          ["with measured fc: median cost ratio to the oracle",
           _num(rank["uncalibrated"]["median_cost_ratio"]),
           _num(rank["calibrated"]["median_cost_ratio"]) if rank["calibrated"] else "n/a"]])
+    ttt = s.get("time_to_target")
+    if ttt:
+        lines += ["## Time-to-target advisor (cross-validated)", "",
+                  "A censored (Tobit) regression of log rounds-to-target relative to the fully "
+                  "connected reference, fitted on the other folds' runs, picking the cheapest "
+                  f"plan with P(meets the SLA) >= {ttt['confidence']:g} "
+                  "(airplan_qo/costmodels/time_to_target.py). The reference's rounds are either "
+                  "measured (its own runs, as a pilot would) or predicted.", ""]
+        rows = []
+        for label, key in (("reference measured", "measured_fc"),
+                           ("reference predicted", "predicted_fc")):
+            b = ttt.get(key)
+            if b is None:
+                continue
+            pq = ttt["prediction"][key]
+            rows.append([label, _rate(b, "within_noise_rate"),
+                         _rate(b, "advisor_meets_sla_rate"), _num(b["median_cost_ratio"]),
+                         _num(pq["median_abs_log_error_all"]), _pct(pq["coverage90_all"])])
+        lines += _table(["variant", "within-noise match", "pick meets the SLA",
+                         "median cost ratio", "median abs log error of T", "90% coverage"],
+                        rows)
+        pq = ttt["prediction"]["predicted_fc"]
+        lines += _table(["family", "median abs log error", "90% interval coverage"],
+                        [[f, _num(pq["median_abs_log_error"][f]),
+                          _pct(pq["coverage90"][f])] for f in pq["coverage90"]])
     lines += ["## Fixed single-plan policies", "",
               "Always choosing one plan label, over the workloads where it is a candidate: the "
               "share of workloads whose SLA it meets and its median cost ratio to the oracle. "
@@ -185,9 +210,10 @@ def render(analysis, *, figures: list[Path], wall_s: float, command: str,
     lines += ["## Statistics-collection overhead", "",
               "Two ratios, both per workload (median / max over workloads):", ""]
     lines += _table(["ratio", "median", "max"], [
-        ["Count-Min sketch bytes of one client / one model transmission (`stats_overhead` of "
-         "ANALYZE WORKLOAD)", *_mm(ov["sketch_over_model_pct"])],
-        ["statistics broadcast (N ceil(depth width / 2) channel uses) / total channel uses of "
+        ["label-statistics bytes of one client (class histogram or Count-Min sketch) / one "
+         "model transmission (`stats_overhead` of ANALYZE WORKLOAD)",
+         *_mm(ov["sketch_over_model_pct"])],
+        ["statistics broadcast (N ceil(cells / 2) channel uses) / total channel uses of "
          "the advisor's pick to the target", *_mm(ov["broadcast_share_of_advisor_training_pct"])],
         ["the same for the calibrated advisor's pick",
          *_mm(ov["broadcast_share_of_calibrated_advisor_training_pct"])],

@@ -1,0 +1,178 @@
+"""Time-to-target cost model: the rounds a plan needs to reach the SLA target, as a distribution.
+
+The decision quantity is T, the first round at which the SLA metric (smoothed, see
+:func:`airplan_qo.plans.sla.first_crossing`) reaches the target. It is modelled relative to the
+fully connected, uncompressed reference (FC) of the same workload, which removes most of the
+dataset's level:
+
+    log T(plan) = log T_FC(workload) + (x(plan) - x(FC)) . beta + e,      e ~ N(0, s^2)
+
+with theory-shaped plan features x (Koloskova et al. 2019, 2020; Lian et al. 2017): the topology
+through log 1/p of the *random* mixing matrix (dropout and truncation included), compression
+through log 1/k and the D-SGD -> CHOCO switch at k < 1, channel noise sigma_c^2 / p, label
+heterogeneity zeta^2 from the catalog's statistics, and their interactions (shrunk towards zero).
+The FC reference has its own model over workload features (:data:`FC_FEATURES`).
+
+Both are fitted by **censored regression** (a Tobit model): a run that never reached the target
+within its budget B is right-censored, log T > log B, and contributes log(1 - Phi((log B - mu)/s))
+to the likelihood instead of being dropped or read as "never". Coefficients of interactions get a
+ridge penalty; main effects a weak one.
+
+A prediction is a normal distribution of log T, so P(meets the SLA) = P(T <= B) =
+Phi((log B - mu) / s), which the chance-constrained planner compares with a confidence level.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import attrs
+import numpy as np
+from scipy import optimize, stats
+
+from ..errors import ValidationError
+
+#: Plan features, relative to the FC reference of the same workload.
+PLAN_FEATURES = (
+    "log_inv_p",            # log 1/p of the random mixing matrix
+    "log_inv_k",            # log 1/k (compression)
+    "choco",                # [k < 1]: D-SGD -> CHOCO with gamma ~ k
+    "noise",                # sigma_c^2 / p: channel noise after mixing
+    "zeta2_log_inv_p",      # heterogeneity x topology
+    "zeta2_log_inv_k",      # heterogeneity x compression
+    "log_inv_k_log_inv_p",  # compression x topology
+    "dropout_log_inv_p",    # dropout x topology
+    "log_n_log_inv_p",      # network size x topology
+)
+#: Features whose coefficients are shrunk harder (interactions).
+PLAN_INTERACTIONS = frozenset(PLAN_FEATURES[4:])
+
+#: Workload features of the FC reference's log T (plus one offset per dataset).
+FC_FEATURES = ("zeta2", "log_n", "noise", "dropout")
+
+
+def plan_features(p_random: float, k: float, zeta2: float, sigma_c2: float, dropout: float,
+                  n: int) -> dict[str, float]:
+    """The plan features of :data:`PLAN_FEATURES` (absolute; subtract the FC's to use them)."""
+    lp = math.log(1.0 / max(p_random, 1e-12))
+    lk = math.log(1.0 / max(min(k, 1.0), 1e-12))
+    return {
+        "log_inv_p": lp, "log_inv_k": lk, "choco": float(k < 1.0),
+        "noise": sigma_c2 / max(p_random, 1e-12),
+        "zeta2_log_inv_p": zeta2 * lp, "zeta2_log_inv_k": zeta2 * lk,
+        "log_inv_k_log_inv_p": lk * lp, "dropout_log_inv_p": dropout * lp,
+        "log_n_log_inv_p": math.log(max(n, 1)) * lp,
+    }
+
+
+def fc_features(zeta2: float, n: int, sigma_c2: float, dropout: float) -> dict[str, float]:
+    """The workload features of :data:`FC_FEATURES` (FC's own sigma_c^2 as the noise)."""
+    return {"zeta2": zeta2, "log_n": math.log(max(n, 1)), "noise": sigma_c2,
+            "dropout": dropout}
+
+
+@attrs.frozen
+class TobitFit:
+    """A fitted censored normal regression of log T."""
+
+    coef: dict[str, float]
+    sd: float
+    n_obs: int
+    n_censored: int
+    loglik: float
+
+    def mean(self, x: Mapping[str, float], offset: float = 0.0) -> float:
+        return offset + sum(self.coef.get(name, 0.0) * float(v) for name, v in x.items())
+
+
+def fit_tobit(rows: Sequence[Mapping[str, float]], y: Sequence[float], censored: Sequence[bool],
+              names: Sequence[str], *, offset: Sequence[float] | None = None,
+              penalty: Mapping[str, float] | None = None) -> TobitFit:
+    """Maximum penalised likelihood of log T ~ N(offset + x . beta, s^2) with right-censoring.
+
+    ``y`` is log T for reached runs and log B (the budget) for censored ones. ``penalty`` gives
+    each coefficient's ridge weight (default 0). Fitted with L-BFGS on (beta, log s) from the
+    least-squares start.
+    """
+    X = np.array([[float(r.get(n, 0.0)) for n in names] for r in rows], dtype=float)
+    yv = np.asarray(y, dtype=float)
+    cens = np.asarray(censored, dtype=bool)
+    off = np.zeros_like(yv) if offset is None else np.asarray(offset, dtype=float)
+    if X.shape[0] != yv.size or cens.size != yv.size or off.size != yv.size:
+        raise ValidationError("fit_tobit: rows, y, censored and offset differ in length")
+    if yv.size < 2:
+        raise ValidationError(f"fit_tobit needs at least 2 observations, got {yv.size}")
+    lam = np.array([float((penalty or {}).get(n, 0.0)) for n in names])
+    start, *_ = np.linalg.lstsq(X, yv - off, rcond=None) if X.size else (np.zeros(0),)
+    resid = yv - off - (X @ start if X.size else 0.0)
+    theta0 = np.append(start, math.log(max(float(np.std(resid)), 0.05)))
+
+    def nll(theta: np.ndarray) -> tuple[float, np.ndarray]:
+        beta, log_s = theta[:-1], theta[-1]
+        s = math.exp(log_s)
+        mu = off + (X @ beta if X.size else 0.0)
+        z = (yv - mu) / s
+        ll_obs = stats.norm.logpdf(z[~cens]) - log_s
+        ll_cen = stats.norm.logsf(z[cens])
+        value = -(ll_obs.sum() + ll_cen.sum()) + float(lam @ (beta ** 2))
+        # gradient
+        g_mu = np.zeros_like(yv)
+        g_mu[~cens] = -z[~cens] / s
+        hazard = np.exp(stats.norm.logpdf(z[cens]) - ll_cen)
+        g_mu[cens] = -hazard / s
+        g_beta = X.T @ g_mu + 2.0 * lam * beta if X.size else np.zeros(0)
+        g_logs = float(np.sum(1.0 - z[~cens] ** 2) - np.sum(hazard * z[cens]))
+        return value, np.append(g_beta, g_logs)
+
+    res = optimize.minimize(nll, theta0, jac=True, method="L-BFGS-B")
+    beta, s = res.x[:-1], math.exp(res.x[-1])
+    return TobitFit({n: float(b) for n, b in zip(names, beta)}, float(s), int(yv.size),
+                    int(cens.sum()), float(-res.fun))
+
+
+def meets_probability(mu: float, sd: float, budget: float) -> float:
+    """P(T <= budget) for log T ~ N(mu, sd^2)."""
+    return float(stats.norm.cdf((math.log(budget) - mu) / max(sd, 1e-9)))
+
+
+def expected_rounds(mu: float, sd: float, budget: float) -> float:
+    """E[min(T, budget)] for log T ~ N(mu, sd^2): the rounds a run stopped at its target or at
+    the budget pays for (partial expectation of the lognormal plus the censored mass)."""
+    sd = max(sd, 1e-9)
+    b = math.log(budget)
+    below = math.exp(mu + sd * sd / 2.0) * stats.norm.cdf((b - mu - sd * sd) / sd)
+    return float(below + budget * stats.norm.sf((b - mu) / sd))
+
+
+@attrs.frozen
+class Candidate:
+    """What the chooser needs of a candidate plan."""
+
+    label: str
+    mu: float                 # predicted mean of log T
+    per_round_cost: float
+    startup: float = 0.0
+
+
+def choose(candidates: Sequence[Candidate], sd: float, budget: float,
+           confidence: float) -> tuple[Candidate, float, bool]:
+    """The chance-constrained choice: the cheapest candidate (expected cost
+    ``startup + per_round_cost * E[min(T, B)]``) whose P(T <= B) is at least ``confidence``;
+    when none is, the most likely to meet it. Returns (candidate, its P, whether feasible)."""
+    if not candidates:
+        raise ValidationError("choose: no candidates")
+    scored = [(c, meets_probability(c.mu, sd, budget),
+               c.startup + c.per_round_cost * expected_rounds(c.mu, sd, budget))
+              for c in candidates]
+    ok = [t for t in scored if t[1] >= confidence]
+    if ok:
+        c, p, _ = min(ok, key=lambda t: (t[2], t[0].label))
+        return c, p, True
+    c, p, _ = max(scored, key=lambda t: (t[1], -t[2], t[0].label))
+    return c, p, False
+
+
+__all__ = ["PLAN_FEATURES", "PLAN_INTERACTIONS", "FC_FEATURES", "plan_features", "fc_features",
+           "TobitFit", "fit_tobit", "meets_probability", "expected_rounds", "Candidate",
+           "choose"]

@@ -1,0 +1,179 @@
+"""The time-to-target advisor judged on a measured grid, cross-validated over workload groups.
+
+For every (workload, plan, seed) run the measured rounds to the target (smoothed crossing) are an
+observation of log T, right-censored at the budget when the target was not reached. The plan
+model (:mod:`airplan_qo.costmodels.time_to_target`) is fitted on the runs of the other folds
+(folds group near-duplicate workloads, as for the calibrated advisor) and picks for the held-out
+workloads with the chance constraint P(T <= budget) >= confidence. Two variants: the FC
+reference's log T **measured** (mean over the seeds of the held-out workload's own FC runs: what
+a pilot of the reference would give) and **predicted** (a Tobit model of the FC reference's log T
+over workload features, fitted on the other folds).
+
+Reported: the within-noise match, SLA-met rate and median cost ratio of the picks (the same
+definitions as the rest of the report), the median absolute error of log T on held-out
+uncensored runs per family, and the coverage of the nominal 90% interval on held-out runs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..costmodels.time_to_target import (FC_FEATURES, PLAN_FEATURES, PLAN_INTERACTIONS,
+                                         Candidate, choose, fc_features, fit_tobit,
+                                         plan_features)
+from ..errors import ValidationError
+from ..plans.estimators import DSGDEstimator
+from .metrics import compare
+
+#: Ridge weights: interactions shrunk towards zero, main effects barely.
+PENALTY = {**{f: 0.1 for f in PLAN_FEATURES}, **{f: 5.0 for f in PLAN_INTERACTIONS}}
+CONFIDENCE = 0.9
+Z90 = 1.6448536269514722
+
+
+def _features(sp, cand) -> dict[str, float]:
+    t = DSGDEstimator().terms(sp.result.context, cand.plan, cand.stats)
+    return plan_features(t["p_random"], cand.plan.k_ratio, t["zeta2"], t["sigma_c2"],
+                         cand.plan.channel.dropout, cand.stats.spectra.n_nodes)
+
+
+def _fc_row(m, sp) -> dict[str, float]:
+    t = DSGDEstimator().terms(sp.result.context, sp.fc_candidate.plan, sp.fc_candidate.stats)
+    row = fc_features(t["zeta2"], sp.fc_candidate.stats.spectra.n_nodes, t["sigma_c2"],
+                      sp.fc_candidate.plan.channel.dropout)
+    row[f"dataset:{m.spec.workload.dataset}"] = 1.0
+    return row
+
+
+def observations(measured, outcome_of) -> list[dict[str, Any]]:
+    """One row per measured run: workload, plan, seed, relative features, log T, censoring."""
+    rows = []
+    for m in measured:
+        key = m.spec.key
+        for seed, sp in m.seeds.items():
+            fc_label = sp.fc_candidate.plan.label()
+            x_fc = _features(sp, sp.fc_candidate)
+            fc_row = _fc_row(m, sp)
+            cands = list(sp.candidates)
+            if sp.fc_candidate not in cands:
+                cands.append(sp.fc_candidate)
+            for c in cands:
+                o = outcome_of.get((key, c.plan.label(), seed))
+                if o is None:
+                    continue
+                x = _features(sp, c)
+                rows.append({"workload": key, "plan": c.plan.label(), "seed": seed,
+                             "family": c.plan.topology.family, "is_fc": c.plan.label() == fc_label,
+                             "x": {f: x[f] - x_fc[f] for f in PLAN_FEATURES}, "fc_row": fc_row,
+                             "log_t": math.log(max(o.rounds, 1)), "censored": not o.reached})
+    return rows
+
+
+def _fc_offsets(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Measured FC reference per workload: mean log T of its FC runs over the seeds."""
+    by = defaultdict(list)
+    for r in rows:
+        if r["is_fc"]:
+            by[r["workload"]].append(r["log_t"])
+    return {k: float(np.mean(v)) for k, v in by.items()}
+
+
+def fit(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Fit the plan model (measured FC offsets) and the FC reference model on ``rows``."""
+    offsets = _fc_offsets(rows)
+    use = [r for r in rows if r["workload"] in offsets]
+    plan = fit_tobit([r["x"] for r in use], [r["log_t"] for r in use],
+                     [r["censored"] for r in use], PLAN_FEATURES,
+                     offset=[offsets[r["workload"]] for r in use], penalty=PENALTY)
+    fc_rows = [r for r in rows if r["is_fc"]]
+    names = sorted({n for r in fc_rows for n in r["fc_row"]})
+    fc = fit_tobit([r["fc_row"] for r in fc_rows], [r["log_t"] for r in fc_rows],
+                   [r["censored"] for r in fc_rows], names,
+                   penalty={n: 0.1 for n in names if not n.startswith("dataset:")})
+    return {"plan": plan, "fc": fc}
+
+
+def evaluate(measured, outcome_of, summaries: Mapping[str, Mapping[str, Any]],
+             folds_of: Mapping[str, int], *, confidence: float = CONFIDENCE) -> dict[str, Any]:
+    """Cross-validated picks and prediction quality of the time-to-target advisor."""
+    if not folds_of:
+        raise ValidationError("the time-to-target advisor needs cross-validation folds")
+    rows = observations(measured, outcome_of)
+    measured_fc = _fc_offsets(rows)
+    by_key = {m.spec.key: m for m in measured}
+    comparisons: dict[str, list] = {"measured_fc": [], "predicted_fc": []}
+    held_errors = []
+    for fold in sorted(set(folds_of.values())):
+        held = {k for k, f in folds_of.items() if f == fold}
+        models = fit([r for r in rows if r["workload"] not in held])
+        plan, fcm = models["plan"], models["fc"]
+        for key in sorted(held):
+            m = by_key[key]
+            seed0 = min(m.seeds)
+            sp = m.seeds[seed0]
+            budget = sp.result.context.round_budget
+            cand_labels = tuple(c.plan.label() for c in sp.candidates)
+            seed_costs: dict[str, dict[int, float]] = defaultdict(dict)
+            for (wk, label, seed), o in outcome_of.items():
+                if wk == key:
+                    seed_costs[label][seed] = o.cost
+            x_fc = _features(sp, sp.fc_candidate)
+            offsets = {"measured_fc": measured_fc.get(key),
+                       "predicted_fc": fcm.mean(_fc_row(m, sp))}
+            for variant, off in offsets.items():
+                if off is None:
+                    continue
+                cands = [Candidate(c.plan.label(),
+                                   plan.mean({f: _features(sp, c)[f] - x_fc[f]
+                                              for f in PLAN_FEATURES}, off),
+                                   float(c.cost.per_round.channel_uses),
+                                   float(c.cost.startup))
+                         for c in sp.candidates]
+                pick, p, feasible = choose(cands, plan.sd, budget, confidence)
+                comparisons[variant].append(
+                    compare(key, pick.label, summaries[key], cand_labels, seed_costs))
+            for r in rows:
+                if r["workload"] != key:
+                    continue
+                mu = plan.mean(r["x"], offsets["predicted_fc"])
+                mu_m = plan.mean(r["x"], offsets["measured_fc"])
+                held_errors.append((r, mu, mu_m, plan.sd))
+    full = fit(rows)
+    return {"comparisons": comparisons, "errors": held_errors, "fit": full,
+            "confidence": confidence}
+
+
+def prediction_quality(errors) -> dict[str, Any]:
+    """Median |log error| of held-out uncensored runs per family, and 90% interval coverage."""
+    out: dict[str, Any] = {}
+    for variant, idx in (("predicted_fc", 1), ("measured_fc", 2)):
+        per_family: dict[str, list[float]] = defaultdict(list)
+        cover: dict[str, list[bool]] = defaultdict(list)
+        for e in errors:
+            r, mu, sd = e[0], e[idx], e[3]
+            lo, hi = mu - Z90 * sd, mu + Z90 * sd
+            if r["censored"]:
+                # a censored run is covered when the interval reaches past its budget
+                cover[r["family"]].append(hi >= r["log_t"])
+                continue
+            per_family[r["family"]].append(abs(r["log_t"] - mu))
+            cover[r["family"]].append(lo <= r["log_t"] <= hi)
+        fams = sorted(set(per_family) | set(cover))
+        out[variant] = {
+            "median_abs_log_error": {f: float(np.median(per_family[f])) if per_family[f]
+                                     else None for f in fams},
+            "coverage90": {f: float(np.mean(cover[f])) if cover[f] else None for f in fams},
+            "coverage90_all": float(np.mean([c for f in fams for c in cover[f]]))
+            if fams else None,
+            "median_abs_log_error_all": float(np.median(
+                [v for f in fams for v in per_family[f]])) if per_family else None,
+        }
+    return out
+
+
+__all__ = ["observations", "fit", "evaluate", "prediction_quality", "CONFIDENCE", "PENALTY"]

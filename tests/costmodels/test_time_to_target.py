@@ -1,0 +1,76 @@
+"""The censored (Tobit) fit of log T and the chance-constrained choice."""
+
+import math
+
+import numpy as np
+import pytest
+
+from airplan_qo.costmodels.time_to_target import (Candidate, choose, expected_rounds,
+                                                  fit_tobit, meets_probability, plan_features)
+from airplan_qo.errors import ValidationError
+
+
+def _synthetic(n=600, seed=0, budget=20.0):
+    rng = np.random.default_rng(seed)
+    rows = [{"a": float(a), "b": float(b)} for a, b in rng.normal(0, 1, (n, 2))]
+    mu = np.array([2.5 + 0.6 * r["a"] - 0.3 * r["b"] for r in rows])
+    log_t = mu + rng.normal(0, 0.3, n)
+    cens = log_t > math.log(budget)
+    y = np.where(cens, math.log(budget), log_t)
+    return rows, y, cens
+
+
+def test_tobit_recovers_the_coefficients_under_censoring():
+    rows, y, cens = _synthetic()
+    assert 0.1 < cens.mean() < 0.5                       # a real share is censored
+    names = ["one", "a", "b"]
+    rows1 = [dict(r, one=1.0) for r in rows]
+    fit = fit_tobit(rows1, y, cens, names)
+    assert fit.coef["one"] == pytest.approx(2.5, abs=0.05)
+    assert fit.coef["a"] == pytest.approx(0.6, abs=0.05)
+    assert fit.coef["b"] == pytest.approx(-0.3, abs=0.05)
+    assert fit.sd == pytest.approx(0.3, abs=0.04)
+    assert fit.n_censored == int(cens.sum())
+    # least squares on the censored values (censored read as reached at the budget) is biased
+    X = np.array([[1.0, r["a"], r["b"]] for r in rows])
+    naive = np.linalg.lstsq(X, y, rcond=None)[0]
+    assert abs(naive[1] - 0.6) > 3 * abs(fit.coef["a"] - 0.6)
+
+
+def test_tobit_offset_and_ridge():
+    rows, y, cens = _synthetic(seed=1)
+    off = np.full(len(y), 2.5)
+    fit = fit_tobit(rows, y, cens, ["a", "b"], offset=off)
+    assert fit.coef["a"] == pytest.approx(0.6, abs=0.05)
+    shrunk = fit_tobit(rows, y, cens, ["a", "b"], offset=off, penalty={"b": 1e4})
+    assert abs(shrunk.coef["b"]) < 0.05 and shrunk.coef["a"] == pytest.approx(0.6, abs=0.08)
+    with pytest.raises(ValidationError):
+        fit_tobit(rows[:1], y[:1], cens[:1], ["a"])
+
+
+def test_probability_and_expected_rounds():
+    assert meets_probability(math.log(20), 0.3, 20) == pytest.approx(0.5)
+    assert meets_probability(math.log(10), 0.3, 40) > 0.99
+    # far below the budget: the lognormal mean; far above: the budget
+    assert expected_rounds(math.log(5), 0.2, 1000) == pytest.approx(5 * math.exp(0.02), rel=1e-6)
+    assert expected_rounds(math.log(5000), 0.2, 40) == pytest.approx(40, rel=1e-6)
+
+
+def test_choose_is_the_cheapest_likely_plan():
+    cands = [Candidate("cheap but slow", math.log(38), 10.0),
+             Candidate("middle", math.log(15), 30.0),
+             Candidate("dear and fast", math.log(5), 200.0)]
+    c, p, ok = choose(cands, 0.3, 40, 0.9)
+    assert c.label == "middle" and ok and p > 0.9
+    c, p, ok = choose(cands, 0.3, 40, 0.99999999)
+    assert c.label == "dear and fast"
+    c, p, ok = choose(cands[:1], 0.3, 20, 0.9)
+    assert not ok and c.label == "cheap but slow"
+
+
+def test_plan_features_vanish_for_the_reference():
+    x = plan_features(1.0, 1.0, 0.4, 0.0, 0.0, 20)
+    assert all(v == 0.0 for v in x.values())
+    y = plan_features(0.1, 0.1, 0.4, 0.02, 0.2, 20)
+    assert y["choco"] == 1.0 and y["log_inv_k"] == pytest.approx(math.log(10))
+    assert y["zeta2_log_inv_p"] == pytest.approx(0.4 * math.log(10))
