@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from typing import Any, Sequence
 
@@ -185,6 +186,17 @@ def cmd_resume(args: argparse.Namespace) -> int:
     return 0 if r.status == "succeeded" else 1
 
 
+def cmd_abandon(args: argparse.Namespace) -> int:
+    from .session import connect
+
+    with connect(args.catalog) as db:
+        out = db.abandon(args.exec_id, args.reason)
+    removed = (f"; deleted checkpoint {out['checkpoint_removed']}"
+               if out["checkpoint_removed"] else "")
+    print(f"execution {out['exec_id']}: abandoned (was {out['was']}){removed}")
+    return 0
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from .evaluation import load_grid, run_evaluation
     from .session import connect
@@ -351,16 +363,44 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(func=cmd_evaluate)
 
-    p = sub.add_parser("resume", parents=[common], help="continue an aborted execution",
-                       description="Continue an aborted execution from its last checkpoint; "
-                                   "the result equals an uninterrupted run with the same seeds.")
+    p = sub.add_parser("resume", parents=[common],
+                       help="continue an aborted, interrupted or failed execution",
+                       description="Continue an aborted, interrupted or failed execution from "
+                                   "its last checkpoint, or from round 0 when it has none; the "
+                                   "result equals an uninterrupted run with the same seeds.")
     p.add_argument("exec_id", type=int)
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_resume)
+
+    p = sub.add_parser("abandon", parents=[common],
+                       help="give up an execution that did not succeed",
+                       description="Mark an aborted, interrupted or failed execution "
+                                   "'abandoned' (it can no longer be resumed) and delete its "
+                                   "checkpoint. See docs/runtime.md, Recovery.")
+    p.add_argument("exec_id", type=int)
+    p.add_argument("--reason", help="why (kept in executions.reason)")
+    p.set_defaults(func=cmd_abandon)
     return parser
 
 
+class _Notes(logging.Handler):
+    """Prints the library's notes (``airplan_qo`` loggers, warnings and above) on stderr."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(f"airplan: note: {record.getMessage()}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    logger = logging.getLogger("airplan_qo")
+    notes = _Notes(logging.WARNING)
+    logger.addHandler(notes)
+    try:
+        return _main(argv)
+    finally:
+        logger.removeHandler(notes)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -114,10 +114,18 @@ class Session:
                          min_obs=min_obs)
 
     def resume(self, exec_id: int, *, quiet: bool = True):
-        """Continue an aborted execution from its last checkpoint."""
+        """Continue an aborted, interrupted or failed execution from its last checkpoint (from
+        round 0 when it has none); returns an ExecutionReport."""
         from .runtime.execution import resume
 
         return resume(self.catalog, int(exec_id), quiet=quiet)
+
+    def abandon(self, exec_id: int, reason: str | None = None) -> dict[str, Any]:
+        """Give up an execution that did not succeed (status ``abandoned``, its checkpoint
+        deleted); returns ``exec_id``, ``status``, ``was``, ``reason``, ``checkpoint_removed``."""
+        from .runtime.execution import abandon
+
+        return abandon(self.catalog, int(exec_id), reason)
 
     def run_bound(self, bound, fmt: str = "text", *, quiet: bool = True):
         """TRAIN / EXPLAIN ANALYZE TRAIN: plan, then execute the chosen plan."""

@@ -413,12 +413,68 @@ _V2: tuple[str, ...] = (
                              || 'epsilon does not hold')""",
 )
 
+#: Statuses of an execution: ``running`` while a process trains it; ``succeeded``, ``failed``
+#: (setup error, divergence) or ``aborted`` (Ctrl-C) as recorded by that process;
+#: ``interrupted`` when a later read-write open found it ``running`` with no process left to
+#: finish it (killed, crashed, power loss); ``abandoned`` when a user gave it up.
+EXECUTION_STATUSES: tuple[str, ...] = ("running", "succeeded", "failed", "aborted", "interrupted",
+                                       "abandoned")
+_STATUSES_SQL = ", ".join(f"'{s}'" for s in EXECUTION_STATUSES)
+
+# Version 3: recovery. An execution records the process that runs it (owner_pid, owner_host)
+# and can end ``interrupted`` (found running after its process died) or ``abandoned``. DuckDB
+# cannot change a CHECK constraint, so the table is rebuilt. The catalog gets an identity, a
+# random UUID drawn once, which keys where its checkpoints live.
+_V3: tuple[str, ...] = (
+    f"""CREATE TABLE executions_v3 (
+        exec_id BIGINT PRIMARY KEY DEFAULT nextval('exec_id_seq'),
+        plan_id BIGINT NOT NULL,
+        status VARCHAR NOT NULL DEFAULT 'running'
+            CHECK (status IN ({_STATUSES_SQL})),
+        started_at TIMESTAMP NOT NULL DEFAULT {_NOW_UTC},
+        finished_at TIMESTAMP,
+        actual_rounds INTEGER CHECK (actual_rounds IS NULL OR actual_rounds >= 0),
+        final_accuracy DOUBLE,
+        final_loss DOUBLE,
+        client_acc_mean DOUBLE,
+        client_acc_var DOUBLE,
+        jain_fairness DOUBLE,
+        data_seed BIGINT NOT NULL,
+        train_seed BIGINT NOT NULL,
+        channel_seed BIGINT NOT NULL,
+        reason VARCHAR,
+        checkpoint_path VARCHAR,
+        resumed_from BIGINT,
+        options JSON NOT NULL DEFAULT '{{}}',
+        owner_pid BIGINT,
+        owner_host VARCHAR
+    )""",
+    """INSERT INTO executions_v3 (exec_id, plan_id, status, started_at, finished_at,
+            actual_rounds, final_accuracy, final_loss, client_acc_mean, client_acc_var,
+            jain_fairness, data_seed, train_seed, channel_seed, reason, checkpoint_path,
+            resumed_from, options)
+        SELECT exec_id, plan_id, status, started_at, finished_at, actual_rounds, final_accuracy,
+               final_loss, client_acc_mean, client_acc_var, jain_fairness, data_seed,
+               train_seed, channel_seed, reason, checkpoint_path, resumed_from, options
+        FROM executions""",
+    "DROP TABLE executions",
+    "ALTER TABLE executions_v3 RENAME TO executions",
+    f"""CREATE TABLE catalog_info (
+        key VARCHAR PRIMARY KEY,
+        value VARCHAR NOT NULL,
+        created_at TIMESTAMP NOT NULL DEFAULT {_NOW_UTC}
+    )""",
+    "INSERT INTO catalog_info (key, value) VALUES ('catalog_id', uuid()::VARCHAR)",
+)
+
 #: Every migration, oldest first; versions are consecutive from 1.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial catalog: workloads, statistics, topologies, plans, executions, "
                  "feedback, calibration, privacy ledger, views and macros", _V1),
     Migration(2, "label releases get a kind (count_min or histogram); noised releases keep no "
                  "exact record counts", _V2),
+    Migration(3, "recovery: executions record their owner process and can end interrupted or "
+                 "abandoned; the catalog gets an identity (catalog_info.catalog_id)", _V3),
 )
 
 #: The schema version this code writes and expects.
@@ -442,7 +498,8 @@ SEQUENCES: dict[str, str] = {table: f"{column}_seq" for table, column in ID_COLU
 
 #: Every table of the current schema (``schema_version`` included).
 TABLES: tuple[str, ...] = (
-    "schema_version", "workloads", "client_sketches", "workload_stats", "topologies",
+    "schema_version", "catalog_info", "workloads", "client_sketches", "workload_stats",
+    "topologies",
     "planning_runs", "plans", "executions", "round_stats", "feedback", "calibration",
     "privacy_ledger", "reoptimizations", "evaluations", "evaluation_results",
 )

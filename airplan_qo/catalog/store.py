@@ -28,10 +28,13 @@ import contextlib
 import difflib
 import itertools
 import json
+import logging
 import os
 import re
+import socket
 import sys
 import threading
+import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -82,6 +85,10 @@ _Q = f"{CATALOG_NAME}.main"
 # Databases opened by this process, by (path, read_only): root connection, users, SqlLimits.
 _open_databases: dict[tuple[str, bool], list[Any]] = {}
 _open_lock = threading.RLock()  # re-entrant: __del__ may close a Catalog while one opens
+
+#: Notes a user should see (executions recovered on open); the CLI prints them on stderr.
+log = logging.getLogger("airplan_qo.catalog")
+log.addHandler(logging.NullHandler())
 
 
 class Sketches(NamedTuple):
@@ -148,6 +155,10 @@ class Catalog:
             raise CatalogError(f"catalog file {self.path} does not exist; a read-only open needs "
                                "an existing catalog (open it once read-write to create it)")
         self._con: duckdb.DuckDBPyConnection | None = None
+        self._first_open = False
+        #: Executions this open found ``running`` with no process left and marked
+        #: ``interrupted`` (dicts with exec_id, owner_pid, owner_host); empty when none.
+        self.recovered: tuple[dict[str, Any], ...] = ()
         self._con = self._connect()
         try:
             if self.read_only:
@@ -155,6 +166,9 @@ class Catalog:
             else:
                 self._migrate()
             self._load_columns()
+            if not self.read_only and self._first_open and \
+                    "owner_pid" in self._columns.get("executions", {}):
+                self.recovered = self._recover_executions()
         except BaseException:
             self.close()
             raise
@@ -244,6 +258,7 @@ class Catalog:
                     raise CatalogError(f"cannot set the SQL limits of catalog {self.path} "
                                        f"({self.limits.describe()}): {_strip(str(exc))}") from None
                 entry = [root, 0, self.limits]
+                self._first_open = True
                 if self.path != MEMORY:
                     _open_databases[key] = entry
             elif entry[2] != self.limits:
@@ -334,6 +349,48 @@ class Catalog:
         except duckdb.Error as exc:
             raise CatalogError(f"cannot create or migrate the catalog schema in {self.path}: "
                                f"{_strip(str(exc))}") from None
+
+    def _recover_executions(self) -> tuple[dict[str, Any], ...]:
+        """Mark ``interrupted`` every execution still ``running``: none can be.
+
+        Called on the first read-write open of the file in this process. DuckDB's file lock
+        lets one process hold a file for writing, so no other process is running an execution
+        on it now, and no other Catalog in this process has it open; a ``running`` row is left
+        over from a process that was killed or crashed before it could record an outcome.
+        """
+        rows = self.query(f"SELECT exec_id, owner_pid, owner_host, started_at FROM "
+                          f"{_Q}.executions WHERE status = 'running' ORDER BY exec_id")
+        if not rows:
+            return ()
+        found = now_utc().isoformat(sep=" ", timespec="seconds")
+        with self.transaction():
+            for row in rows:
+                owner = describe_owner(row["owner_pid"], row["owner_host"])
+                self.update_row("executions", row["exec_id"], {
+                    "status": "interrupted",
+                    "reason": (f"interrupted: {owner} stopped without recording an outcome "
+                               f"(killed or crashed); found running when the catalog was "
+                               f"opened for writing at {found} UTC")})
+        for row in rows:
+            log.warning("execution %s was left running by %s, which is gone; marked "
+                        "interrupted. Resume with: airplan resume %s (or give it up: airplan "
+                        "abandon %s)", row["exec_id"],
+                        describe_owner(row["owner_pid"], row["owner_host"]), row["exec_id"],
+                        row["exec_id"])
+        return tuple({k: row[k] for k in ("exec_id", "owner_pid", "owner_host")} for row in rows)
+
+    @property
+    def catalog_id(self) -> str:
+        """The catalog's identity: a random UUID drawn when the file was created (or migrated
+        to schema 3); it keys where the catalog's checkpoints live."""
+        value = self._scalar(f"SELECT value FROM {_Q}.catalog_info WHERE key = 'catalog_id'")
+        if value is None:  # only a damaged file lacks it: give the catalog one now
+            if self.read_only:
+                raise CatalogError(f"catalog {self.path} has no catalog_id in "
+                                   f"{CATALOG_NAME}.catalog_info; open it read-write once")
+            value = str(uuid.uuid4())
+            self.insert_row("catalog_info", {"key": "catalog_id", "value": value})
+        return str(value)
 
     def _check_schema_read_only(self) -> None:
         try:
@@ -782,6 +839,25 @@ class Catalog:
                                   "without randomness)")
         row["params"] = canonical_json(row.get("params", {}))
         return int(self.insert_row("topologies", row))
+
+
+def now_utc():
+    """The current UTC wall-clock time as a naive datetime (how the catalog stores instants)."""
+    import datetime as dt
+
+    return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+
+
+def this_owner() -> dict[str, Any]:
+    """The ``owner_pid`` and ``owner_host`` columns naming this process."""
+    return {"owner_pid": os.getpid(), "owner_host": socket.gethostname()}
+
+
+def describe_owner(pid: Any, host: Any) -> str:
+    """'the process PID 42 on host h', or 'the process that ran it' when not recorded."""
+    if pid is None:
+        return "the process that ran it"
+    return f"the process PID {pid}" + (f" on {host}" if host else "")
 
 
 def _locked(message: str, exe: str, pid: int) -> CatalogLockedError:

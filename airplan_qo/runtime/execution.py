@@ -27,7 +27,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from ..catalog.store import Catalog
+from ..catalog.store import Catalog, now_utc, this_owner
 from ..data import load, partition
 from ..errors import ExecutionError
 from ..plans.estimators import ESTIMATORS
@@ -173,7 +173,7 @@ def execute(catalog: Catalog, result, *, quiet: bool = False, stop_at_target: bo
         options["reoptimization"] = {"config": monitor.as_dict(),
                                      "request": request_to_json(result.request), "bases": {}}
     exec_id = int(catalog.insert_row("executions", {
-        "plan_id": result.chosen.plan_id, "status": "running", **seeds,
+        "plan_id": result.chosen.plan_id, "status": "running", **seeds, **this_owner(),
         "options": json.dumps(options, sort_keys=True, default=str)}))
     reopt = None
     if reoptimize:
@@ -254,10 +254,7 @@ def _run(catalog: Catalog, exec_id: int, plan_id: int, w, spec: TopologySpec, co
     return ExecutionReport(exec_id, plan_id, run, tuple(feedback), elapsed_ms, events)
 
 
-def _now():
-    import datetime as dt
-
-    return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+_now = now_utc
 
 
 def _checkpoint_state(path: str) -> dict[str, Any]:
@@ -334,18 +331,39 @@ def _feedback(basis: dict[str, Any], run: RunResult, exec_id: int, plan_id: int
              "censored": bool(c)} for m, e, a, t, c in rows]
 
 
-def resume(catalog: Catalog, exec_id: int, *, quiet: bool = False) -> ExecutionReport:
-    """Continue an aborted (or crashed) execution from its last checkpoint."""
+#: Statuses an execution can be resumed from.
+RESUMABLE = ("aborted", "interrupted", "failed")
+
+
+def _execution_row(catalog: Catalog, exec_id: int) -> dict[str, Any]:
     rows = catalog.query("SELECT * FROM airplan.executions WHERE exec_id = ?", [exec_id])
     if not rows:
         raise ExecutionError(f"no execution {exec_id} in catalog {catalog.path}")
     ex = rows[0]
+    if ex["status"] == "running":
+        # a read-write open marks rows left by dead processes interrupted, so this process
+        # is the one running it
+        raise ExecutionError(f"execution {exec_id} is running in this process; wait for it to "
+                             "finish or interrupt it first")
+    return ex
+
+
+def resume(catalog: Catalog, exec_id: int, *, quiet: bool = False) -> ExecutionReport:
+    """Continue an aborted, interrupted or failed execution from its last checkpoint, or from
+    round 0 when it has none (a run killed before its first checkpoint). Either way the result
+    equals an uninterrupted run with the same seeds."""
+    if catalog.read_only:
+        raise ExecutionError("resuming needs a writable catalog (it records the execution); "
+                             "drop --read-only")
+    ex = _execution_row(catalog, exec_id)
     if ex["status"] == "succeeded":
         raise ExecutionError(f"execution {exec_id} already succeeded; nothing to resume")
+    if ex["status"] == "abandoned":
+        raise ExecutionError(f"execution {exec_id} was abandoned and cannot be resumed; run the "
+                             "statement again for a new execution")
     path = ex["checkpoint_path"]
-    if not path or not os.path.exists(path):
-        raise ExecutionError(f"execution {exec_id} has no checkpoint to resume from "
-                             f"(expected {path or 'a checkpoint path'})")
+    if path and not os.path.exists(path):
+        path = None  # deleted (pruned, or never written): start again from round 0
     options = json.loads(ex["options"]) if isinstance(ex["options"], str) else ex["options"]
     from ..plans.workload import Workload
 
@@ -354,7 +372,8 @@ def resume(catalog: Catalog, exec_id: int, *, quiet: bool = False) -> ExecutionR
     spec = spec_from_plan_row(plan_row, w.clients)
     config = RunConfig(**options["run_config"])
     reopt, bases = _resumed_reoptimizer(catalog, exec_id, options, w, plan_row, spec)
-    catalog.update_row("executions", exec_id, {"status": "running", "reason": None})
+    catalog.update_row("executions", exec_id, {"status": "running", "reason": None,
+                                               "finished_at": None, **this_owner()})
     return _run(catalog, exec_id, ex["plan_id"], w, spec, config, options["feedback_basis"],
                 quiet=quiet, resume_from=path, reopt=reopt, bases=bases)
 
@@ -377,3 +396,48 @@ def _resumed_reoptimizer(catalog: Catalog, exec_id: int, options: dict[str, Any]
                         basis=options["feedback_basis"],
                         config=MonitorConfig.from_dict(section.get("config") or {}))
     return reopt, section.get("bases") or {}
+
+
+def abandon(catalog: Catalog, exec_id: int, reason: str | None = None) -> dict[str, Any]:
+    """Give up an execution that did not succeed: status ``abandoned`` with ``reason``, and its
+    checkpoint deleted when it lies in this catalog's checkpoint folder. Returns the updated
+    row's ``exec_id``, ``status``, previous ``was`` status and ``reason``."""
+    if catalog.read_only:
+        raise ExecutionError("abandoning an execution needs a writable catalog; drop --read-only")
+    ex = _execution_row(catalog, exec_id)
+    if ex["status"] == "succeeded":
+        raise ExecutionError(f"execution {exec_id} succeeded; only an unfinished or failed "
+                             "execution can be abandoned")
+    if ex["status"] == "abandoned":
+        raise ExecutionError(f"execution {exec_id} is already abandoned")
+    text = f"abandoned: {reason.strip()}" if reason and reason.strip() else \
+        "abandoned by the user"
+    if ex["reason"]:
+        text += f" (was {ex['status']}: {ex['reason']})"
+    else:
+        text += f" (was {ex['status']})"
+    path = ex["checkpoint_path"]
+    removed = None
+    if path and _owned_checkpoint(catalog, path):
+        try:
+            os.remove(path)
+            removed = path
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise ExecutionError(f"cannot delete checkpoint {path} of execution {exec_id}: "
+                                 f"{exc.strerror or exc}") from None
+    catalog.update_row("executions", exec_id, {
+        "status": "abandoned", "reason": text[:2000],
+        "finished_at": ex["finished_at"] or _now(),
+        "checkpoint_path": None if removed or not path or not os.path.exists(path) else path})
+    return {"exec_id": exec_id, "status": "abandoned", "was": ex["status"], "reason": text,
+            "checkpoint_removed": removed}
+
+
+def _owned_checkpoint(catalog: Catalog, path: str) -> bool:
+    """Whether ``path`` lies in this catalog's own checkpoint folder."""
+    try:
+        return Path(path).resolve().parent == _checkpoint_dir(catalog).resolve()
+    except OSError:
+        return False

@@ -46,10 +46,10 @@ def test_migrations_are_consecutive_and_pending_is_forward_only():
 def test_fresh_file_gets_version_and_every_object(tmp_path):
     path = tmp_path / "fresh.duckdb"
     with Catalog.open(path) as cat:
-        assert cat.schema_version == SCHEMA_VERSION == 2
+        assert cat.schema_version == SCHEMA_VERSION == 3
         rows = cat.query("SELECT version, description, applied_at FROM airplan.schema_version "
                          "ORDER BY version")
-        assert [r["version"] for r in rows] == [1, 2]
+        assert [r["version"] for r in rows] == [1, 2, 3]
         assert all(r["description"] and r["applied_at"] is not None for r in rows)
     con = duckdb.connect(str(path), read_only=True)
     try:
@@ -155,7 +155,7 @@ def test_migration_2_gives_releases_a_kind_and_drops_exact_counts_of_noised_ones
                 "(1, 2, 'gaussian', 1.0, 3.5, 1.0, 1e-5, 1.0, 1e-5, 'sketch cells')")
     con.close()
     with Catalog.open(path) as cat:
-        assert cat.schema_version == 2
+        assert cat.schema_version == SCHEMA_VERSION
         rows = cat.query("SELECT stats_version, client, release_kind, n_records, counts "
                          "FROM airplan.client_sketches ORDER BY stats_version, client")
         assert [r["release_kind"] for r in rows] == ["count_min"] * 4

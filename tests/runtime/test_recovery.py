@@ -1,0 +1,189 @@
+"""Recovery from a training process killed with SIGKILL: the next read-write open marks the
+execution ``interrupted``, ``resume`` continues it (from round 0 when it has no checkpoint) to
+the same result as an uninterrupted run, and ``abandon`` gives it up."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import duckdb
+import pytest
+
+import airplan_qo as aq
+from airplan_qo.cli import main
+
+TRAIN = ("TRAIN digits ON 6 CLIENTS WITH (alpha = 1.0, rounds = 12, seed = 3) "
+         "USING TOPOLOGY small_world(k = 2) USING SPARSITY 1")
+
+# The child trains TRAIN and, at the chosen point, creates the marker file and sleeps until it
+# is killed. Patching happens in the child only; the parent sees a plain killed process.
+CHILD = textwrap.dedent("""
+    import sys, time
+    import airplan_qo as aq
+    from airplan_qo.catalog.store import Catalog
+    from airplan_qo.runtime import execution
+    from airplan_qo.runtime.engine import Trainer
+
+    path, point, marker, statement = sys.argv[1:5]
+
+    def hang():
+        open(marker, "w").close()
+        time.sleep(600)
+
+    def hang_at(at_round):
+        step = Trainer.step
+        def patched(self):
+            row = step(self)
+            if self.round == at_round:
+                hang()
+            return row
+        Trainer.step = patched
+
+    if point == "before_checkpoint":
+        hang_at(2)
+    elif point == "mid_run":
+        execution.CHECKPOINT_EVERY = 4
+        hang_at(6)
+    elif point == "final_commit":   # inside the transaction that records the outcome
+        insert_rows = Catalog.insert_rows
+        def patched(self, table, columns):
+            if table == "feedback":
+                hang()
+            return insert_rows(self, table, columns)
+        Catalog.insert_rows = patched
+    with aq.connect(path) as db:
+        db.sql(statement)
+""")
+
+
+def _kill_during(path, point, tmp_path, statement=TRAIN):
+    marker = tmp_path / f"{point}.marker"
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(path), point, str(marker),
+                              statement], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 240
+        while not marker.exists():
+            if child.poll() is not None:
+                pytest.fail(f"child exited early: {child.communicate()[1].decode()[-2000:]}")
+            if time.monotonic() > deadline:
+                pytest.fail("child never reached the kill point")
+            time.sleep(0.05)
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == -signal.SIGKILL
+    return child.pid
+
+
+def _raw_statuses(path):
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return con.execute("SELECT exec_id, status, owner_pid, checkpoint_path "
+                           "FROM executions ORDER BY exec_id").fetchall()
+    finally:
+        con.close()
+
+
+def _curve(db, exec_id):
+    return db.catalog.query("SELECT round, test_accuracy, client_acc_mean, train_loss, "
+                            "consensus_distance FROM airplan.round_stats WHERE exec_id = ? "
+                            "ORDER BY round", [exec_id])
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    path = tmp_path_factory.mktemp("ref") / "ref.duckdb"
+    with aq.connect(path) as db:
+        [res] = db.sql(TRAIN)
+        row = dict(zip(res.columns, res.rows[0]))
+        return row, _curve(db, row["exec_id"])
+
+
+@pytest.mark.parametrize("point, has_checkpoint", [
+    ("before_checkpoint", False), ("mid_run", True), ("final_commit", True)])
+def test_killed_run_is_marked_interrupted_and_resumes_to_the_same_result(
+        tmp_path, reference, point, has_checkpoint, caplog):
+    path = tmp_path / "c.duckdb"
+    pid = _kill_during(path, point, tmp_path)
+    [(exec_id, status, owner_pid, ckpt)] = _raw_statuses(path)
+    assert (status, owner_pid) == ("running", pid)   # nothing recorded the death
+    assert bool(ckpt) == has_checkpoint
+
+    with caplog.at_level("WARNING", logger="airplan_qo"):
+        db = aq.connect(path)
+    with db:
+        assert [r["exec_id"] for r in db.catalog.recovered] == [exec_id]
+        assert f"execution {exec_id} was left running" in caplog.text
+        assert f"airplan resume {exec_id}" in caplog.text
+        ex = db.catalog.query("SELECT status, reason FROM airplan.executions")[0]
+        assert ex["status"] == "interrupted"
+        assert f"PID {pid}" in ex["reason"] and "killed or crashed" in ex["reason"]
+        report = db.resume(exec_id)
+        ref_row, ref_curve = reference
+        assert report.result.status == "succeeded"
+        assert report.result.final_accuracy == ref_row["final_accuracy"]
+        assert _curve(db, exec_id) == ref_curve
+        ex = db.catalog.query("SELECT status, owner_pid FROM airplan.executions")[0]
+        assert ex == {"status": "succeeded", "owner_pid": os.getpid()}
+        assert len(db.catalog.query("SELECT * FROM airplan.feedback")) == 4
+    # a second open finds nothing to recover
+    with aq.connect(path) as db:
+        assert db.catalog.recovered == ()
+
+
+def test_running_row_of_this_process_is_not_recovered_by_a_second_open(tmp_path, monkeypatch):
+    from airplan_qo.runtime.engine import Trainer
+
+    path = tmp_path / "c.duckdb"
+    seen = []
+    step = Trainer.step
+
+    def patched(self):
+        row = step(self)
+        with aq.connect(path) as other:   # same process, same database: the run is alive
+            seen.append((other.catalog.recovered, other.catalog.query(
+                "SELECT status FROM airplan.executions")[0]["status"]))
+        return row
+
+    with aq.connect(path) as db:
+        plan = db.plan(aq.Workload(dataset="digits", clients=6, rounds=2))
+        monkeypatch.setattr(Trainer, "step", patched)
+        assert db.execute(plan, stop_at_target=False).result.status == "succeeded"
+    assert seen == [((), "running")] * 2
+
+
+def test_abandon_and_cli(tmp_path, capsys):
+    path = tmp_path / "c.duckdb"
+    _kill_during(path, "mid_run", tmp_path)
+    [(exec_id, _, _, ckpt)] = _raw_statuses(path)
+    assert os.path.exists(ckpt)
+    assert main(["abandon", str(exec_id), "--catalog", str(path), "--reason", "bad lr"]) == 0
+    out, err = capsys.readouterr()
+    assert f"note: execution {exec_id} was left running" in err
+    assert f"execution {exec_id}: abandoned (was interrupted); deleted checkpoint" in out
+    assert not os.path.exists(ckpt)
+    with aq.connect(path) as db:
+        ex = db.catalog.query("SELECT status, reason, finished_at, checkpoint_path "
+                              "FROM airplan.executions")[0]
+        assert ex["status"] == "abandoned" and ex["reason"].startswith("abandoned: bad lr (was "
+                                                                       "interrupted: ")
+        assert ex["finished_at"] is not None and ex["checkpoint_path"] is None
+    assert main(["resume", str(exec_id), "--catalog", str(path)]) == 2
+    assert "was abandoned and cannot be resumed" in capsys.readouterr().err
+    assert main(["abandon", str(exec_id), "--catalog", str(path)]) == 2
+    assert "already abandoned" in capsys.readouterr().err
+    assert main(["abandon", "42", "--catalog", str(path)]) == 2
+    assert "no execution 42" in capsys.readouterr().err
+
+
+def test_abandon_refuses_a_succeeded_execution(tmp_path):
+    with aq.connect(tmp_path / "c.duckdb") as db:
+        [res] = db.sql(TRAIN)
+        with pytest.raises(aq.ExecutionError, match="succeeded; only an unfinished"):
+            db.abandon(res.rows[0][0])
