@@ -37,6 +37,17 @@ def _topologies(items: Iterable[Any] | None):
     return tuple(out)
 
 
+def _confidence(value: Any) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValidationError(f"confidence must be a probability in (0, 1), got {value!r}") \
+            from None
+    if not 0.0 < v < 1.0:
+        raise ValidationError(f"confidence must be a probability in (0, 1), got {value!r}")
+    return v
+
+
 class Session:
     """Plans, analyses and runs workloads against one catalog file."""
 
@@ -65,8 +76,12 @@ class Session:
     def plan(self, workload: Workload, *, sla: Any = None, topologies: Iterable[Any] | None = None,
              weights: Iterable[str] | None = None, sparsity: Iterable[float] | None = None,
              budgets: Mapping[str, float] | None = None, estimator: str | None = None,
-             objective: str | None = None, statement: str = ""):
-        """Enumerate, cost and choose a plan; returns a PlanResult (``.explain()``)."""
+             objective: str | None = None, statement: str = "", confidence: float = 0.9):
+        """Enumerate, cost and choose a plan; returns a PlanResult (``.explain()``).
+
+        ``confidence``: with an estimator that predicts a distribution of rounds (``ttt``), the
+        chosen plan must meet the SLA with at least this probability (a chance constraint).
+        """
         from .plans.optimizer import DEFAULT_SLA, Optimizer, PlanRequest
         from .plans.sla import SLA, parse_sla
 
@@ -78,7 +93,7 @@ class Session:
             weights=tuple(weights) if weights else None,
             sparsity=tuple(float(k) for k in sparsity) if sparsity else None,
             budgets=tuple(sorted((budgets or {}).items())), estimator=estimator,
-            objective=objective, statement=statement)
+            objective=objective, statement=statement, confidence=_confidence(confidence))
         return Optimizer(self.catalog).plan(request)
 
     def sql(self, text: str, *, format: str = "text", timeout: float | None = SESSION_DEFAULT
@@ -133,7 +148,8 @@ class Session:
 
         plan = self.plan(bound.workload, sla=bound.sla, topologies=bound.topologies,
                          weights=bound.weights, sparsity=bound.sparsity, budgets=bound.budgets,
-                         estimator=bound.estimator, statement=bound.text)
+                         estimator=bound.estimator, statement=bound.text,
+                         **({"confidence": bound.confidence} if bound.confidence else {}))
         report = self.execute(plan, quiet=quiet, reoptimize=True)
         fields = report.analyze_fields()
         if bound.explain and bound.options.calibrate:

@@ -176,3 +176,121 @@ def choose(candidates: Sequence[Candidate], sd: float, budget: float,
 __all__ = ["PLAN_FEATURES", "PLAN_INTERACTIONS", "FC_FEATURES", "plan_features", "fc_features",
            "TobitFit", "fit_tobit", "meets_probability", "expected_rounds", "Candidate",
            "choose"]
+
+
+# ---- the estimator ----------------------------------------------------------------------------
+
+#: The reference fit shipped with the package (regenerate: docs/planner.md).
+CONSTANTS_FILE = "time_to_target.json"
+
+
+def load_reference() -> dict:
+    """The shipped reference fit: version, source, flat constants and the fitted range."""
+    import json
+    from importlib import resources
+
+    text = (resources.files("airplan_qo.costmodels") / CONSTANTS_FILE).read_text()
+    return json.loads(text)
+
+
+def flatten(plan_fit: "TobitFit", fc_fit: "TobitFit") -> dict[str, float]:
+    """A (plan, fc) pair of fits as the estimator's flat named constants."""
+    out = {f"plan.{n}": float(v) for n, v in plan_fit.coef.items()}
+    out["plan.sd"] = float(plan_fit.sd)
+    out.update({f"fc.{n}": float(v) for n, v in fc_fit.coef.items()})
+    out["fc.sd"] = float(fc_fit.sd)
+    return out
+
+
+@attrs.frozen
+class TimeToTargetEstimator:
+    """Predicts the distribution of log rounds-to-target (module docstring).
+
+    ``estimate`` returns the expected rounds paid (E[min(T, budget)]) as ``rounds``, the 90%
+    interval of T as ``rounds_lo``/``rounds_hi``, P(T <= budget) as ``p_meets`` and, as
+    ``notes``, where the plan lies outside the fitted range. The accuracy curve (which sets the
+    ``fc`` ceiling and the displayed accuracy) is the ``dsgd`` estimator's with its priors.
+    """
+
+    name: str = "ttt"
+    description: str = ("time to target: censored regression of log rounds relative to the "
+                        "fully connected reference, with a chance-constrained SLA")
+    priors: dict[str, float] = attrs.field(factory=lambda: dict(load_reference()["constants"]))
+    fitted_range: dict = attrs.field(factory=lambda: dict(load_reference().get("range", {})))
+
+    def _curve_ctx(self, ctx):
+        from ..plans.estimators import ESTIMATORS
+
+        return attrs.evolve(ctx, constants=dict(ESTIMATORS.get("dsgd").priors))
+
+    def accuracy_at(self, ctx, plan, stats, rounds):
+        from ..plans.estimators import ESTIMATORS
+
+        return ESTIMATORS.get("dsgd").accuracy_at(self._curve_ctx(ctx), plan, stats, rounds)
+
+    def terms(self, ctx, plan, stats) -> dict[str, float]:
+        from ..plans.estimators import (approximate_survival_factor, channel_noise,
+                                        channel_noise_at, heterogeneity, survival_factor)
+
+        c = ctx.constants
+        n = stats.spectra.n_nodes
+        ch = plan.channel
+        p_random = max(stats.spectra.mixing_p * survival_factor(plan, stats), 1e-12)
+        zeta2 = heterogeneity(ctx.alpha, ctx.n_classes)
+        x = plan_features(p_random, plan.k_ratio, zeta2, channel_noise(plan, stats),
+                          ch.dropout, n)
+        fc_p = approximate_survival_factor(1.0, n - 1, ch.dropout, ch.active_probability)
+        fc_noise = channel_noise_at(ch, n - 1)
+        x_fc = plan_features(fc_p, 1.0, zeta2, fc_noise, ch.dropout, n)
+        w = fc_features(zeta2, n, fc_noise, ch.dropout)
+        datasets = [k[len("fc.dataset:"):] for k in c if k.startswith("fc.dataset:")]
+        level = c.get(f"fc.dataset:{ctx.dataset}")
+        if level is None:       # an unseen dataset: the mean level of the fitted ones
+            level = float(np.mean([c[f"fc.dataset:{d}"] for d in datasets])) if datasets else 0.0
+        log_t_fc = level + sum(c.get(f"fc.{k}", 0.0) * v for k, v in w.items())
+        delta = sum(c.get(f"plan.{f}", 0.0) * (x[f] - x_fc[f]) for f in PLAN_FEATURES)
+        return {"p_random": p_random, "zeta2": zeta2, "log_t_fc": log_t_fc,
+                "relative_log_t": delta, "mu": log_t_fc + delta,
+                "sd": math.hypot(c.get("plan.sd", 0.3), c.get("fc.sd", 0.0))}
+
+    def notes(self, ctx, plan, stats) -> tuple[str, ...]:
+        r = self.fitted_range
+        out = []
+        n = stats.spectra.n_nodes
+        if r.get("clients") and not r["clients"][0] <= n <= r["clients"][1]:
+            out.append(f"N = {n} outside the fitted {r['clients'][0]}..{r['clients'][1]}")
+        ks = r.get("k")
+        if ks and not min(ks) <= plan.k_ratio <= max(ks):
+            out.append(f"k = {plan.k_ratio:g} outside the fitted {min(ks):g}..{max(ks):g}")
+        fams = r.get("families")
+        if fams and plan.topology.family not in fams:
+            out.append(f"family {plan.topology.family} not in the fitted grid")
+        ds = r.get("datasets")
+        if ds and ctx.dataset and ctx.dataset not in ds:
+            out.append(f"dataset {ctx.dataset} not in the fitted grid")
+        snr = r.get("snr_db")
+        if snr and plan.channel.kind == "ota" and not snr[0] <= plan.channel.snr_db <= snr[1]:
+            out.append(f"SNR {plan.channel.snr_db:g} dB outside the fitted {snr[0]:g}.."
+                       f"{snr[1]:g}")
+        return tuple(out)
+
+    def estimate(self, ctx, plan, stats, target_accuracy):
+        from ..plans.plan import Estimate
+
+        t = self.terms(ctx, plan, stats)
+        budget = max(int(ctx.round_budget), 1)
+        mu, sd = t["mu"], t["sd"]
+        p = meets_probability(mu, sd, budget)
+        rounds = max(1.0, expected_rounds(mu, sd, budget))
+        lo, hi = math.exp(mu - 1.6448536269514722 * sd), math.exp(mu + 1.6448536269514722 * sd)
+        acc = float(self.accuracy_at(ctx, plan, stats, budget))
+        terms = {k: float(v) for k, v in dict(t, p_meets=p, median_rounds=math.exp(mu)).items()}
+        if ctx.privacy_epsilon:
+            terms["privacy_epsilon"] = ctx.privacy_epsilon
+        return Estimate(rounds=rounds, accuracy=acc, rounds_lo=max(1.0, lo),
+                        rounds_hi=hi, terms=terms, model_term=float(mu),
+                        calibration_ids=ctx.calibration_ids, p_meets=p,
+                        notes=self.notes(ctx, plan, stats))
+
+
+__all__ += ["TimeToTargetEstimator", "load_reference", "flatten", "CONSTANTS_FILE"]

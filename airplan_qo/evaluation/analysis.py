@@ -294,7 +294,9 @@ def analyze(session, grid: Grid, measured: Sequence[Measured], *,
         scal = _scalability(grid, measured[grid.reference], results[grid.reference], priors,
                             full_fit, notes)
     summary = _summary(grid, results, runs, preds, fold_fits, ttests, n_folds)
-    summary["time_to_target"] = _time_to_target(measured, outcome_of, summaries, folds_of, notes)
+    summary["time_to_target"] = _time_to_target(measured, outcome_of, summaries, folds_of, notes,
+                                                f"airplan evaluate --grid {grid.name} "
+                                                f"(grid sha256 {grid.sha[:16]})")
     return Analysis(grid, tuple(results), tuple(runs), tuple(outcomes), tuple(preds),
                     tuple(fold_fits), full_fit, tuple(all_fits), tuple(ttests), tuple(topo_table),
                     tuple(fam_table), tuple(scal), fixed, summary, tuple(dict.fromkeys(notes)))
@@ -512,8 +514,8 @@ def _comparison_block(cmps: list[Comparison], preds: list[tuple[float | None, fl
     }
 
 
-def _time_to_target(measured, outcome_of, summaries, folds_of, notes: list[str]
-                    ) -> dict[str, Any] | None:
+def _time_to_target(measured, outcome_of, summaries, folds_of, notes: list[str],
+                    source: str) -> dict[str, Any] | None:
     """The cross-validated time-to-target advisor (evaluation/time_to_target.py)."""
     if not folds_of:
         return None
@@ -530,6 +532,7 @@ def _time_to_target(measured, outcome_of, summaries, folds_of, notes: list[str]
     fit = ev["fit"]
     out["fit"] = {name: {"coef": f.coef, "sd": f.sd, "n_obs": f.n_obs,
                          "n_censored": f.n_censored} for name, f in fit.items()}
+    out["reference"] = time_to_target.reference(fit, measured, source)
     return out
 
 

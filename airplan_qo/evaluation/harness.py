@@ -120,6 +120,11 @@ def run_evaluation(session, grid: Grid, *, out_dir: str | Path, figures: bool = 
         summary_path = (out / "summary.json").resolve()
         summary_path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n",
                                 encoding="utf-8")
+        ttt = analysis.summary.get("time_to_target")
+        if ttt:     # the time-to-target constants fitted on the whole grid (docs/planner.md)
+            (out / "time_to_target.json").write_text(
+                json.dumps(_clean(ttt["reference"]), indent=1, sort_keys=True) + "\n",
+                encoding="utf-8")
         with catalog.transaction():
             _write_results(catalog, eval_id, analysis)
             catalog.update_row("evaluations", eval_id, {

@@ -134,7 +134,8 @@ def evaluate(measured, outcome_of, summaries: Mapping[str, Mapping[str, Any]],
                                    float(c.cost.per_round.channel_uses),
                                    float(c.cost.startup))
                          for c in sp.candidates]
-                pick, p, feasible = choose(cands, plan.sd, budget, confidence)
+                sd = plan.sd if variant == "measured_fc" else math.hypot(plan.sd, fcm.sd)
+                pick, p, feasible = choose(cands, sd, budget, confidence)
                 comparisons[variant].append(
                     compare(key, pick.label, summaries[key], cand_labels, seed_costs))
             for r in rows:
@@ -142,7 +143,7 @@ def evaluate(measured, outcome_of, summaries: Mapping[str, Mapping[str, Any]],
                     continue
                 mu = plan.mean(r["x"], offsets["predicted_fc"])
                 mu_m = plan.mean(r["x"], offsets["measured_fc"])
-                held_errors.append((r, mu, mu_m, plan.sd))
+                held_errors.append((r, mu, mu_m, math.hypot(plan.sd, fcm.sd), plan.sd))
     full = fit(rows)
     return {"comparisons": comparisons, "errors": held_errors, "fit": full,
             "confidence": confidence}
@@ -155,7 +156,7 @@ def prediction_quality(errors) -> dict[str, Any]:
         per_family: dict[str, list[float]] = defaultdict(list)
         cover: dict[str, list[bool]] = defaultdict(list)
         for e in errors:
-            r, mu, sd = e[0], e[idx], e[3]
+            r, mu, sd = e[0], e[idx], e[3] if variant == "predicted_fc" else e[4]
             lo, hi = mu - Z90 * sd, mu + Z90 * sd
             if r["censored"]:
                 # a censored run is covered when the interval reaches past its budget
@@ -176,4 +177,33 @@ def prediction_quality(errors) -> dict[str, Any]:
     return out
 
 
-__all__ = ["observations", "fit", "evaluate", "prediction_quality", "CONFIDENCE", "PENALTY"]
+def reference(fit_pair: Mapping[str, Any], measured, source: str) -> dict[str, Any]:
+    """The shipped constants file's content: the fit on every run of the grid, and the range of
+    workloads and plans it covers (the estimator flags plans outside it)."""
+    from ..costmodels.time_to_target import flatten
+
+    specs = [m.spec for m in measured]
+    seeds = [sp for m in measured for sp in m.seeds.values()]
+    plans = [c.plan for sp in seeds for c in sp.candidates]
+    return {
+        "version": 1, "source": source,
+        "observations": {"plan": fit_pair["plan"].n_obs, "censored": fit_pair["plan"].n_censored,
+                         "fc": fit_pair["fc"].n_obs},
+        "constants": flatten(fit_pair["plan"], fit_pair["fc"]),
+        "range": {
+            "clients": [min(s.workload.clients for s in specs),
+                        max(s.workload.clients for s in specs)],
+            "k": sorted({p.k_ratio for p in plans}),
+            "families": sorted({p.topology.family for p in plans}),
+            "datasets": sorted({s.workload.dataset for s in specs}),
+            "snr_db": [min(s.workload.snr_db for s in specs),
+                       max(s.workload.snr_db for s in specs)],
+            "dropout": [min(s.workload.dropout for s in specs),
+                        max(s.workload.dropout for s in specs)],
+            "alpha": [min(s.workload.alpha for s in specs), max(s.workload.alpha for s in specs)],
+        },
+    }
+
+
+__all__ = ["observations", "fit", "evaluate", "prediction_quality", "reference", "CONFIDENCE",
+           "PENALTY"]

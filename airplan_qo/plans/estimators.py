@@ -52,6 +52,7 @@ class EstimationContext:
     constants: dict[str, float]
     calibration_ids: tuple[int, ...] = ()
     privacy_epsilon: float | None = None
+    dataset: str = ""
 
 
 class CostEstimator(Protocol):
@@ -91,14 +92,18 @@ def channel_noise(plan: PhysicalPlan, stats: TopologyStats) -> float:
     mask for CHOCO) the noise is W_ij^2 ~ 1 / (degree + 1)^2 times the inverse gain over 2 SNR
     (checked against the runtime's noise energy in tests/runtime/test_accounting.py).
     """
-    ch = plan.channel
+    return channel_noise_at(plan.channel, stats.spectra.mean_degree)
+
+
+def channel_noise_at(ch, mean_degree: float) -> float:
+    """:func:`channel_noise` for a channel configuration and a mean degree."""
     if ch.kind == "ideal":
         return 0.0
     snr = 10 ** (ch.snr_db / 10.0)
-    m = max(1.0, stats.spectra.mean_degree * ch.active_probability * (1.0 - ch.dropout))
+    m = max(1.0, mean_degree * ch.active_probability * (1.0 - ch.dropout))
     gm = ch.g_th * m
     inv_gain = m * math.exp(gm) * exp1(gm) if gm < 700 else 1.0 / ch.g_th
-    return inv_gain / (2.0 * snr) / (stats.spectra.mean_degree + 1.0) ** 2
+    return inv_gain / (2.0 * snr) / (mean_degree + 1.0) ** 2
 
 
 def survival_probabilities(dropout: float, link_survival: float) -> tuple[float, float]:
@@ -338,6 +343,15 @@ class PaperEstimator:
 
 ESTIMATORS.register("dsgd", DSGDEstimator())
 ESTIMATORS.register("paper", PaperEstimator())
+
+
+def _register_time_to_target() -> None:
+    from ..costmodels.time_to_target import TimeToTargetEstimator
+
+    ESTIMATORS.register("ttt", TimeToTargetEstimator())
+
+
+_register_time_to_target()
 
 
 def resolve_constants(estimator: CostEstimator, rows: list[dict[str, Any]], dataset: str,

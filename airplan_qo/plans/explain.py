@@ -105,6 +105,10 @@ def build_tree(result, analyze: dict[str, Any] | None = None) -> Node:
                 children=tuple(children))
     top_attrs = {"plan": plan.label(), "estimator": result.estimator,
                  "objective": result.objective}
+    if est.p_meets is not None:
+        top_attrs["p_meets_sla"] = est.p_meets
+        top_attrs["confidence"] = result.request.confidence
+        top_attrs["rounds_90"] = _interval(est.rounds_lo, est.rounds_hi)
     if est.accuracy_lo is not None:
         top_attrs["accuracy_interval"] = _interval(est.accuracy_lo, est.accuracy_hi)
     return Node("Decentralized Train", top_attrs, startup_cost=startup, total_cost=total,
@@ -196,6 +200,7 @@ def _text(result, tree: Node, verbose, costs, alternatives, analyze) -> str:
     if ru:
         line += f"; runner-up {ru['plan']} {ru['gap_pct']:+.1f}%"
     lines.append(line)
+    lines.append(f"Why chosen: {why_chosen(result)}")
     if verbose:
         terms = result.chosen.cost.estimate.terms
         lines.append("Estimator Terms: " + " ".join(f"{k}={_num(v)}" for k, v in terms.items()))
@@ -203,9 +208,13 @@ def _text(result, tree: Node, verbose, costs, alternatives, analyze) -> str:
         ids = ", ".join(map(str, ctx.calibration_ids)) or "none (priors)"
         lines.append(f"Calibration: {result.estimator} {consts}; calibration ids: {ids}")
     for alt in _alternatives(result, alternatives):
+        chance = ""
+        if alt.get("p_meets_sla") is not None:
+            chance = (f" P(meets SLA)={alt['p_meets_sla']:.2f} "
+                      f"rounds_90={_fmt_attr(alt['rounds_90'])}")
         lines.append(f"Alternative {alt['rank']}: {alt['plan']} rounds={_rounds(alt['rounds'])} "
-                     f"acc={_num(alt['accuracy'])} total_cost={_cost(alt['total_cost'])}"
-                     + (f" pruned: {alt['pruned_reason']}" if alt["pruned_reason"] else ""))
+                     f"acc={_num(alt['accuracy'])} total_cost={_cost(alt['total_cost'])}{chance}"
+                     f" lost: {alt['lost']}")
     for warn in result.warnings:
         lines.append(f"WARNING: {warn}")
     lines.append(f"Planning Time: {result.planning_time_ms:.3f} ms")
@@ -245,10 +254,52 @@ def _candidates(result) -> dict[str, Any]:
 def _alternatives(result, n: int) -> list[dict[str, Any]]:
     out = []
     for c in [c for c in result.candidates if c is not result.chosen][:max(0, n)]:
-        out.append({"rank": c.rank, "plan": c.plan.label(), "rounds": c.cost.rounds,
-                    "accuracy": c.cost.estimate.accuracy, "total_cost": c.cost.total(),
-                    "pruned_reason": c.pruned_reason})
+        e = c.cost.estimate
+        item = {"rank": c.rank, "plan": c.plan.label(), "rounds": c.cost.rounds,
+                "accuracy": e.accuracy, "total_cost": c.cost.total(),
+                "pruned_reason": c.pruned_reason, "lost": _lost(result, c)}
+        if e.p_meets is not None:
+            item["p_meets_sla"] = e.p_meets
+            item["rounds_90"] = _interval(e.rounds_lo, e.rounds_hi)
+        out.append(item)
     return out
+
+
+def _lost(result, c) -> str:
+    """Why a candidate was not chosen: pruned (its reason) or dearer than the chosen plan."""
+    if c.pruned_reason:
+        return c.pruned_reason
+    chosen = result.chosen.cost.total()
+    total = c.cost.total()
+    if chosen and total is not None:
+        return f"dearer by {100.0 * (total / chosen - 1.0):+.1f}% ({result.objective})"
+    return "ranked lower"
+
+
+def why_chosen(result) -> str:
+    """One line: the binding rule and the margin to the runner-up."""
+    chosen = result.chosen
+    est = chosen.cost.estimate
+    if result.fallback:
+        return ("no candidate met every constraint; the fully connected, uncompressed plan is "
+                "the fallback")
+    text = f"cheapest plan by {result.objective} that passed every check"
+    if est.p_meets is not None:
+        text += (f" (P(meets SLA) {est.p_meets:.2f} >= confidence "
+                 f"{result.request.confidence:g})")
+    total = chosen.cost.total()
+    cheaper = Counter(_reason_kind(c.pruned_reason) for c in result.candidates
+                      if c.pruned_reason and total is not None
+                      and (c.cost.total() or math.inf) < total)
+    if cheaper:
+        text += "; cheaper plans were pruned: " + ", ".join(
+            f"{k} {v}" for k, v in sorted(cheaper.items()))
+    ru = result.runner_up()
+    if ru is not None and total:
+        text += f"; runner-up {ru.plan.label()} costs {100 * (ru.cost.total() / total - 1):+.1f}%"
+        if ru.cost.estimate.p_meets is not None:
+            text += f" (P {ru.cost.estimate.p_meets:.2f})"
+    return text
 
 
 # ---- JSON ------------------------------------------------------------------------------------
@@ -293,6 +344,7 @@ def _json_doc(result, tree: Node, verbose, alternatives, analyze) -> dict[str, A
                 "fc_accuracy": result.fc_accuracy, "round_budget": ctx.round_budget},
         "cost_breakdown": _clean(result.chosen.cost.breakdown()),
         "candidates": _clean(_candidates(result)),
+        "why_chosen": why_chosen(result),
         "workload": {"dataset": result.request.workload.dataset,
                      "clients": result.request.workload.clients, "alpha": _clean(ctx.alpha),
                      "alpha_source": ctx.alpha_source, "d": ctx.d},

@@ -27,7 +27,7 @@ from .estimators import DEFAULT_ESTIMATOR, ESTIMATORS, EstimationContext, resolv
 from .families import FAMILIES
 from .mixing import WEIGHTS
 from .plan import OBJECTIVES, ChannelConfig, Cost, PhysicalPlan, round_cost
-from .sla import SLA, parse_sla
+from .sla import ACCURACY_METRICS, SLA, parse_sla
 from .spectra import SpectralStats
 from .topology import TopologySpec, TopologyStats, WeightArrays, describe_many
 from .workload import Workload
@@ -81,6 +81,7 @@ class PlanRequest:
     statement: str = ""
     min_mixing_p: float | None = None
     exclude_topologies: tuple[TopologySpec, ...] = ()
+    confidence: float = 0.9
 
 
 @attrs.define
@@ -301,7 +302,8 @@ class Optimizer:
         round_budget = int(min(w.rounds, budgets.get("rounds", math.inf)))
         ctx = EstimationContext(n_classes=n_classes, d=d, alpha=alpha, alpha_source=alpha_source,
                                 round_budget=round_budget, constants=constants,
-                                calibration_ids=cal_ids, privacy_epsilon=privacy_eps)
+                                calibration_ids=cal_ids, privacy_epsilon=privacy_eps,
+                                dataset=w.dataset)
         channel = ChannelConfig(kind=w.channel, snr_db=w.snr_db, g_th=w.g_th,
                                 tx_power_dbm=w.tx_power_dbm, bandwidth_hz=w.bandwidth_hz,
                                 dropout=w.dropout)
@@ -334,7 +336,7 @@ class Optimizer:
                 cand.topology_id = tid
                 cand.pruned_reason = (_connectivity(request, spec, st) or
                                       self._prune(cand, request.sla, fc_accuracy, budgets,
-                                                  round_budget))
+                                                  round_budget, request.confidence))
                 candidates.append(cand)
         candidates.sort(key=lambda c: (not c.feasible,) + c.cost.sort_key(c.plan.label()))
         for rank, cand in enumerate(candidates, 1):
@@ -359,6 +361,9 @@ class Optimizer:
                 "uncompressed plan. Nearest candidates: " + "; ".join(
                     f"{c.plan.label()} ({c.pruned_reason})" for c in near))
             chosen.pruned_reason = None
+        if chosen.cost.estimate.notes:
+            warnings.append(f"the {est_name} estimate of the chosen plan extrapolates beyond "
+                            "what it was fitted on: " + "; ".join(chosen.cost.estimate.notes))
         if alpha_source.startswith("declared") and w.partition == "dirichlet":
             warnings.append("heterogeneity is the declared alpha; run ANALYZE WORKLOAD for "
                             "sketch-based statistics")
@@ -389,8 +394,17 @@ class Optimizer:
 
     @staticmethod
     def _prune(c: Candidate, sla: SLA, fc_accuracy: float, budgets: dict[str, float],
-               round_budget: int) -> str | None:
+               round_budget: int, confidence: float = 0.9) -> str | None:
         est = c.cost.estimate
+        if est.p_meets is not None:
+            # a distribution of rounds: the chance constraint replaces the accuracy point check
+            if est.p_meets < confidence:
+                return (f"chance: P(meets SLA) {est.p_meets:.2f} < confidence {confidence:g}")
+            metrics = {k: v for k, v in c.metrics().items() if k not in ACCURACY_METRICS}
+            failures = [f for f in sla.check({**metrics, "accuracy": math.inf,
+                                              "avg_model_accuracy": math.inf}, fc_accuracy)]
+            return "sla: " + "; ".join(failures) if failures else _budget(
+                c, budgets, round_budget)
         if c.cost.rounds is None:
             acc = est.accuracy
             return (f"sla: never reaches the accuracy target (predicted {acc:.3f} after "
@@ -399,17 +413,7 @@ class Optimizer:
         failures = sla.check(c.metrics(), fc_accuracy)
         if failures:
             return "sla: " + "; ".join(failures)
-        if c.cost.rounds > round_budget:
-            return f"budget: rounds {c.cost.rounds:.0f} > {round_budget}"
-        seconds, joules = budgets.get("seconds"), budgets.get("joules")
-        if seconds is not None and c.cost.total("airtime_s") > seconds:
-            return f"budget: airtime {c.cost.total('airtime_s'):.4g} s > {seconds:g} s"
-        if joules is not None and c.cost.total("energy_j") > joules:
-            return f"budget: energy {c.cost.total('energy_j'):.4g} J > {joules:g} J"
-        for name, ok in est.extra_constraints:
-            if not ok:
-                return f"{name}: {name} {est.terms.get(name, float('nan')):.3g} above target"
-        return None
+        return _budget(c, budgets, round_budget)
 
     def _record(self, result: PlanResult) -> int:
         req, w = result.request, result.request.workload
@@ -458,6 +462,22 @@ class Optimizer:
             self.catalog.update_row("planning_runs", run_id,
                                     {"chosen_plan_id": result.chosen.plan_id})
         return int(run_id)
+
+
+def _budget(c: Candidate, budgets: dict[str, float], round_budget: int) -> str | None:
+    """Round, airtime and energy budgets and the estimator's own constraints."""
+    est = c.cost.estimate
+    if c.cost.rounds > round_budget:
+        return f"budget: rounds {c.cost.rounds:.0f} > {round_budget}"
+    seconds, joules = budgets.get("seconds"), budgets.get("joules")
+    if seconds is not None and c.cost.total("airtime_s") > seconds:
+        return f"budget: airtime {c.cost.total('airtime_s'):.4g} s > {seconds:g} s"
+    if joules is not None and c.cost.total("energy_j") > joules:
+        return f"budget: energy {c.cost.total('energy_j'):.4g} J > {joules:g} J"
+    for name, ok in est.extra_constraints:
+        if not ok:
+            return f"{name}: {name} {est.terms.get(name, float('nan')):.3g} above target"
+    return None
 
 
 def _connectivity(request: PlanRequest, spec: TopologySpec, stats: TopologyStats) -> str | None:

@@ -150,6 +150,10 @@ class Estimate:
     """What an estimator predicts for a plan: rounds to the target and accuracy.
 
     ``rounds`` is None when the plan never reaches the target (its error floor is above it).
+    ``p_meets`` is the predicted probability that the plan reaches the target within the round
+    budget (estimators that predict a distribution of rounds); the planner then requires it to
+    be at least the request's confidence instead of checking the point estimate. ``notes`` say
+    where the estimate extrapolates (a plan outside what the estimator was fitted on).
     ``terms`` are the estimator's named intermediate quantities (VERBOSE shows them);
     ``model_term`` is its uncalibrated core term (recorded with feedback for refits).
     """
@@ -164,6 +168,8 @@ class Estimate:
     model_term: float | None = None
     calibration_ids: tuple[int, ...] = ()
     extra_constraints: tuple[tuple[str, bool], ...] = ()
+    p_meets: float | None = None
+    notes: tuple[str, ...] = ()
 
 
 @attrs.frozen

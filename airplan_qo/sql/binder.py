@@ -56,6 +56,7 @@ class BoundTrain:
     weights: tuple[str, ...] | None = None
     sparsity: tuple[float, ...] | None = None
     sla: SLA = DEFAULT_SLA
+    confidence: float | None = None
     budgets: dict[str, float] = attrs.field(factory=dict)
     estimator: str | None = None
     text: str = ""
@@ -190,6 +191,17 @@ class _Binder:
                 values.append(k)
         return tuple(values)
 
+    def confidence(self, stmt: Train) -> float | None:
+        clause = stmt.args.get("sla")
+        literal = clause.args.get("confidence") if clause is not None else None
+        if literal is None:
+            return None
+        value = float(literal.this)
+        if not 0.0 < value < 1.0:
+            raise self.error(f"CONFIDENCE must be a probability in (0, 1), got {literal.this}",
+                             literal)
+        return value
+
     def sla(self, stmt: Train) -> SLA:
         clause = stmt.args.get("sla")
         if clause is None:
@@ -286,6 +298,7 @@ def bind(statement: Statement) -> BoundTrain | BoundAnalyze:
         weights=binder.weights(train),
         sparsity=binder.sparsity(train),
         sla=binder.sla(train),
+        confidence=binder.confidence(train),
         budgets=binder.budgets(train),
         estimator=binder.estimator(train),
         text=text,

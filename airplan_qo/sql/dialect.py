@@ -529,7 +529,15 @@ class AirPlanParser(DuckDBParser):
             elif key == "USING SPARSITY":
                 node.set("sparsity", self._sparsity_clause().update_positions(tok))
             elif key == "SLA":
-                node.set("sla", SlaClause(this=self._sla_predicate()).update_positions(tok))
+                clause = SlaClause(this=self._sla_predicate())
+                if word(self._curr) == "CONFIDENCE":
+                    self._advance()
+                    number = self._number(signed=False)
+                    if number is None:
+                        raise self._error(f"expected a probability after CONFIDENCE, "
+                                          f"{self._found()}")
+                    clause.set("confidence", number)
+                node.set("sla", clause.update_positions(tok))
             elif key == "WITHIN":
                 clause = self._within_clause().update_positions(tok)
                 for other in within:
@@ -717,6 +725,8 @@ class AirPlanGenerator(DuckDBGenerator):
         sla = e.args.get("sla")
         if sla:
             parts.append(f"SLA {self._predicate_sql(sla.this)}")
+            if sla.args.get("confidence") is not None:
+                parts.append(f"CONFIDENCE {self._value_sql(sla.args['confidence'])}")
         for clause in e.args.get("within") or []:
             parts.append(f"WITHIN {self._value_sql(clause.this)} {clause.args['unit']}")
         cost = e.args.get("cost_model")

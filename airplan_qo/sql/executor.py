@@ -113,7 +113,7 @@ def _run_train(session, bound: BoundTrain, fmt: str, quiet: bool = True) -> Resu
     result = session.plan(
         bound.workload, sla=bound.sla, topologies=bound.topologies, weights=bound.weights,
         sparsity=bound.sparsity, budgets=bound.budgets, estimator=bound.estimator,
-        statement=bound.text)
+        statement=bound.text, **({"confidence": bound.confidence} if bound.confidence else {}))
     rendered = result.explain(format=out_fmt, verbose=opts.verbose, costs=opts.costs,
                               alternatives=opts.alternatives)
     return Result("explain", text=rendered,

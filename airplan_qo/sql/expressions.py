@@ -78,9 +78,9 @@ class SparsityClause(AirPlanNode):
 
 
 class SlaClause(AirPlanNode):
-    """``SLA predicate``; the predicate is a plain sqlglot expression."""
+    """``SLA predicate [CONFIDENCE p]``; the predicate is a plain sqlglot expression."""
 
-    arg_types = {"this": True}
+    arg_types = {"this": True, "confidence": False}
 
 
 class WithinClause(AirPlanNode):

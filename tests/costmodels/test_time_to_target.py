@@ -74,3 +74,30 @@ def test_plan_features_vanish_for_the_reference():
     y = plan_features(0.1, 0.1, 0.4, 0.02, 0.2, 20)
     assert y["choco"] == 1.0 and y["log_inv_k"] == pytest.approx(math.log(10))
     assert y["zeta2_log_inv_p"] == pytest.approx(0.4 * math.log(10))
+
+
+def test_the_ttt_estimator_plans_under_a_chance_constraint():
+    import airplan_qo as aq
+
+    db = aq.connect(":memory:")
+    w = aq.Workload(dataset="digits", clients=10, alpha=0.5, snr_db=10, rounds=40)
+    kw = dict(estimator="ttt", topologies=["ring", "small_world", "complete"],
+              sparsity=[0.1, 1.0])
+    loose = db.plan(w, confidence=0.5, **kw)
+    strict = db.plan(w, confidence=0.99, **kw)
+    for r, conf in ((loose, 0.5), (strict, 0.99)):
+        for c in r.candidates:
+            e = c.cost.estimate
+            assert 0.0 <= e.p_meets <= 1.0 and e.rounds_lo <= e.rounds_hi
+            if r.fallback and c is r.chosen:
+                continue
+            if c.feasible:
+                assert e.p_meets >= conf
+            elif c.pruned_reason.startswith("chance"):
+                assert e.p_meets < conf
+    # a stricter confidence never picks a cheaper plan
+    assert strict.chosen.cost.total() >= loose.chosen.cost.total()
+    text = strict.explain(alternatives=2)
+    assert "p_meets_sla=" in text and "Why chosen:" in text and " lost: " in text
+    with pytest.raises(ValidationError, match="confidence"):
+        db.plan(w, confidence=1.0, **kw)

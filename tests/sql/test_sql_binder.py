@@ -118,3 +118,15 @@ def test_bind_rejects_pass_through():
 def test_error_feedback_is_refused_with_the_reason():
     with pytest.raises(BindError, match="CHOCO, whose public replicas already carry"):
         bound("TRAIN digits ON 20 CLIENTS WITH (error_feedback = off)")
+
+
+def test_sla_confidence_binds_and_renders():
+    from airplan_qo.sql import render
+
+    b = bound("EXPLAIN TRAIN digits ON 10 CLIENTS SLA accuracy >= 0.9 * fc CONFIDENCE .8")
+    assert b.confidence == pytest.approx(0.8)
+    assert bound("TRAIN digits ON 10 CLIENTS SLA accuracy >= 0.9").confidence is None
+    assert render(parse_one("train digits on 10 clients sla accuracy>=0.9 confidence 0.95")) == \
+        "TRAIN digits ON 10 CLIENTS SLA accuracy >= 0.9 CONFIDENCE 0.95"
+    with pytest.raises(BindError, match=r"CONFIDENCE must be a probability in \(0, 1\)"):
+        bound("TRAIN digits ON 10 CLIENTS SLA accuracy >= 0.9 CONFIDENCE 1")
