@@ -1,7 +1,9 @@
 """Checkpoints: the full state of a :class:`~.engine.Trainer` as tensors and plain containers.
 
 Saved with ``torch.save`` and read back with ``torch.load(weights_only=True)``, so a checkpoint
-can never run code when loaded. Stored: the stacked models and momentum buffers, the rule's state
+can never run code when loaded. A checkpoint written for a catalog execution also records its
+owner (the catalog's identity and the execution id, ``Trainer.checkpoint_owner``), and loading it
+for another owner is refused. Stored: the stacked models and momentum buffers, the rule's state
 (CHOCO public copies, receiver aggregates and reference; error-feedback memory), the
 states of the data, training and channel generators, the round counter and history, and the
 mixing matrix and schedule in use (a run that was rewired must be loaded into a trainer rewired
@@ -11,7 +13,9 @@ configuration and thread count.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +24,7 @@ import torch
 
 from ..errors import ExecutionError
 
-__all__ = ["FORMAT", "RESUMABLE_CHANGES", "load", "save", "state_dict"]
+__all__ = ["FORMAT", "RESUMABLE_CHANGES", "check_config", "check_owner", "load", "read", "save", "state_dict"]
 
 FORMAT = 1
 #: Config fields that may differ between the saved run and the trainer it is loaded into.
@@ -60,18 +64,66 @@ def state_dict(trainer: Any) -> dict[str, Any]:
         "channel": trainer.channel.state(),
         "history": [dict(row) for row in trainer.history],
         "links": _links(trainer),
+        "owner": dict(getattr(trainer, "checkpoint_owner", None) or {}) or None,
     }
 
 
 def save(trainer: Any, path: str | os.PathLike) -> None:
-    """Write ``trainer``'s state to ``path`` atomically (temp file, then rename)."""
+    """Write ``trainer``'s state to ``path`` atomically: to a temporary file of a unique name in
+    the same folder, then renamed over ``path`` (two writers never share a temporary file)."""
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = None
     try:
-        torch.save(state_dict(trainer), tmp)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "wb") as fh:
+            torch.save(state_dict(trainer), fh)
         os.replace(tmp, path)
+        tmp = None
     except OSError as exc:
-        raise ExecutionError(f"cannot write checkpoint {path}: {exc}") from None
+        raise ExecutionError(f"cannot write checkpoint {path}: {exc.strerror or exc}") from None
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+
+
+def read(path: str | os.PathLike) -> dict[str, Any]:
+    """The state saved at ``path``, read safely (no code runs); ExecutionError when it is
+    missing, unreadable, corrupt or not an AirPlan checkpoint."""
+    path = Path(path)
+    try:
+        state = torch.load(path, weights_only=True)
+    except FileNotFoundError:
+        raise ExecutionError(f"checkpoint {path} does not exist") from None
+    except OSError as exc:
+        raise ExecutionError(f"cannot read checkpoint {path}: {exc.strerror or exc}") from None
+    except Exception:  # torch raises several types for corrupt or unsafe files
+        raise ExecutionError(
+            f"checkpoint {path} is corrupt or not an AirPlan checkpoint (it could not be read "
+            "as plain tensors); delete it to start the execution again from round 0") from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise ExecutionError(f"checkpoint {path} is not a format-{FORMAT} AirPlan checkpoint")
+    return state
+
+
+def check_owner(state: dict[str, Any], path: str | os.PathLike,
+                owner: dict[str, Any] | None) -> None:
+    """Refuse a checkpoint written for another catalog or execution than ``owner``
+    (``{"catalog_id": ..., "exec_id": ...}``; None: no check)."""
+    if not owner:
+        return
+    saved = state.get("owner") or {}
+    if not saved:
+        raise ExecutionError(
+            f"checkpoint {path} does not record which catalog and execution it belongs to "
+            f"(written by an older version, possibly for another catalog in the same folder); "
+            f"refusing to resume execution {owner.get('exec_id')} from it. Delete it to start "
+            "again from round 0")
+    for key, what in (("catalog_id", "catalog"), ("exec_id", "execution")):
+        if str(saved.get(key)) != str(owner.get(key)):
+            raise ExecutionError(
+                f"checkpoint {path} belongs to {what} {saved.get(key)}, not {what} "
+                f"{owner.get(key)}; refusing to resume from it")
 
 
 def _same_links(trainer: Any, saved: dict[str, torch.Tensor]) -> bool:
@@ -87,19 +139,10 @@ def _same_links(trainer: Any, saved: dict[str, torch.Tensor]) -> bool:
             and torch.equal(mine["slot_of"], saved["slot_of"]))
 
 
-def load(trainer: Any, path: str | os.PathLike) -> None:
-    """Restore the state saved at ``path`` into ``trainer`` (built with the same dataset,
-    partition, topology and configuration, up to :data:`RESUMABLE_CHANGES`)."""
-    path = Path(path)
-    try:
-        state = torch.load(path, weights_only=True)
-    except FileNotFoundError:
-        raise ExecutionError(f"checkpoint {path} does not exist") from None
-    except Exception as exc:  # torch raises several types for corrupt or unsafe files
-        raise ExecutionError(f"cannot read checkpoint {path}: {exc}") from None
-    if not isinstance(state, dict) or state.get("format") != FORMAT:
-        raise ExecutionError(f"checkpoint {path} is not a format-{FORMAT} AirPlan checkpoint")
-    mine, theirs = trainer.config.as_dict(), state["config"]
+def check_config(state: dict[str, Any], path: str | os.PathLike, mine: dict[str, Any]) -> None:
+    """Refuse a checkpoint written with another run configuration than ``mine`` (a
+    ``RunConfig.as_dict()``), up to :data:`RESUMABLE_CHANGES`."""
+    theirs = state.get("config") or {}
     differ = sorted(k for k in set(mine) | set(theirs)
                     if k not in RESUMABLE_CHANGES and mine.get(k) != theirs.get(k))
     if differ:
@@ -107,6 +150,16 @@ def load(trainer: Any, path: str | os.PathLike) -> None:
             f"checkpoint {path} was written with a different configuration "
             f"({', '.join(f'{k}: {theirs.get(k)!r} vs {mine.get(k)!r}' for k in differ)})"
         )
+
+
+def load(trainer: Any, path: str | os.PathLike, owner: dict[str, Any] | None = None) -> None:
+    """Restore the state saved at ``path`` into ``trainer`` (built with the same dataset,
+    partition, topology and configuration, up to :data:`RESUMABLE_CHANGES`); with ``owner``,
+    the checkpoint must have been written for that catalog and execution."""
+    path = Path(path)
+    state = read(path)
+    check_owner(state, path, owner)
+    check_config(state, path, trainer.config.as_dict())
     if state["strategy"] != trainer.strategy:
         raise ExecutionError(
             f"checkpoint {path} used local-training strategy '{state['strategy']}' but this "

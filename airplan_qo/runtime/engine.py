@@ -358,6 +358,9 @@ class Trainer:
         self.client_acc: np.ndarray | None = None
         self.test_accuracy: float | None = None
         self._in_round = False
+        #: Written into every checkpoint and checked on load when set: the catalog's identity
+        #: and the execution id (``{"catalog_id": ..., "exec_id": ...}``) the run belongs to.
+        self.checkpoint_owner: dict[str, Any] | None = None
 
     # ---------------------------------------------------------------------------------------
     # one round
@@ -615,7 +618,8 @@ class Trainer:
 
     def load(self, path: str | Path) -> None:
         """Restore the run state saved by :meth:`save`; continuing is bit-identical to a run
-        that was never interrupted (same thread count)."""
+        that was never interrupted (same thread count). When :attr:`checkpoint_owner` is set,
+        a checkpoint written for another catalog or execution is refused."""
         from .checkpoint import load
 
-        load(self, path)
+        load(self, path, self.checkpoint_owner)

@@ -30,7 +30,7 @@ import numpy as np
 from ..catalog.store import Catalog, now_utc, this_owner
 from ..data import load, partition
 from ..errors import ExecutionError
-from ..plans.estimators import ESTIMATORS
+from ..costmodels import ESTIMATORS
 from ..plans.topology import TopologySpec, build
 from .engine import RunConfig, RunResult, Trainer
 from ..plans.sla import TARGET_METRICS, first_crossing
@@ -121,10 +121,14 @@ class _Progress:
             sys.stderr.write("\n")
 
 
-def _checkpoint_dir(catalog: Catalog) -> Path:
-    if catalog.path == ":memory:":
-        return Path(tempfile.gettempdir()) / "airplan-checkpoints"
-    return Path(catalog.path).resolve().parent / "airplan-checkpoints"
+def checkpoint_dir(catalog: Catalog) -> Path:
+    """Where the catalog's checkpoints go: ``airplan-checkpoints/<catalog id>/`` beside the
+    catalog file (in the temporary folder for ``:memory:``), so catalogs sharing a folder never
+    share a checkpoint."""
+    base = (Path(tempfile.gettempdir()) if catalog.path == ":memory:"
+            else Path(catalog.path).resolve().parent)
+    return base / "airplan-checkpoints" / catalog.catalog_id
+
 
 
 def _round_rows(exec_id: int, rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
@@ -191,16 +195,18 @@ def _run(catalog: Catalog, exec_id: int, plan_id: int, w, spec: TopologySpec, co
          reopt: Reoptimizer | None = None, bases: dict[str, Any] | None = None
          ) -> ExecutionReport:
     start = time.perf_counter()
-    ckpt = _checkpoint_dir(catalog) / f"exec-{exec_id}.pt"
+    ckpt = checkpoint_dir(catalog) / f"exec-{exec_id}.pt"
+    owner = {"catalog_id": catalog.catalog_id, "exec_id": int(exec_id)}
     try:  # a setup failure (data that cannot be partitioned, ...) is recorded, not left running
         dataset = load(w.dataset, seed=w.seed)
         part = partition(w.partition, dataset.y_train, w.clients, seed=w.seed,
                          **({"alpha": w.alpha} if w.partition == "dirichlet" else {}))
         trainer = Trainer(config, dataset, part, build(spec))
+        trainer.checkpoint_owner = owner
         ckpt.parent.mkdir(parents=True, exist_ok=True)
         if resume_from:
             if reopt is not None:
-                reopt.restore(trainer, _checkpoint_state(resume_from), bases)
+                reopt.restore(trainer, _checkpoint_state(resume_from, owner), bases)
             trainer.load(resume_from)
     except BaseException as exc:
         _finish_failed(catalog, exec_id, exc)
@@ -257,13 +263,12 @@ def _run(catalog: Catalog, exec_id: int, plan_id: int, w, spec: TopologySpec, co
 _now = now_utc
 
 
-def _checkpoint_state(path: str) -> dict[str, Any]:
-    import torch
+def _checkpoint_state(path: str, owner: dict[str, Any]) -> dict[str, Any]:
+    from .checkpoint import check_owner, read
 
-    try:
-        return torch.load(path, weights_only=True)
-    except Exception as exc:  # torch raises several types for corrupt or unsafe files
-        raise ExecutionError(f"cannot read checkpoint {path}: {exc}") from None
+    state = read(path)
+    check_owner(state, path, owner)
+    return state
 
 
 def _finish_failed(catalog: Catalog, exec_id: int, exc: BaseException) -> None:
@@ -365,6 +370,12 @@ def resume(catalog: Catalog, exec_id: int, *, quiet: bool = False) -> ExecutionR
     if path and not os.path.exists(path):
         path = None  # deleted (pruned, or never written): start again from round 0
     options = json.loads(ex["options"]) if isinstance(ex["options"], str) else ex["options"]
+    if path:  # refuse another catalog's, execution's or configuration's checkpoint up front
+        from .checkpoint import check_config, check_owner, read
+
+        state = read(path)
+        check_owner(state, path, {"catalog_id": catalog.catalog_id, "exec_id": exec_id})
+        check_config(state, path, RunConfig(**options["run_config"]).as_dict())
     from ..plans.workload import Workload
 
     w = Workload.from_params(options["dataset"], options["clients"], options["workload"])
@@ -438,6 +449,6 @@ def abandon(catalog: Catalog, exec_id: int, reason: str | None = None) -> dict[s
 def _owned_checkpoint(catalog: Catalog, path: str) -> bool:
     """Whether ``path`` lies in this catalog's own checkpoint folder."""
     try:
-        return Path(path).resolve().parent == _checkpoint_dir(catalog).resolve()
+        return Path(path).resolve().parent == checkpoint_dir(catalog).resolve()
     except OSError:
         return False

@@ -187,3 +187,95 @@ def test_abandon_refuses_a_succeeded_execution(tmp_path):
         [res] = db.sql(TRAIN)
         with pytest.raises(aq.ExecutionError, match="succeeded; only an unfinished"):
             db.abandon(res.rows[0][0])
+
+
+# ---- checkpoint placement and ownership ------------------------------------------------------
+
+def _trained(path, monkeypatch, statement=TRAIN):
+    from airplan_qo.runtime import execution
+
+    monkeypatch.setattr(execution, "CHECKPOINT_EVERY", 2)
+    db = aq.connect(path)
+    [res] = db.sql(statement)
+    exec_id = res.rows[0][0]
+    ckpt = db.catalog.query("SELECT checkpoint_path FROM airplan.executions WHERE exec_id = ?",
+                            [exec_id])[0]["checkpoint_path"]
+    return db, exec_id, ckpt
+
+
+def _set(db, exec_id, **values):
+    db.catalog.update_row("executions", exec_id, {"status": "aborted", **values})
+
+
+def test_catalogs_in_one_folder_keep_their_own_checkpoints(tmp_path, monkeypatch):
+    a, a_id, a_ckpt = _trained(tmp_path / "a.duckdb", monkeypatch)
+    b, b_id, b_ckpt = _trained(tmp_path / "b.duckdb",  monkeypatch,
+                               TRAIN.replace("seed = 3", "seed = 4"))
+    with a, b:
+        assert a_id == b_id == 1
+        assert a.catalog.catalog_id != b.catalog.catalog_id
+        for db, ckpt in ((a, a_ckpt), (b, b_ckpt)):
+            assert ckpt == str(tmp_path / "airplan-checkpoints" / db.catalog.catalog_id /
+                               "exec-1.pt")
+            assert os.path.exists(ckpt)
+        assert not [p for p in (tmp_path / "airplan-checkpoints").rglob("*") if
+                    p.name.endswith(".tmp")]
+        # catalog a's execution pointed at b's checkpoint: refused, and the row is unchanged
+        _set(a, a_id, checkpoint_path=b_ckpt)
+        with pytest.raises(aq.ExecutionError, match=f"belongs to catalog {b.catalog.catalog_id}"
+                                                    f", not catalog {a.catalog.catalog_id}"):
+            a.resume(a_id)
+        assert a.catalog.query("SELECT status FROM airplan.executions")[0]["status"] == "aborted"
+
+
+def test_resume_refuses_another_executions_or_configurations_checkpoint(tmp_path, monkeypatch):
+    import json
+
+    db, first, ckpt = _trained(tmp_path / "a.duckdb", monkeypatch)
+    with db:
+        [res] = db.sql(TRAIN.replace("seed = 3", "seed = 5"))
+        second = res.rows[0][0]
+        _set(db, second, checkpoint_path=ckpt)
+        with pytest.raises(aq.ExecutionError, match="belongs to execution 1, not execution 2"):
+            db.resume(second)
+        options = json.loads(db.catalog.query(
+            "SELECT options FROM airplan.executions WHERE exec_id = ?", [first])[0]["options"])
+        options["run_config"]["lr"] = 0.5
+        _set(db, first, options=json.dumps(options))
+        with pytest.raises(aq.ExecutionError, match=r"different configuration \(lr: "):
+            db.resume(first)
+
+
+def test_resume_refuses_a_checkpoint_without_an_owner_and_explains_a_corrupt_one(
+        tmp_path, monkeypatch):
+    import torch
+
+    db, exec_id, ckpt = _trained(tmp_path / "a.duckdb", monkeypatch)
+    with db:
+        _set(db, exec_id)
+        state = torch.load(ckpt, weights_only=True)
+        state.pop("owner", None)
+        torch.save(state, ckpt)
+        with pytest.raises(aq.ExecutionError, match="does not record which catalog"):
+            db.resume(exec_id)
+        with open(ckpt, "wb") as fh:
+            fh.write(b"not a checkpoint")
+        with pytest.raises(aq.ExecutionError) as err:
+            db.resume(exec_id)
+        message = str(err.value)
+        assert "is corrupt or not an AirPlan checkpoint" in message
+        assert "weights_only" not in message and "\n" not in message
+        os.remove(ckpt)   # without its checkpoint, the execution starts again from round 0
+        assert db.resume(exec_id).result.status == "succeeded"
+
+
+def test_checkpoint_temporary_files_have_unique_names(tmp_path, digits, digits_iid, ring10):
+    from airplan_qo.runtime.engine import RunConfig, Trainer
+
+    trainer = Trainer(RunConfig(model="logistic", rounds=2), digits, digits_iid, ring10)
+    trainer.step()
+    target = tmp_path / "exec-1.pt"
+    (tmp_path / "exec-1.pt.tmp").mkdir()   # another writer's temporary name: left alone
+    trainer.save(target)
+    trainer.save(target)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exec-1.pt", "exec-1.pt.tmp"]
