@@ -123,7 +123,7 @@ class Session:
     def calibrate(self, estimator: str = "dsgd", *, scope: str = "global", scope_key: str = "",
                   min_obs: int = 3):
         """Refit an estimator's constants from the feedback rows (new versioned rows)."""
-        from .plans.calibration import calibrate
+        from .costmodels.calibration import calibrate
 
         return calibrate(self.catalog, estimator, scope=scope, scope_key=scope_key,
                          min_obs=min_obs)

@@ -219,18 +219,18 @@ class TimeToTargetEstimator:
     fitted_range: dict = attrs.field(factory=lambda: dict(load_reference().get("range", {})))
 
     def _curve_ctx(self, ctx):
-        from ..plans.estimators import ESTIMATORS
+        from . import ESTIMATORS
 
         return attrs.evolve(ctx, constants=dict(ESTIMATORS.get("dsgd").priors))
 
     def accuracy_at(self, ctx, plan, stats, rounds):
-        from ..plans.estimators import ESTIMATORS
+        from . import ESTIMATORS
 
         return ESTIMATORS.get("dsgd").accuracy_at(self._curve_ctx(ctx), plan, stats, rounds)
 
     def terms(self, ctx, plan, stats) -> dict[str, float]:
-        from ..plans.estimators import (approximate_survival_factor, channel_noise,
-                                        channel_noise_at, heterogeneity, survival_factor)
+        from .features import (approximate_survival_factor, channel_noise, channel_noise_at,
+                               heterogeneity, survival_factor)
 
         c = ctx.constants
         n = stats.spectra.n_nodes

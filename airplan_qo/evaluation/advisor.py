@@ -20,7 +20,7 @@ from typing import Any
 
 import attrs
 
-from ..plans.estimators import ESTIMATORS
+from ..costmodels import ESTIMATORS
 from ..plans.plan import Cost, PhysicalPlan
 from ..plans.sla import parse_sla
 from ..plans.topology import TopologySpec

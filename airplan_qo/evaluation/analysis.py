@@ -19,8 +19,8 @@ import attrs
 import numpy as np
 
 from ..errors import AirPlanError
-from ..plans.calibration import fit, load_observations
-from ..plans.estimators import ESTIMATORS
+from ..costmodels.calibration import fit, load_observations
+from ..costmodels import ESTIMATORS
 from ..plans.plan import Cost
 from ..plans.sla import parse_sla
 from ..plans.topology import TopologySpec

@@ -265,7 +265,7 @@ def _sla(value: Any, where: _Where, key: str) -> str:
 
 
 def _check_estimator(estimator: str, objective: str, where: _Where) -> None:
-    from ..plans.estimators import ESTIMATORS
+    from ..costmodels import ESTIMATORS
     from ..plans.plan import OBJECTIVES
 
     try:

@@ -27,7 +27,7 @@ from ..costmodels.time_to_target import (FC_FEATURES, PLAN_FEATURES, PLAN_INTERA
                                          Candidate, choose, fc_features, fit_tobit,
                                          plan_features)
 from ..errors import ValidationError
-from ..plans.estimators import DSGDEstimator
+from ..costmodels.dsgd import DSGDEstimator
 from .metrics import compare
 
 #: Ridge weights: interactions shrunk towards zero, main effects barely.

@@ -23,7 +23,7 @@ from ..catalog.sketch import dimensions
 from ..catalog.store import Catalog
 from ..data import dataset_info
 from ..errors import ValidationError
-from .estimators import DEFAULT_ESTIMATOR, ESTIMATORS, EstimationContext, resolve_constants
+from ..costmodels import DEFAULT_ESTIMATOR, ESTIMATORS, EstimationContext, resolve_constants
 from .families import FAMILIES
 from .mixing import WEIGHTS
 from .plan import OBJECTIVES, ChannelConfig, Cost, PhysicalPlan, round_cost

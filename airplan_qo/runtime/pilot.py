@@ -16,8 +16,8 @@ from typing import Any
 
 import attrs
 
-from ..plans.calibration import CalibrationReport, HoldOutReport, calibrate, leave_one_group_out
-from ..plans.calibration import load_observations
+from ..costmodels.calibration import CalibrationReport, HoldOutReport, calibrate, leave_one_group_out
+from ..costmodels.calibration import load_observations
 from ..plans.workload import Workload
 
 PILOT_TOPOLOGIES = (("ring", ()), ("small_world", (("k", 4),)), ("complete", ()))

@@ -235,7 +235,7 @@ class _Binder:
             return None
         name = str(clause.this.this).lower()
         try:
-            from ..plans.estimators import ESTIMATORS
+            from ..costmodels import ESTIMATORS
         except ImportError:
             known = list(DEFAULT_ESTIMATORS)
             if name not in known:

@@ -57,7 +57,7 @@ def test_channel_noise_term_matches_the_runtime_noise_energy(family, params, k_r
     """sigma_c^2 (noise power per coordinate relative to the payload's) against the runtime."""
     import torch
 
-    from airplan_qo.plans.estimators import channel_noise
+    from airplan_qo.costmodels.features import channel_noise
     from airplan_qo.plans.plan import ChannelConfig, PhysicalPlan
     from airplan_qo.plans.topology import TopologySpec, build, describe
     from airplan_qo.runtime.channel import Channel

@@ -12,7 +12,7 @@ import torch
 
 import airplan_qo as aq
 from airplan_qo.errors import ValidationError
-from airplan_qo.plans.estimators import (
+from airplan_qo.costmodels.features import (
     expected_second_moment,
     random_mixing_p,
     survival_probabilities,

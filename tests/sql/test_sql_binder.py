@@ -83,7 +83,7 @@ def test_string_and_bare_values_are_the_same():
 
 
 def test_estimator_names_without_registry(monkeypatch):
-    monkeypatch.setitem(sys.modules, "airplan_qo.plans.estimators", None)
+    monkeypatch.setitem(sys.modules, "airplan_qo.costmodels", None)
     assert bound("TRAIN digits ON 5 CLIENTS COST MODEL Paper").estimator == "paper"
     assert bound("TRAIN digits ON 5 CLIENTS COST MODEL dsgd").estimator == "dsgd"
     with pytest.raises(BindError, match="did you mean 'dsgd'"):

@@ -4,7 +4,7 @@ Every finished execution of a chosen plan leaves estimated-versus-actual rows in
 (one per metric). This module turns them into :class:`Observation` values, refits the
 estimator's constants and records the new values as new *versions* in ``calibration``: older
 rows are kept and marked ``superseded_by``, never overwritten. The next planning run picks the
-new constants up through :func:`~airplan_qo.plans.estimators.resolve_constants`.
+new constants up through :func:`~airplan_qo.costmodels.resolve_constants`.
 
 * ``dsgd``: f0..f3, tau0, tau1 (optionally beta_k) by least squares on the log of the observed
   test-error curves, with a Gaussian prior on the log-constants centred on the current values,
@@ -27,7 +27,7 @@ from scipy.optimize import least_squares, nnls
 
 from ..catalog.store import Catalog
 from ..errors import ValidationError
-from .estimators import ESTIMATORS, resolve_constants
+from . import ESTIMATORS, resolve_constants
 
 #: dsgd constants a fit may move (``u``, the interval half-width, is not fitted here).
 DSGD_FITTABLE = ("f0", "f1", "f2", "f3", "tau0", "tau1", "beta_k")

@@ -8,7 +8,7 @@ import pytest
 
 from airplan_qo.catalog.store import Catalog
 from airplan_qo.errors import ValidationError
-from airplan_qo.plans.calibration import (
+from airplan_qo.costmodels.calibration import (
     Observation,
     calibrate,
     current_constants,
@@ -18,7 +18,7 @@ from airplan_qo.plans.calibration import (
     leave_one_group_out,
     load_observations,
 )
-from airplan_qo.plans.estimators import ESTIMATORS, resolve_constants
+from airplan_qo.costmodels import ESTIMATORS, resolve_constants
 
 PRIORS = dict(ESTIMATORS.get("dsgd").priors)
 # "true" constants of the synthetic runs: every term a few times its prior
@@ -385,7 +385,7 @@ def test_leave_one_family_out():
 
 
 def test_softplus_is_a_smooth_overflow_free_max():
-    from airplan_qo.plans.calibration import _softplus
+    from airplan_qo.costmodels.calibration import _softplus
 
     x = np.array([-1e4, -30.0, -1.0, 0.0, 1.0, 30.0, 1e4])
     scale = np.array(2.0)

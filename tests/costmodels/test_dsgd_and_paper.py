@@ -4,14 +4,10 @@ import attrs
 
 import pytest
 
-from airplan_qo.plans.estimators import (
-    ESTIMATORS,
-    DSGDEstimator,
-    EstimationContext,
-    PaperEstimator,
-    channel_noise,
-    heterogeneity,
-)
+from airplan_qo.costmodels import ESTIMATORS, EstimationContext
+from airplan_qo.costmodels.dsgd import DSGDEstimator
+from airplan_qo.costmodels.features import channel_noise, heterogeneity
+from airplan_qo.costmodels.paper import PaperEstimator
 from airplan_qo.plans.plan import ChannelConfig, PhysicalPlan, round_cost
 from airplan_qo.plans.spectra import SpectralStats
 from airplan_qo.plans.topology import TopologySpec, TopologyStats, describe
@@ -157,7 +153,7 @@ def test_round_cost_arithmetic():
 
 def test_p_random_is_p_without_losses_and_per_topology_under_dropout():
     """p_eff uses p of the random mixing matrix (dropout and truncation), not a common factor."""
-    from airplan_qo.plans.estimators import approximate_survival_factor, survival_factor
+    from airplan_qo.costmodels.features import approximate_survival_factor, survival_factor
 
     est = DSGDEstimator()
     ctx = _ctx(est)

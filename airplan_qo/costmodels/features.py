@@ -1,0 +1,155 @@
+"""Plan quantities every cost model may use: label heterogeneity, relative channel noise, and p
+of the random mixing matrix under client dropout and link truncation."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import networkx as nx
+import numpy as np
+import scipy.linalg as la
+import scipy.sparse as sp
+from scipy.special import exp1
+
+from ..plans.families import build_graph
+from ..plans.mixing import WEIGHTS, edge_arrays
+from ..plans.plan import PhysicalPlan
+from ..plans.topology import TopologySpec, TopologyStats
+
+#: Largest N for which the contraction of the random mixing matrix is computed exactly (one
+#: dense eigenvalue problem per topology, dropout and threshold); beyond, a second-order
+#: approximation from the cached spectra (:func:`approximate_survival_factor`).
+RANDOM_P_DENSE_MAX_N = 500
+
+
+def heterogeneity(alpha: float, n_classes: int) -> float:
+    """zeta^2 = E||p_i - pbar||^2 of Dirichlet(alpha 1_C) label distributions:
+    (1 - 1/C) / (C alpha + 1); 0 for IID (alpha = inf), -> 1 - 1/C for one class per client."""
+    if alpha is None or math.isinf(alpha):
+        return 0.0
+    return (1.0 - 1.0 / n_classes) / (n_classes * alpha + 1.0)
+
+
+def channel_noise(plan: PhysicalPlan, stats: TopologyStats) -> float:
+    """Relative effective noise variance of one OTA aggregation, sigma_c^2.
+
+    sigma_eff^2 / (payload power per coordinate) = 1 / (2 SNR |h_min|^2) (DESIGN section 6).
+    Above the truncation threshold g, the minimum of m active Rayleigh gains is g + Exp(m), and
+    E[1 / (g + X)] = m e^{g m} E1(g m); m = expected active neighbours (online and not
+    truncated). Transmitters pre-scale by W_ij, so the power normaliser is max_j W_ij^2 times
+    the payload power: relative to the payload (the model for D-SGD, the replica values on the
+    mask for CHOCO) the noise is W_ij^2 ~ 1 / (degree + 1)^2 times the inverse gain over 2 SNR
+    (checked against the runtime's noise energy in tests/runtime/test_accounting.py).
+    """
+    return channel_noise_at(plan.channel, stats.spectra.mean_degree)
+
+
+def channel_noise_at(ch, mean_degree: float) -> float:
+    """:func:`channel_noise` for a channel configuration and a mean degree."""
+    if ch.kind == "ideal":
+        return 0.0
+    snr = 10 ** (ch.snr_db / 10.0)
+    m = max(1.0, mean_degree * ch.active_probability * (1.0 - ch.dropout))
+    gm = ch.g_th * m
+    inv_gain = m * math.exp(gm) * exp1(gm) if gm < 700 else 1.0 / ch.g_th
+    return inv_gain / (2.0 * snr) / (mean_degree + 1.0) ** 2
+
+
+def survival_probabilities(dropout: float, link_survival: float) -> tuple[float, float]:
+    """(pi1, pi2): the probability that one edge delivers in a round, and that two edges sharing
+    an end both deliver. A client is online with probability 1 - dropout, a link is not truncated
+    with probability ``link_survival`` (independently per edge), and an edge delivers when both
+    ends are online and it is not truncated."""
+    on = 1.0 - float(dropout)
+    r = float(link_survival)
+    return on * on * r, on ** 3 * r * r
+
+
+def expected_second_moment(graph: nx.Graph, w: sp.spmatrix, dropout: float,
+                           link_survival: float) -> np.ndarray:
+    """E[W_t^T W_t] (dense) of the round's mixing matrix under dropout and truncation.
+
+    The runtime re-weights W locally: a link that does not deliver moves its weight to both
+    ends' self-weights, so W_t = I - sum_e s_e w_e L_e with s_e the edge's delivery indicator
+    and L_e = (e_i - e_j)(e_i - e_j)^T. L_e L_f vanishes for disjoint edges and L_e^2 = 2 L_e,
+    hence, with L = I - W and L2 the Laplacian with edge weights w_e^2,
+    E[W_t^2] = I - 2 pi1 L + pi2 L^2 + 2 (pi1 - pi2) L2 exactly (pi1, pi2 from
+    :func:`survival_probabilities`).
+    """
+    n = graph.number_of_nodes()
+    w = sp.csr_matrix(w)
+    u, v = edge_arrays(graph)
+    we = np.asarray(w[u, v]).ravel()
+    pi1, pi2 = survival_probabilities(dropout, link_survival)
+    lap = np.eye(n) - w.toarray()
+    lap2 = np.zeros((n, n))
+    np.add.at(lap2, (u, v), -we * we)
+    np.add.at(lap2, (v, u), -we * we)
+    lap2[np.diag_indices(n)] = -lap2.sum(axis=1)
+    return np.eye(n) - 2.0 * pi1 * lap + pi2 * (lap @ lap) + 2.0 * (pi1 - pi2) * lap2
+
+
+def random_mixing_p(graph: nx.Graph, w: sp.spmatrix, dropout: float,
+                    link_survival: float) -> float:
+    """p = 1 - ||E[W_t^T W_t] - J||_2 of the random mixing matrix (Koloskova et al. 2020), the
+    expected consensus contraction per round under client dropout and link truncation.
+
+    Equals 1 - rho(W - J)^2 when every link always delivers. Computed as the smallest
+    eigenvalue of I - E[W_t^2] + J, which is PSD with 1 as the eigenvalue of the consensus
+    direction, so small values keep their precision.
+    """
+    n = graph.number_of_nodes()
+    gap = np.eye(n) - expected_second_moment(graph, w, dropout, link_survival) + 1.0 / n
+    low = la.eigvalsh(gap, subset_by_index=[0, 0])[0]
+    return float(min(max(low, 0.0), 1.0))
+
+
+def approximate_survival_factor(mixing_gap: float, mean_degree: float, dropout: float,
+                                link_survival: float) -> float:
+    """p_random / p from the static spectrum alone (used above :data:`RANDOM_P_DENSE_MAX_N`).
+
+    Takes the slowest consensus mode of L = I - W, eigenvalue mu = mixing gap, as an eigenvector
+    of both L^2 and L2 with L2 ~ L / (mean degree + 1) (exact for a ring or a complete graph with
+    uniform weights): 1 - p_random = 1 - 2 pi1 mu + pi2 mu^2 + 2 (pi1 - pi2) mu / (deg + 1).
+    At N = 50 it is within a few percent of the exact factor for the default families.
+    """
+    mu = float(mixing_gap)
+    if mu <= 0.0:
+        return 1.0
+    pi1, pi2 = survival_probabilities(dropout, link_survival)
+    p = mu * (2.0 - mu)
+    p_rand = 2.0 * pi1 * mu - pi2 * mu * mu - 2.0 * (pi1 - pi2) * mu / (mean_degree + 1.0)
+    return float(min(max(p_rand / p, 0.0), 1.0)) if p > 0 else 1.0
+
+
+@functools.lru_cache(maxsize=4096)
+def _exact_survival_factor(spec: TopologySpec, dropout: float, link_survival: float) -> float:
+    graph = build_graph(spec.family, spec.n, seed=spec.seed, **spec.param_dict)
+    w = WEIGHTS.get(spec.weights)(graph)
+    p_static = random_mixing_p(graph, w, 0.0, 1.0)
+    if p_static <= 0.0:
+        return 1.0
+    return min(1.0, random_mixing_p(graph, w, dropout, link_survival) / p_static)
+
+
+def survival_factor(plan: PhysicalPlan, stats: TopologyStats) -> float:
+    """p_random / p for the plan's topology, dropout and truncation threshold (1 when every
+    link always delivers).
+
+    A ratio rather than p_random itself, so that it multiplies whatever p the statistics carry
+    (cached, or supplied by hand in tests). Exact up to :data:`RANDOM_P_DENSE_MAX_N` clients,
+    cached per (topology, dropout, link survival) for the life of the process; beyond, for the
+    complete graph (where it is exact) and for user-supplied graphs,
+    :func:`approximate_survival_factor`.
+    """
+    ch = plan.channel
+    q, r = float(ch.dropout), float(ch.active_probability)
+    if q <= 0.0 and r >= 1.0:
+        return 1.0
+    spec = plan.topology
+    s = stats.spectra
+    if (s.n_nodes <= RANDOM_P_DENSE_MAX_N and spec.family not in ("from_edges", "complete")
+            and spec.n == s.n_nodes):
+        return _exact_survival_factor(spec, round(q, 12), round(r, 12))
+    return approximate_survival_factor(s.mixing_gap, s.mean_degree, q, r)
