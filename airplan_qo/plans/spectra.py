@@ -1,6 +1,6 @@
 """Spectral statistics of a topology and its mixing matrix.
 
-Three quantities are often confused (DESIGN section 6): lambda2 of the Laplacian L, lambda2 of
+Three quantities are often confused: lambda2 of the Laplacian L, lambda2 of
 the normalised Laplacian, and the gap of the mixing matrix W actually applied. D-SGD is governed by
 p = 1 - rho^2 with rho = max |eigenvalue| of W - 11^T/n (Koloskova et al. 2020); all are reported.
 
