@@ -172,6 +172,9 @@ class Workload:
             if value is not None or default is not None:
                 object.__setattr__(self, name, coerce_param(name, value))
         object.__setattr__(self, "dataset", str(self.dataset).lower())
+        from ..data.datasets import DATASETS
+
+        DATASETS.get(self.dataset)          # an unknown name fails here, with a suggestion
 
     @classmethod
     def from_params(cls, dataset: str, clients: int, params: dict[str, Any] | None = None

@@ -137,3 +137,10 @@ def test_dataset_family_calibration_applies_to_its_family(db):
     assert ring.cost.estimate.calibration_ids == (rows["f0"],)
     assert ring.cost.estimate.terms["error_floor"] >= 0.5
     assert full.cost.estimate.calibration_ids == ()
+
+
+def test_unknown_dataset_fails_when_the_workload_is_built():
+    from airplan_qo.errors import UnknownNameError
+
+    with pytest.raises(UnknownNameError, match="did you mean 'digits'"):
+        aq.Workload(dataset="digitz")
