@@ -297,7 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sparsity", "-k", type=float, action="append",
                    help="sparsification ratios to consider (repeatable)")
     p.add_argument("--within-rounds", type=int, help="round budget")
-    p.add_argument("--estimator", help="cost model: dsgd (default) or paper")
+    p.add_argument("--estimator", help="cost model: dsgd (default), ttt or paper")
     p.add_argument("--objective", help="channel_uses (default), energy_j, airtime_s, c_ours")
     p.add_argument("--verbose", action="store_true", help="show the estimator's terms")
     p.add_argument("--alternatives", type=int, default=0, help="list the best N rejected plans")
@@ -331,7 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Refit an estimator's constants from the feedback rows "
                                    "(new versioned calibration rows), or run a pilot design "
                                    "first with --pilot DATASET --clients N. See docs/feedback.md.")
-    p.add_argument("--estimator", default="dsgd", help="dsgd (default) or paper")
+    p.add_argument("--estimator", default="dsgd", help="dsgd (default), ttt or paper")
     p.add_argument("--scope", default="global", choices=["global", "dataset", "dataset_family"])
     p.add_argument("--scope-key", default="",
                    help="dataset name, or DATASET:FAMILY for the dataset_family scope")

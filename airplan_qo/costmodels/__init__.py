@@ -76,7 +76,9 @@ def resolve_constants(estimator: CostEstimator, rows: list[dict[str, Any]], data
                 scope == "dataset_family" and family is None):
             continue
         name = row["constant_name"]
-        if name in values and rank[scope] >= best.get(name, -1):
+        known = name in values or name.startswith(getattr(estimator, "open_prefixes", ()) or
+                                                  ("\0",))
+        if known and rank[scope] >= best.get(name, -1):
             values[name] = float(row["value"])
             used[name] = int(row["calibration_id"])
             best[name] = rank[scope]

@@ -879,9 +879,11 @@ def calibrate(catalog: Catalog, estimator: str = "dsgd", *, scope: str = "global
     """Refit an estimator's constants from the catalog's feedback and record them as new
     calibration versions for the scope (the previous rows stay, marked superseded)."""
     name = ESTIMATORS.get(estimator).name
+    if name == "ttt":
+        return _calibrate_ttt(catalog, scope, scope_key, min_obs)
     if name not in ("dsgd", "paper"):
         raise ValidationError(f"no calibration procedure for estimator '{name}'; calibratable: "
-                              "dsgd, paper")
+                              "dsgd, paper, ttt")
     observations, skipped = _load(catalog, name, scope, scope_key)
     where = scope + (f" '{scope_key}'" if scope_key else "")
     if len(observations) < min_obs:
@@ -904,6 +906,84 @@ def calibrate(catalog: Catalog, estimator: str = "dsgd", *, scope: str = "global
         curve_log_rmse_after=result.curve_log_rmse, unpredicted_before=old.n_unpredicted,
         unpredicted_after=result.n_unpredicted, calibration_ids=ids, fit=result,
         skipped=tuple(skipped))
+
+
+#: Prior sd of a dataset's level shift in the ttt refit (log rounds): the shipped fit is trusted
+#: to within about a factor e^0.5 until the catalog's own runs say otherwise.
+TTT_LEVEL_PRIOR_SD = 0.5
+
+
+def _calibrate_ttt(catalog: Catalog, scope: str, scope_key: str, min_obs: int
+                   ) -> CalibrationReport:
+    """Refine the ``ttt`` model from the catalog's executions: per dataset, the level of the
+    fully connected reference (``fc.dataset:NAME``) is shifted by the maximum a posteriori
+    estimate of delta in log T_actual ~ N(mu + delta, sd^2), with runs that did not reach their
+    target right-censored and a N(0, TTT_LEVEL_PRIOR_SD^2) prior on delta. mu and sd are what
+    the planner predicted for each executed plan (recorded with its terms). The slopes stay the
+    shipped ones: a few executions of one workload cannot identify them."""
+    from scipy import optimize, stats
+
+    if scope == "dataset_family":
+        raise ValidationError("the ttt estimator is calibrated per dataset or globally, not per "
+                              "dataset and family")
+    dataset, _ = _check_scope(scope, scope_key)
+    rows = catalog.query(_LOAD_SQL, {"estimator": "ttt", "dataset": dataset, "family": None})
+    by_ds: dict[str, list[tuple[float, float, float, bool]]] = {}
+    skipped = []
+    for r in rows:
+        terms = json.loads(r["terms"] or "{}")
+        actual = r["actual"] if r["actual"] is not None else r["actual_rounds"]
+        if terms.get("mu") is None or terms.get("sd") is None or not actual:
+            skipped.append(f"execution {r['exec_id']}: no ttt prediction or actual rounds")
+            continue
+        by_ds.setdefault(r["dataset"], []).append(
+            (float(terms["mu"]), float(terms["sd"]), math.log(float(actual)),
+             bool(r["censored"])))
+    n = sum(len(v) for v in by_ds.values())
+    where = scope + (f" '{scope_key}'" if scope_key else "")
+    if n < min_obs:
+        raise ValidationError(
+            f"calibrating the ttt estimator for scope {where} needs at least {min_obs} "
+            f"observations (finished executions planned with COST MODEL ttt); only {n} available")
+    before, _ = current_constants(catalog, "ttt", scope, scope_key)
+    after = dict(before)
+    values: dict[str, float] = {}
+    preds_before, preds_after = [], []
+    for ds, obs in sorted(by_ds.items()):
+        mu, sd, y, cens = (np.array(v) for v in zip(*obs))
+        cens = cens.astype(bool)
+
+        def nlp(delta: float) -> float:
+            z = (y - mu - delta) / sd
+            return -(stats.norm.logpdf(z[~cens]).sum() + stats.norm.logsf(z[cens]).sum()) \
+                + 0.5 * (delta / TTT_LEVEL_PRIOR_SD) ** 2
+
+        delta = float(optimize.minimize_scalar(nlp, bounds=(-5.0, 5.0), method="bounded").x)
+        key = f"fc.dataset:{ds}"
+        levels = [v for k, v in before.items() if k.startswith("fc.dataset:")]
+        base = before.get(key, float(np.mean(levels)) if levels else 0.0)
+        after[key] = values[key] = base + delta
+        before.setdefault(key, base)
+        for m, yy, c in zip(mu, y, cens):
+            if not c:
+                preds_before.append((math.exp(m), math.exp(yy)))
+                preds_after.append((math.exp(m + delta), math.exp(yy)))
+
+    def mape(pairs):
+        return (100.0 * float(np.mean([abs(p - a) / a for p, a in pairs]))) if pairs else None
+
+    ids = catalog.supersede_calibration(
+        "ttt", scope, scope_key, values, n_obs=n,
+        source=f"fit: censored level shift per dataset on {n} executions",
+        fit_error=mape(preds_after))
+    fit_ = Fit(estimator="ttt", constants=after, fitted=tuple(sorted(values)), n_obs=n,
+               rounds_mape=mape(preds_after), curve_log_rmse=None, n_unpredicted=0,
+               predictions=())
+    return CalibrationReport(
+        estimator="ttt", scope=scope, scope_key=scope_key, n_obs=n, before=before, after=after,
+        fitted=fit_.fitted, mape_before=mape(preds_before), mape_after=mape(preds_after),
+        curve_log_rmse_before=None, curve_log_rmse_after=None, unpredicted_before=0,
+        unpredicted_after=0, calibration_ids=ids, fit=fit_, skipped=tuple(skipped))
 
 
 __all__ = ["Observation", "Prediction", "Evaluation", "Fit", "HoldOutReport",

@@ -131,6 +131,23 @@ def fit_tobit(rows: Sequence[Mapping[str, float]], y: Sequence[float], censored:
                     int(cens.sum()), float(-res.fun))
 
 
+def fit_ceiling(rows: Sequence[Mapping[str, float]], accuracy: Sequence[float],
+                names: Sequence[str], *, ridge: float = 0.1) -> TobitFit:
+    """The fully connected plan's final accuracy (the ``fc`` the SLA is relative to) on the logit
+    scale, by ridge least squares over workload features (one level per dataset, unpenalised).
+    Returned as a :class:`TobitFit` without censoring (``mean`` gives the logit)."""
+    X = np.array([[float(r.get(n, 0.0)) for n in names] for r in rows], dtype=float)
+    acc = np.clip(np.asarray(accuracy, dtype=float), 1e-3, 1 - 1e-3)
+    y = np.log(acc / (1.0 - acc))
+    if y.size < 2:
+        raise ValidationError(f"fit_ceiling needs at least 2 observations, got {y.size}")
+    lam = np.diag([0.0 if n.startswith("dataset:") else ridge for n in names])
+    beta = np.linalg.solve(X.T @ X + lam + 1e-9 * np.eye(len(names)), X.T @ y)
+    resid = y - X @ beta
+    return TobitFit({n: float(b) for n, b in zip(names, beta)},
+                    float(np.sqrt(np.mean(resid ** 2))), int(y.size), 0, 0.0)
+
+
 def meets_probability(mu: float, sd: float, budget: float) -> float:
     """P(T <= budget) for log T ~ N(mu, sd^2)."""
     return float(stats.norm.cdf((math.log(budget) - mu) / max(sd, 1e-9)))
@@ -174,7 +191,7 @@ def choose(candidates: Sequence[Candidate], sd: float, budget: float,
 
 
 __all__ = ["PLAN_FEATURES", "PLAN_INTERACTIONS", "FC_FEATURES", "plan_features", "fc_features",
-           "TobitFit", "fit_tobit", "meets_probability", "expected_rounds", "Candidate",
+           "TobitFit", "fit_tobit", "fit_ceiling", "meets_probability", "expected_rounds", "Candidate",
            "choose"]
 
 
@@ -193,12 +210,15 @@ def load_reference() -> dict:
     return json.loads(text)
 
 
-def flatten(plan_fit: "TobitFit", fc_fit: "TobitFit") -> dict[str, float]:
-    """A (plan, fc) pair of fits as the estimator's flat named constants."""
-    out = {f"plan.{n}": float(v) for n, v in plan_fit.coef.items()}
-    out["plan.sd"] = float(plan_fit.sd)
-    out.update({f"fc.{n}": float(v) for n, v in fc_fit.coef.items()})
-    out["fc.sd"] = float(fc_fit.sd)
+def flatten(plan_fit: "TobitFit", fc_fit: "TobitFit",
+            ceiling_fit: "TobitFit | None" = None) -> dict[str, float]:
+    """The (plan, fc, ceiling) fits as the estimator's flat named constants."""
+    out: dict[str, float] = {}
+    for prefix, f in (("plan", plan_fit), ("fc", fc_fit), ("ceil", ceiling_fit)):
+        if f is None:
+            continue
+        out.update({f"{prefix}.{n}": float(v) for n, v in f.coef.items()})
+        out[f"{prefix}.sd"] = float(f.sd)
     return out
 
 
@@ -208,8 +228,9 @@ class TimeToTargetEstimator:
 
     ``estimate`` returns the expected rounds paid (E[min(T, budget)]) as ``rounds``, the 90%
     interval of T as ``rounds_lo``/``rounds_hi``, P(T <= budget) as ``p_meets`` and, as
-    ``notes``, where the plan lies outside the fitted range. The accuracy curve (which sets the
-    ``fc`` ceiling and the displayed accuracy) is the ``dsgd`` estimator's with its priors.
+    ``notes``, where the plan lies outside the fitted range. The accuracy curve has the fitted
+    ceiling A of the fully connected plan (``ceil.*``: the ``fc`` the SLA is relative to) as its
+    plateau and reaches 95% of it at the plan's median T: ``a(t) = A (1 - exp(-t ln 20 / T))``.
     """
 
     name: str = "ttt"
@@ -217,16 +238,28 @@ class TimeToTargetEstimator:
                         "fully connected reference, with a chance-constrained SLA")
     priors: dict[str, float] = attrs.field(factory=lambda: dict(load_reference()["constants"]))
     fitted_range: dict = attrs.field(factory=lambda: dict(load_reference().get("range", {})))
+    #: constants a calibration may add beyond the priors (the level of a dataset not in the grid)
+    open_prefixes: tuple[str, ...] = ("fc.dataset:",)
 
-    def _curve_ctx(self, ctx):
-        from . import ESTIMATORS
+    def ceiling(self, ctx, plan, stats) -> float:
+        """Predicted final accuracy of the fully connected plan on this workload."""
+        from .features import channel_noise_at, heterogeneity
 
-        return attrs.evolve(ctx, constants=dict(ESTIMATORS.get("dsgd").priors))
+        c = ctx.constants
+        n = stats.spectra.n_nodes
+        w = fc_features(heterogeneity(ctx.alpha, ctx.n_classes), n,
+                        channel_noise_at(plan.channel, n - 1), plan.channel.dropout)
+        level = c.get(f"ceil.dataset:{ctx.dataset}")
+        if level is None:
+            levels = [v for k, v in c.items() if k.startswith("ceil.dataset:")]
+            level = float(np.mean(levels)) if levels else 0.0
+        logit = level + sum(c.get(f"ceil.{k}", 0.0) * v for k, v in w.items())
+        return float(1.0 / (1.0 + math.exp(-logit)))
 
     def accuracy_at(self, ctx, plan, stats, rounds):
-        from . import ESTIMATORS
-
-        return ESTIMATORS.get("dsgd").accuracy_at(self._curve_ctx(ctx), plan, stats, rounds)
+        t = self.terms(ctx, plan, stats)
+        tau = math.exp(t["mu"]) / math.log(20.0)
+        return self.ceiling(ctx, plan, stats) * (1.0 - math.exp(-float(rounds) / tau))
 
     def terms(self, ctx, plan, stats) -> dict[str, float]:
         from .features import (approximate_survival_factor, channel_noise, channel_noise_at,
@@ -243,10 +276,10 @@ class TimeToTargetEstimator:
         fc_noise = channel_noise_at(ch, n - 1)
         x_fc = plan_features(fc_p, 1.0, zeta2, fc_noise, ch.dropout, n)
         w = fc_features(zeta2, n, fc_noise, ch.dropout)
-        datasets = [k[len("fc.dataset:"):] for k in c if k.startswith("fc.dataset:")]
         level = c.get(f"fc.dataset:{ctx.dataset}")
         if level is None:       # an unseen dataset: the mean level of the fitted ones
-            level = float(np.mean([c[f"fc.dataset:{d}"] for d in datasets])) if datasets else 0.0
+            levels = [v for k, v in c.items() if k.startswith("fc.dataset:")]
+            level = float(np.mean(levels)) if levels else 0.0
         log_t_fc = level + sum(c.get(f"fc.{k}", 0.0) * v for k, v in w.items())
         delta = sum(c.get(f"plan.{f}", 0.0) * (x[f] - x_fc[f]) for f in PLAN_FEATURES)
         return {"p_random": p_random, "zeta2": zeta2, "log_t_fc": log_t_fc,

@@ -529,6 +529,11 @@ def _time_to_target(measured, outcome_of, summaries, folds_of, notes: list[str],
         out[variant] = _comparison_block(cmps, [], [(c.advisor_family, c.oracle_family)
                                                    for c in cmps]) if cmps else None
     out["prediction"] = time_to_target.prediction_quality(ev["errors"])
+    errs = ev["ceiling_errors_pts"]
+    out["ceiling"] = {"n": len(errs),
+                      "mean_abs_error_pts": float(np.mean(np.abs(errs))) if errs else None,
+                      "bias_pts": float(np.mean(errs)) if errs else None,
+                      "max_abs_error_pts": float(np.max(np.abs(errs))) if errs else None}
     fit = ev["fit"]
     out["fit"] = {name: {"coef": f.coef, "sd": f.sd, "n_obs": f.n_obs,
                          "n_censored": f.n_censored} for name, f in fit.items()}

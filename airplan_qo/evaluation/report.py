@@ -134,6 +134,9 @@ def render(analysis, *, figures: list[Path], wall_s: float, command: str,
         lines += _table(["variant", "within-noise match", "pick meets the SLA",
                          "median cost ratio", "median abs log error of T", "90% coverage"],
                         rows)
+        lines += [f"Predicted fc (the fully connected plan's final accuracy) against the measured "
+                  f"one, held out: {_ceil(ttt['ceiling'])} points (mean abs / bias / max abs).",
+                  ""]
         pq = ttt["prediction"]["predicted_fc"]
         lines += _table(["family", "median abs log error", "90% interval coverage"],
                         [[f, _num(pq["median_abs_log_error"][f]),

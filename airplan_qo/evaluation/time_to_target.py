@@ -23,9 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from ..costmodels.time_to_target import (FC_FEATURES, PLAN_FEATURES, PLAN_INTERACTIONS,
-                                         Candidate, choose, fc_features, fit_tobit,
-                                         plan_features)
+from ..costmodels.time_to_target import (PLAN_FEATURES, PLAN_INTERACTIONS, Candidate, choose,
+                                         fc_features, fit_ceiling, fit_tobit, plan_features)
 from ..errors import ValidationError
 from ..costmodels.dsgd import DSGDEstimator
 from .metrics import compare
@@ -70,7 +69,8 @@ def observations(measured, outcome_of) -> list[dict[str, Any]]:
                 rows.append({"workload": key, "plan": c.plan.label(), "seed": seed,
                              "family": c.plan.topology.family, "is_fc": c.plan.label() == fc_label,
                              "x": {f: x[f] - x_fc[f] for f in PLAN_FEATURES}, "fc_row": fc_row,
-                             "log_t": math.log(max(o.rounds, 1)), "censored": not o.reached})
+                             "log_t": math.log(max(o.rounds, 1)), "censored": not o.reached,
+                             "final_accuracy": o.final_accuracy})
     return rows
 
 
@@ -95,7 +95,9 @@ def fit(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     fc = fit_tobit([r["fc_row"] for r in fc_rows], [r["log_t"] for r in fc_rows],
                    [r["censored"] for r in fc_rows], names,
                    penalty={n: 0.1 for n in names if not n.startswith("dataset:")})
-    return {"plan": plan, "fc": fc}
+    ceiling = fit_ceiling([r["fc_row"] for r in fc_rows],
+                          [r["final_accuracy"] for r in fc_rows], names)
+    return {"plan": plan, "fc": fc, "ceiling": ceiling}
 
 
 def evaluate(measured, outcome_of, summaries: Mapping[str, Mapping[str, Any]],
@@ -108,10 +110,11 @@ def evaluate(measured, outcome_of, summaries: Mapping[str, Mapping[str, Any]],
     by_key = {m.spec.key: m for m in measured}
     comparisons: dict[str, list] = {"measured_fc": [], "predicted_fc": []}
     held_errors = []
+    ceiling_errors = []
     for fold in sorted(set(folds_of.values())):
         held = {k for k, f in folds_of.items() if f == fold}
         models = fit([r for r in rows if r["workload"] not in held])
-        plan, fcm = models["plan"], models["fc"]
+        plan, fcm, ceil = models["plan"], models["fc"], models["ceiling"]
         for key in sorted(held):
             m = by_key[key]
             seed0 = min(m.seeds)
@@ -123,6 +126,11 @@ def evaluate(measured, outcome_of, summaries: Mapping[str, Mapping[str, Any]],
                 if wk == key:
                     seed_costs[label][seed] = o.cost
             x_fc = _features(sp, sp.fc_candidate)
+            measured_acc = [r["final_accuracy"] for r in rows
+                            if r["workload"] == key and r["is_fc"]]
+            if measured_acc:
+                predicted = 1.0 / (1.0 + math.exp(-ceil.mean(_fc_row(m, sp))))
+                ceiling_errors.append(100.0 * (predicted - float(np.mean(measured_acc))))
             offsets = {"measured_fc": measured_fc.get(key),
                        "predicted_fc": fcm.mean(_fc_row(m, sp))}
             for variant, off in offsets.items():
@@ -146,7 +154,7 @@ def evaluate(measured, outcome_of, summaries: Mapping[str, Mapping[str, Any]],
                 held_errors.append((r, mu, mu_m, math.hypot(plan.sd, fcm.sd), plan.sd))
     full = fit(rows)
     return {"comparisons": comparisons, "errors": held_errors, "fit": full,
-            "confidence": confidence}
+            "confidence": confidence, "ceiling_errors_pts": ceiling_errors}
 
 
 def prediction_quality(errors) -> dict[str, Any]:
@@ -189,7 +197,7 @@ def reference(fit_pair: Mapping[str, Any], measured, source: str) -> dict[str, A
         "version": 1, "source": source,
         "observations": {"plan": fit_pair["plan"].n_obs, "censored": fit_pair["plan"].n_censored,
                          "fc": fit_pair["fc"].n_obs},
-        "constants": flatten(fit_pair["plan"], fit_pair["fc"]),
+        "constants": flatten(fit_pair["plan"], fit_pair["fc"], fit_pair.get("ceiling")),
         "range": {
             "clients": [min(s.workload.clients for s in specs),
                         max(s.workload.clients for s in specs)],

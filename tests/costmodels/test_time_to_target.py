@@ -101,3 +101,35 @@ def test_the_ttt_estimator_plans_under_a_chance_constraint():
     assert "p_meets_sla=" in text and "Why chosen:" in text and " lost: " in text
     with pytest.raises(ValidationError, match="confidence"):
         db.plan(w, confidence=1.0, **kw)
+
+
+def test_calibrate_ttt_shifts_the_dataset_level_from_executions(tmp_path):
+    import attrs
+
+    import airplan_qo as aq
+
+    db = aq.connect(tmp_path / "c.duckdb")
+    w = aq.Workload(dataset="digits", clients=10, alpha=0.5, snr_db=20, rounds=30)
+    for seed in range(3):
+        r = db.plan(attrs.evolve(w, seed=seed), estimator="ttt", topologies=["complete"],
+                    sparsity=[1.0], confidence=0.5)
+        db.execute(r, stop_at_target=False)
+    before = db.plan(w, estimator="ttt", topologies=["complete"], sparsity=[1.0])
+    fb = db.catalog.query("SELECT actual, censored FROM airplan.feedback WHERE metric = 'rounds'")
+    report = db.calibrate("ttt", scope="dataset", scope_key="digits")
+    assert report.fitted == ("fc.dataset:digits",) and report.n_obs == 3
+    if report.mape_before is not None:
+        assert report.mape_after <= report.mape_before + 1e-9
+    after = db.plan(w, estimator="ttt", topologies=["complete"], sparsity=[1.0])
+    shift = report.after["fc.dataset:digits"] - report.before["fc.dataset:digits"]
+    mu0 = before.chosen.cost.estimate.terms["mu"]
+    observed = [math.log(r["actual"]) - mu0 for r in fb]
+    if all(r["censored"] for r in fb):
+        assert shift > 0                      # slower than predicted: the level moves up
+    else:
+        assert np.sign(shift) == np.sign(np.mean(observed))
+    mu_b = before.chosen.cost.estimate.terms["mu"]
+    mu_a = after.chosen.cost.estimate.terms["mu"]
+    assert mu_a - mu_b == pytest.approx(shift, abs=1e-9)
+    assert after.context.calibration_ids
+    db.close()
