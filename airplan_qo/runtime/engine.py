@@ -37,7 +37,8 @@ from .flat import STRATEGIES, GradientEngine, ParamLayout, chunks, client_logits
     resolve_strategy, single_logits
 from .gossip import ALGORITHMS, DSGD, Choco, LinkSet, PaperLiteral, round_traffic
 from ..plans.sla import TARGET_METRICS, first_crossing
-from .metrics import consensus_distance, diverged, jain_index
+from .metrics import consensus_distance, consensus_exploded, diverged, jain_index, \
+    stuck_after_explosion
 from .models import MODELS, build_model
 
 __all__ = [
@@ -143,7 +144,8 @@ class RunConfig:
     means :func:`default_gamma`. ``client_eval_samples`` caps the test samples used for the
     per-client accuracies (the average model always uses the whole test set); ``None`` = all.
     ``divergence_factor``: a round whose training loss exceeds this multiple of the first
-    minibatch loss (or is not finite) fails the run.
+    minibatch loss (or is not finite) fails the run; :mod:`.metrics` adds the other divergence
+    checks (consensus distance, a loss explosion followed by accuracy at chance).
     """
 
     model: str = attrs.field(default="mlp", validator=_model_name)
@@ -309,6 +311,8 @@ class Trainer:
         self._grad = GradientEngine(self.model, self.layout, self.strategy)
 
         x0 = self.layout.flatten(self.model)
+        #: The initial model's norm: the scale a diverging consensus distance is measured by.
+        self.model_scale = float(torch.linalg.vector_norm(x0.double()))
         self.x = x0.unsqueeze(0).repeat(n, 1)
         self.m = torch.zeros_like(self.x)
         self._g = torch.empty_like(self.x)
@@ -431,8 +435,8 @@ class Trainer:
             trained = bool(trainable.any())
             reason = diverged(loss, self.initial_loss, cfg.divergence_factor) if trained \
                 else None
-            if reason is None and not math.isfinite(consensus):
-                reason = "client models contain NaN or infinite values"
+            if reason is None:
+                reason = consensus_exploded(consensus, self.model_scale, r)
             test_acc = acc_mean = acc_min = None
             if reason is None and (r % cfg.eval_every == 0 or r == cfg.rounds):
                 test_acc, client_acc = self._evaluate()
@@ -444,7 +448,6 @@ class Trainer:
                 points = [(h["round"], h[key]) for h in self.history] + [(r, now)]
                 self.rounds_to_target = first_crossing(points, cfg.target_accuracy,
                                                        complete=r == cfg.rounds)
-        self.failure = reason
         row = {
             "round": r,
             "test_accuracy": test_acc,
@@ -460,6 +463,10 @@ class Trainer:
             "dropout_rate": links.dropout_rate,
             "wall_time_s": time.perf_counter() - start,
         }
+        if reason is None and test_acc is not None:
+            reason = stuck_after_explosion(self.history + [row], self.initial_loss,
+                                           self.dataset.n_classes)
+        self.failure = reason
         self.history.append(row)
         self._in_round = False
         return dict(row)
