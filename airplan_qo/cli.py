@@ -7,8 +7,10 @@ argparse usage errors exit 2 as well. A traceback means a bug.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import os
 import sys
 from typing import Any, Sequence
 
@@ -183,6 +185,9 @@ def cmd_resume(args: argparse.Namespace) -> int:
     print(f"execution {report.exec_id}: {r.status} after {r.rounds} rounds, "
           f"final accuracy {r.final_accuracy if r.final_accuracy is None else round(r.final_accuracy, 4)}"
           + (f" ({r.reason})" if r.reason else ""))
+    if r.status == "aborted":
+        print(f"airplan: resume with: airplan resume {report.exec_id}", file=sys.stderr)
+        return 130
     return 0 if r.status == "succeeded" else 1
 
 
@@ -411,9 +416,21 @@ def _main(argv: Sequence[str] | None) -> int:
     except AirPlanError as exc:
         print(f"airplan: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
-        print("airplan: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        exec_id = getattr(exc, "exec_id", None)
+        if exec_id is None:
+            print("airplan: interrupted", file=sys.stderr)
+        else:  # a second Ctrl-C: stopped mid-round, recorded aborted
+            print(f"airplan: interrupted; execution {exec_id} recorded aborted; resume with: "
+                  f"airplan resume {exec_id}", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader went away (`airplan sql ... | head -1`): stop quietly, and keep Python
+        # from failing again when it flushes stdout at exit
+        with contextlib.suppress(OSError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

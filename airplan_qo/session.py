@@ -154,25 +154,44 @@ class Session:
         fields = report.analyze_fields()
         if bound.explain and bound.options.calibrate:
             fields["calibration"] = self._calibrate_text(plan.estimator)
+        r = report.result
+        outcome = {"exec_id": report.exec_id, "status": r.status, "reason": r.reason}
         if bound.explain:
             opts = bound.options
             text = plan.explain(format=fmt, verbose=opts.verbose, costs=opts.costs,
                                 alternatives=opts.alternatives, analyze=fields)
-            return Result("explain", text=text,
-                          document=json.loads(text) if fmt == "json" else None)
-        r = report.result
+            document = None
+            if fmt == "json":
+                document = json.loads(text)
+                document[0]["execution"] = dict(outcome)
+                text = json.dumps(document, indent=2)
+            else:
+                text = _with_execution_line(text, outcome)
+            return Result("explain", text=text, document=document, **outcome)
         row = {"exec_id": report.exec_id, "plan_id": report.plan_id,
                "plan": plan.chosen.plan.label(),
                "status": r.status, "rounds": r.rounds, "rounds_to_target": r.rounds_to_target,
                "final_accuracy": r.final_accuracy, "channel_uses": r.total_channel_uses,
                "reason": r.reason}
-        return Result("table", tuple(row), (tuple(row.values()),))
+        return Result("table", tuple(row), (tuple(row.values()),), **outcome)
 
     def _calibrate_text(self, estimator: str) -> str:
         try:
             return self.calibrate(estimator).render()
         except ValidationError as exc:
             return f"calibration skipped: {exc}"
+
+
+def _with_execution_line(text: str, outcome: Mapping[str, Any]) -> str:
+    """EXPLAIN ANALYZE text with an ``Execution:`` line naming the execution, before the
+    ``Execution Time:`` line (or last)."""
+    line = f"Execution: exec_id={outcome['exec_id']} status={outcome['status']}"
+    if outcome.get("reason"):
+        line += f" reason={json.dumps(outcome['reason'])}"
+    lines = text.split("\n")
+    at = next((i for i, ln in enumerate(lines) if ln.startswith("Execution Time:")), len(lines))
+    lines.insert(at, line)
+    return "\n".join(lines)
 
 
 def connect(path: str | os.PathLike[str] | None = None, *, read_only: bool = False,

@@ -63,7 +63,7 @@ class Shell:
         return None if line == "" else line.rstrip("\n")
 
     def run(self) -> int:
-        from .sql.executor import format_result, iter_script
+        from .sql.executor import aborted_note, format_result, iter_script
 
         save = self._history() if self.interactive else None
         with connect(self.catalog_path, read_only=self.read_only, **self.limits) as session:
@@ -87,6 +87,8 @@ class Shell:
                 try:
                     for result in iter_script(session, text, fmt=self.fmt):
                         self._print(format_result(result, self.fmt))
+                        if aborted_note(result):
+                            self._print(aborted_note(result))
                 except AirPlanError as exc:
                     self._print(f"error: {exc}")
                 except KeyboardInterrupt:

@@ -273,6 +273,8 @@ def _checkpoint_state(path: str, owner: dict[str, Any]) -> dict[str, Any]:
 
 def _finish_failed(catalog: Catalog, exec_id: int, exc: BaseException) -> None:
     status = "aborted" if isinstance(exc, KeyboardInterrupt) else "failed"
+    if status == "aborted":
+        exc.exec_id = exec_id  # type: ignore[attr-defined]  # so the CLI can name it
     try:
         catalog.update_row("executions", exec_id, {
             "status": status, "finished_at": _now(),

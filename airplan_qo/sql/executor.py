@@ -14,6 +14,7 @@ import csv
 import io
 import json
 import re
+import sys
 from typing import Any
 
 import attrs
@@ -42,6 +43,20 @@ class Result:
     rows: tuple[tuple[Any, ...], ...] = ()
     text: str = ""
     document: Any = None
+    #: For TRAIN and EXPLAIN ANALYZE TRAIN: the execution and how it ended.
+    exec_id: int | None = None
+    status: str | None = None
+    reason: str | None = None
+
+
+def aborted_note(result: Result) -> str | None:
+    """The line a CLI prints on stderr after a training statement that was interrupted (Ctrl-C),
+    or None for any other result."""
+    if result.status != "aborted" or result.exec_id is None:
+        return None
+    why = f" ({result.reason})" if result.reason else ""
+    return (f"execution {result.exec_id} aborted{why}; resume with: airplan resume "
+            f"{result.exec_id}")
 
 
 def _check_read_only(stmt: PassThrough, source: Source) -> None:
@@ -183,4 +198,8 @@ def run_script(text: str, *, catalog: str | None, fmt: str = "text",
                  timeout=timeout, memory_limit=memory_limit, threads=threads) as session:
         for result in iter_script(session, text, fmt=fmt, quiet=quiet):
             print(format_result(result, fmt), flush=True)
+            note = aborted_note(result)
+            if note is not None:  # Ctrl-C: stop the script, as the user asked
+                print(f"airplan: {note}", file=sys.stderr, flush=True)
+                return 130
     return 0
