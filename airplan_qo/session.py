@@ -53,10 +53,12 @@ class Session:
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *, read_only: bool = False,
                  allow_external_access: bool = False, timeout: float | None = DEFAULT_TIMEOUT,
-                 memory_limit: int | str | None = None, threads: int | None = None):
+                 memory_limit: int | str | None = None, threads: int | None = None,
+                 adopt: bool = False):
         self.catalog = Catalog(path, read_only=read_only,
                                allow_external_access=allow_external_access,
-                               memory_limit=memory_limit, threads=threads, timeout=timeout)
+                               memory_limit=memory_limit, threads=threads, timeout=timeout,
+                               adopt=adopt)
 
     def __enter__(self) -> "Session":
         return self
@@ -87,7 +89,8 @@ class Session:
 
         if not isinstance(workload, Workload):
             raise ValidationError("plan() expects an airplan_qo.Workload")
-        sla_value = sla if isinstance(sla, SLA) else parse_sla(sla or DEFAULT_SLA)
+        sla_value = sla_with_target(sla if sla is None or isinstance(sla, SLA)
+                                    else parse_sla(sla), workload.target_accuracy)
         request = PlanRequest(
             workload=workload, sla=sla_value, topologies=_topologies(topologies),
             weights=tuple(weights) if weights else None,
@@ -182,6 +185,29 @@ class Session:
             return f"calibration skipped: {exc}"
 
 
+def sla_with_target(sla, target: float | None):
+    """The SLA a plan is held to, given an explicit ``sla`` (None: none given) and the
+    workload's ``target_accuracy``: without an SLA, ``accuracy >= target`` replaces the default
+    ``accuracy >= 0.95 * fc``; an SLA without an accuracy bound keeps ``target`` as the accuracy
+    target; an SLA with an accuracy bound other than ``accuracy >= target`` is an error."""
+    from .plans.optimizer import DEFAULT_SLA
+    from .plans.sla import parse_sla
+
+    if target is None:
+        return sla if sla is not None else parse_sla(DEFAULT_SLA)
+    own = parse_sla(f"accuracy >= {float(target)!r}")
+    if sla is None or sla == own:
+        return own
+    bounds = [c for c in sla.constraints if c.metric in ("accuracy", "avg_model_accuracy")
+              and c.op in (">=", ">", "=")]
+    if bounds:
+        raise ValidationError(
+            f"target_accuracy = {target} and the SLA's accuracy bound "
+            f"({' AND '.join(c.render() for c in bounds)}) both set the accuracy target; give "
+            "one of them")
+    return sla
+
+
 def _with_execution_line(text: str, outcome: Mapping[str, Any]) -> str:
     """EXPLAIN ANALYZE text with an ``Execution:`` line naming the execution, before the
     ``Execution Time:`` line (or last)."""
@@ -196,14 +222,16 @@ def _with_execution_line(text: str, outcome: Mapping[str, Any]) -> str:
 
 def connect(path: str | os.PathLike[str] | None = None, *, read_only: bool = False,
             allow_external_access: bool = False, timeout: float | None = DEFAULT_TIMEOUT,
-            memory_limit: int | str | None = None, threads: int | None = None) -> Session:
+            memory_limit: int | str | None = None, threads: int | None = None,
+            adopt: bool = False) -> Session:
     """Open (or create) a catalog: ``path``, else ``$AIRPLAN_CATALOG``, else ./airplan.duckdb.
 
     Catalog queries are fenced (docs/sql.md, Security): they can read only the catalog unless
     ``allow_external_access=True`` (trusted local use: files, URLs, extensions); each may run
     ``timeout`` seconds (default 30; None or 0: no limit); the catalog's DuckDB database gets
     ``memory_limit`` (bytes or a size such as ``'2GB'``; default 1 GiB) and ``threads``
-    (default min(4, CPUs)).
+    (default min(4, CPUs)). A DuckDB file that holds other objects but no catalog is refused
+    unless ``adopt=True`` (then the catalog's tables are added beside them).
     """
     return Session(path, read_only=read_only, allow_external_access=allow_external_access,
-                   timeout=timeout, memory_limit=memory_limit, threads=threads)
+                   timeout=timeout, memory_limit=memory_limit, threads=threads, adopt=adopt)

@@ -139,9 +139,13 @@ class Catalog:
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *, read_only: bool = False,
                  allow_external_access: bool = False, memory_limit: int | str | None = None,
-                 threads: int | None = None, timeout: float | None = DEFAULT_TIMEOUT):
+                 threads: int | None = None, timeout: float | None = DEFAULT_TIMEOUT,
+                 adopt: bool = False):
         self.path = resolve_path(path)
         self.read_only = bool(read_only)
+        #: Whether a read-write open may add the catalog to a DuckDB file that already holds
+        #: other objects (refused by default: the file is probably not meant to be a catalog).
+        self.adopt = bool(adopt)
         #: Database settings for user SQL (external access, memory limit, threads).
         self.limits = SqlLimits.create(allow_external_access=allow_external_access,
                                        memory_limit=memory_limit, threads=threads)
@@ -151,6 +155,14 @@ class Catalog:
         self._columns: dict[str, dict[str, str]] = {}
         if self.read_only and self.path == MEMORY:
             raise CatalogError("an in-memory catalog cannot be opened read-only: it would be empty")
+        if self.path != MEMORY:
+            folder = os.path.dirname(self.path)
+            if not os.path.isdir(folder):
+                what = "is not a directory" if os.path.exists(folder) else "does not exist"
+                raise CatalogError(
+                    f"cannot open catalog file {self.path}: its folder {folder} {what}"
+                    + ("" if self.read_only or os.path.exists(folder) else
+                       f"; create it first (mkdir -p {folder})"))
         if self.read_only and not os.path.exists(self.path):
             raise CatalogError(f"catalog file {self.path} does not exist; a read-only open needs "
                                "an existing catalog (open it once read-write to create it)")
@@ -178,7 +190,8 @@ class Catalog:
              **limits: Any) -> Catalog:
         """Open the catalog at ``path`` (see :func:`resolve_path`); writers create or migrate it.
 
-        ``limits``: ``allow_external_access``, ``memory_limit``, ``threads``, ``timeout`` as for
+        ``limits``: ``allow_external_access``, ``memory_limit``, ``threads``, ``timeout`` and
+        ``adopt`` (create the catalog in a DuckDB file that already holds other objects) as for
         the constructor.
         """
         return cls(path, read_only=read_only, **limits)
@@ -336,6 +349,8 @@ class Catalog:
                 current = self._current_version()
                 if current is not None and current > SCHEMA_VERSION:
                     raise self._newer_error(current)
+                if current is None and not self.adopt:
+                    self._refuse_foreign()
                 for step in pending(current or 0):
                     for statement in step.statements:
                         con.execute(statement)
@@ -391,6 +406,25 @@ class Catalog:
             value = str(uuid.uuid4())
             self.insert_row("catalog_info", {"key": "catalog_id", "value": value})
         return str(value)
+
+    def _refuse_foreign(self) -> None:
+        """Raise when the file holds objects but no AirPlan catalog: writing the schema into an
+        unrelated database would change it behind its owner's back."""
+        rows = self._con.execute(
+            "SELECT schema_name || '.' || table_name FROM duckdb_tables() "
+            "WHERE database_name = $db UNION ALL "
+            "SELECT schema_name || '.' || view_name FROM duckdb_views() "
+            "WHERE database_name = $db AND NOT internal UNION ALL "
+            "SELECT schema_name || '.' || sequence_name FROM duckdb_sequences() "
+            "WHERE database_name = $db ORDER BY 1", {"db": CATALOG_NAME}).fetchall()
+        if not rows:
+            return
+        names = ", ".join(r[0] for r in rows[:3]) + (", ..." if len(rows) > 3 else "")
+        raise CatalogError(
+            f"{self.path} is a DuckDB database with {len(rows)} object"
+            f"{'s' if len(rows) != 1 else ''} ({names}) but no AirPlan catalog; it was left "
+            "unchanged. Use another file for the catalog, or add the catalog to this one on "
+            "purpose with Catalog.open(path, adopt=True) (aq.connect(path, adopt=True))")
 
     def _check_schema_read_only(self) -> None:
         try:

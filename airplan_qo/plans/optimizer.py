@@ -355,7 +355,8 @@ class Optimizer:
                 chosen.topology_id = fc_tid
                 chosen.rank = len(candidates) + 1
                 candidates.append(chosen)
-            near = sorted(candidates, key=lambda c: -(c.cost.estimate.accuracy or 0.0))[:3]
+            near = sorted((c for c in candidates if c.pruned_reason is not None),  # rejected
+                          key=lambda c: -(c.cost.estimate.accuracy or 0.0))[:3]
             warnings.append(
                 "no candidate satisfies all constraints; falling back to the fully connected "
                 "uncompressed plan. Nearest candidates: " + "; ".join(

@@ -31,9 +31,10 @@ def _range(lo: float | None = None, hi: float | None = None, *, lo_open: bool = 
         bad_lo = lo is not None and (v <= lo if lo_open else v < lo)
         bad_hi = hi is not None and (v >= hi if hi_open else v > hi)
         if bad_lo or bad_hi or (isinstance(v, float) and not math.isfinite(v)):
-            left = "(" if lo_open else "["
-            right = ")" if hi_open else "]"
-            return (f"must be in {left}{'-inf' if lo is None else lo}, "
+            left = "(" if lo_open or lo is None else "["   # an infinite end is never included
+            right = ")" if hi_open or hi is None else "]"
+            finite = "a finite number " if lo is None or hi is None else ""
+            return (f"must be {finite}in {left}{'-inf' if lo is None else lo}, "
                     f"{'inf' if hi is None else hi}{right}")
         return None
 

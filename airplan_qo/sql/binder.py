@@ -202,15 +202,24 @@ class _Binder:
                              literal)
         return value
 
-    def sla(self, stmt: Train) -> SLA:
+    def sla(self, stmt: Train, target: float | None = None) -> SLA:
+        """The statement's SLA; ``target`` (the workload's target_accuracy) replaces the default
+        SLA and conflicts with an SLA clause that bounds accuracy (see
+        :func:`airplan_qo.session.sla_with_target`)."""
+        from ..session import sla_with_target
+
         clause = stmt.args.get("sla")
         if clause is None:
-            return DEFAULT_SLA
+            return DEFAULT_SLA if target is None else sla_with_target(None, target)
         try:
-            return sla_from_expression(clause.this)
+            sla = sla_from_expression(clause.this)
         except SLAError as e:
             node = e.node if e.node is not None else clause.this
             raise self.error(str(e), node, operator=isinstance(node, (exp.Or, exp.Not))) from None
+        except ValidationError as e:
+            raise self.error(str(e), clause.this) from None
+        try:
+            return sla_with_target(sla, target)
         except ValidationError as e:
             raise self.error(str(e), clause.this) from None
 
@@ -297,7 +306,7 @@ def bind(statement: Statement) -> BoundTrain | BoundAnalyze:
         topologies=binder.topologies(train, workload.clients),
         weights=binder.weights(train),
         sparsity=binder.sparsity(train),
-        sla=binder.sla(train),
+        sla=binder.sla(train, workload.target_accuracy),
         confidence=binder.confidence(train),
         budgets=binder.budgets(train),
         estimator=binder.estimator(train),

@@ -117,13 +117,15 @@ def test_read_only_open_of_foreign_duckdb_file(tmp_path):
     assert str(path) in str(info.value)
 
 
-def test_writer_adds_the_catalog_to_an_existing_duckdb_file(tmp_path):
+def test_writer_adds_the_catalog_to_an_existing_duckdb_file_when_asked(tmp_path):
     path = tmp_path / "other.duckdb"
     con = duckdb.connect(str(path))
     con.execute("CREATE TABLE t (a INTEGER)")
     con.execute("INSERT INTO t VALUES (42)")
     con.close()
-    with Catalog.open(path) as cat:
+    with pytest.raises(CatalogError, match="but no AirPlan catalog"):
+        Catalog.open(path)
+    with Catalog.open(path, adopt=True) as cat:
         assert cat.query("SELECT a FROM main.t") == [{"a": 42}]
         assert cat.schema_version >= 1
 
