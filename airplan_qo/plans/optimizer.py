@@ -22,7 +22,7 @@ from ..catalog.privacy import choose_release
 from ..catalog.sketch import dimensions
 from ..catalog.store import Catalog
 from ..data import dataset_info
-from ..errors import ValidationError
+from ..errors import PlanningError, ValidationError
 from ..costmodels import DEFAULT_ESTIMATOR, ESTIMATORS, EstimationContext, resolve_constants
 from .families import FAMILIES
 from .mixing import WEIGHTS
@@ -154,6 +154,27 @@ def model_dimension(workload: Workload) -> tuple[int, int]:
 
     shape, n_classes = dataset_info(workload.dataset)
     return int(parameter_count(workload.model, tuple(shape), n_classes)), n_classes
+
+
+def _fitting(specs: list[TopologySpec], w: Workload) -> tuple[list[TopologySpec], list[str]]:
+    """The candidate topologies whose planning fits in memory, and warnings naming the ones
+    skipped (and more clients than training records); PlanningError when none fits."""
+    from .footprint import gib, more_clients_than_records, split_by_memory
+
+    fits, skipped, budget = split_by_memory(specs)
+    notes = []
+    if skipped:
+        names = "; ".join(dict.fromkeys(  # one entry per graph, whatever the weights rule
+            f"{spec.label()} needs ~{gib(need)}" for spec, need in skipped))
+        if not fits:
+            raise PlanningError(
+                f"no candidate topology fits in memory at {w.clients} clients ({names}; "
+                f"{gib(budget)} available): choose a sparser topology or fewer clients")
+        notes.append(f"skipped (memory): {names}; {gib(budget)} available")
+    crowded = more_clients_than_records(w.dataset, w.clients)
+    if crowded:
+        notes.append(crowded)
+    return fits, notes
 
 
 def _heterogeneity(catalog: Catalog, w: Workload) -> tuple[float, str, float | None]:
@@ -312,7 +333,7 @@ class Optimizer:
                                  w.dp_delta if w.dp_epsilon is not None else None)
         startup = float(w.clients * math.ceil(release.cells / 2))
 
-        specs = self.candidate_specs(request)
+        specs, too_big = _fitting(self.candidate_specs(request), w)
         fc_spec = TopologySpec.create("complete", w.clients, seed=w.topology_seed,
                                       weights="metropolis_hastings")
         all_stats, ids = self.topology_stats(specs + ([fc_spec] if fc_spec not in specs else []))
@@ -342,7 +363,7 @@ class Optimizer:
         for rank, cand in enumerate(candidates, 1):
             cand.rank = rank
         feasible = [c for c in candidates if c.feasible]
-        warnings: list[str] = []
+        warnings: list[str] = list(too_big)
         fallback = not feasible
         if feasible:
             chosen = feasible[0]

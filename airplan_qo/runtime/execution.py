@@ -167,6 +167,7 @@ def execute(catalog: Catalog, result, *, quiet: bool = False, stop_at_target: bo
     config = run_config(w, result.chosen.plan, result.context.round_budget,
                         result.target_accuracy if stop_at_target else None, seeds,
                         result.request.sla.accuracy_metric)
+    _check_training_memory(w.clients, result.context.d, config.resolved_algorithm)
     options = {"dataset": w.dataset, "clients": w.clients, "workload": w.params(),
                "run_config": config.as_dict(), "planning_run_id": result.planning_run_id,
                "feedback_basis": feedback_basis(result)}
@@ -188,6 +189,18 @@ def execute(catalog: Catalog, result, *, quiet: bool = False, stop_at_target: bo
                             basis=options["feedback_basis"], config=monitor)
     return _run(catalog, exec_id, result.chosen.plan_id, w, result.chosen.plan.topology, config,
                 options["feedback_basis"], quiet=quiet, reopt=reopt)
+
+
+def _check_training_memory(n: int, d: int, algorithm: str) -> None:
+    """Refuse, before anything is recorded, a run whose stacked state cannot fit in memory."""
+    from ..plans.footprint import MEMORY_SHARE, available_memory, gib, training_bytes
+
+    need, available = training_bytes(n, d, algorithm), available_memory()
+    if available is not None and need > MEMORY_SHARE * available:
+        raise ExecutionError(
+            f"training {n} clients of a {d}-parameter model with {algorithm} needs ~{gib(need)} "
+            f"for the stacked models and buffers, but only {gib(MEMORY_SHARE * available)} is "
+            "available: use fewer clients or a smaller model")
 
 
 def _run(catalog: Catalog, exec_id: int, plan_id: int, w, spec: TopologySpec, config: RunConfig,
