@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +74,9 @@ def save(trainer: Any, path: str | os.PathLike) -> None:
     path = Path(path)
     tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        # a unique name, created exclusively, with the usual permissions (umask applies)
+        tmp = str(path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp"))
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         with os.fdopen(fd, "wb") as fh:
             torch.save(state_dict(trainer), fh)
         os.replace(tmp, path)

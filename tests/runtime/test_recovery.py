@@ -279,3 +279,6 @@ def test_checkpoint_temporary_files_have_unique_names(tmp_path, digits, digits_i
     trainer.save(target)
     trainer.save(target)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["exec-1.pt", "exec-1.pt.tmp"]
+    umask = os.umask(0)
+    os.umask(umask)
+    assert os.stat(target).st_mode & 0o777 == 0o666 & ~umask   # usual permissions
