@@ -25,7 +25,7 @@ with aq.connect(catalog) as db:
           f"{'p':>7} {'p_random':>8}")
     for dropout in (0.0, 0.1, 0.2, 0.3):
         w = aq.Workload(dataset="digits", clients=50, alpha=0.5, snr_db=10, dropout=dropout)
-        result = db.plan(w, topologies=["small_world", "clustered"])
+        result = db.plan(w, topologies=["small_world", "clustered"], estimator="dsgd")
         best = {}
         for c in result.candidates:
             fam = c.plan.topology.family
@@ -39,7 +39,8 @@ with aq.connect(catalog) as db:
 
     print("\nPart 2: a run that falls behind its prediction is re-planned and rewired")
     w = aq.Workload(dataset="digits", clients=16, alpha=0.05, rounds=40, seed=1)
-    result = db.plan(w, topologies=["ring", "small_world", "exponential", "complete"],
+    result = db.plan(w, estimator="dsgd",
+                     topologies=["ring", "small_world", "exponential", "complete"],
                      sparsity=[1.0], weights=["metropolis_hastings"])
     ring = next(c for c in result.candidates if c.plan.topology.family == "ring")
     result = attrs.evolve(result, chosen=ring)        # start from the sparsest plan on purpose

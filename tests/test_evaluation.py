@@ -246,10 +246,13 @@ def test_shipped_grids_load_and_unknown_names_are_clear(tmp_path):
 
 def test_recosting_with_the_planners_constants_reproduces_its_choice():
     with aq.connect(":memory:") as db:
-        for alpha, snr, ks in ((0.1, 0.0, [0.1, 1.0]), (1.0, 20.0, [0.05, 0.3, 1.0])):
+        for est, alpha, snr, ks in (("ttt", 0.1, 0.0, [0.1, 1.0]),
+                                    ("ttt", 1.0, 20.0, [0.05, 0.3, 1.0]),
+                                    ("dsgd", 0.1, 0.0, [0.1, 1.0]),
+                                    ("dsgd", 1.0, 20.0, [0.05, 0.3, 1.0])):
             w = aq.Workload(dataset="digits", clients=12, alpha=alpha, snr_db=snr, rounds=40)
             result = db.plan(w, topologies=["ring", ("small_world", {"k": 4}), "clustered",
-                                            "complete"], sparsity=ks)
+                                            "complete"], sparsity=ks, estimator=est)
             fc = next(c for c in result.candidates if c.plan == advisor.fc_plan(result))
             p = advisor.pick(result, result.context.constants, list(result.candidates), fc)
             assert p.label == result.chosen.plan.label()
@@ -257,7 +260,7 @@ def test_recosting_with_the_planners_constants_reproduces_its_choice():
             assert p.predicted_rounds == result.chosen.cost.rounds
         # constants that make every plan miss an absolute target fall back to the fc plan
         result = db.plan(w, sla="accuracy >= 0.8", topologies=["ring", "complete"],
-                         sparsity=[0.1, 1.0])
+                         sparsity=[0.1, 1.0], estimator="dsgd")
         fc = next(c for c in result.candidates if c.plan == advisor.fc_plan(result))
         bad = dict(result.context.constants, f0=0.5)
         p = advisor.pick(result, bad, [c for c in result.candidates if c is not fc], fc)

@@ -57,7 +57,7 @@ class CostEstimator(Protocol):
 
 
 ESTIMATORS: Registry[CostEstimator] = Registry("cost estimator")
-DEFAULT_ESTIMATOR = "dsgd"
+DEFAULT_ESTIMATOR = "ttt"
 
 
 def resolve_constants(estimator: CostEstimator, rows: list[dict[str, Any]], dataset: str,

@@ -158,7 +158,8 @@ def expected_rounds(mu: float, sd: float, budget: float) -> float:
     the budget pays for (partial expectation of the lognormal plus the censored mass)."""
     sd = max(sd, 1e-9)
     b = math.log(budget)
-    below = math.exp(mu + sd * sd / 2.0) * stats.norm.cdf((b - mu - sd * sd) / sd)
+    log_below = mu + sd * sd / 2.0 + float(stats.norm.logcdf((b - mu - sd * sd) / sd))
+    below = math.exp(min(log_below, 700.0))
     return float(below + budget * stats.norm.sf((b - mu) / sd))
 
 
@@ -258,7 +259,7 @@ class TimeToTargetEstimator:
 
     def accuracy_at(self, ctx, plan, stats, rounds):
         t = self.terms(ctx, plan, stats)
-        tau = math.exp(t["mu"]) / math.log(20.0)
+        tau = math.exp(min(t["mu"], 700.0)) / math.log(20.0)
         return self.ceiling(ctx, plan, stats) * (1.0 - math.exp(-float(rounds) / tau))
 
     def terms(self, ctx, plan, stats) -> dict[str, float]:
@@ -312,18 +313,32 @@ class TimeToTargetEstimator:
 
         t = self.terms(ctx, plan, stats)
         budget = max(int(ctx.round_budget), 1)
-        mu, sd = t["mu"], t["sd"]
+        sd = t["sd"]
+        # the model is fitted for targets at 95% of the fully connected plan's final accuracy
+        # A; another target rho A is reached at T95 ln(1/(1 - rho)) / ln 20 on the curve
+        # a(t) = A (1 - exp(-t ln 20 / T95)), and never when rho >= 1
+        ceiling = self.ceiling(ctx, plan, stats)
+        rho = float(target_accuracy) / ceiling if ceiling > 0 else math.inf
+        acc = float(self.accuracy_at(ctx, plan, stats, budget))
+        notes = self.notes(ctx, plan, stats)
+        if rho >= 1.0:
+            terms = {k: float(v) for k, v in t.items()}
+            terms.update(p_meets=0.0, target_over_ceiling=rho)
+            return Estimate(rounds=None, accuracy=acc, terms=terms, model_term=float(t["mu"]),
+                            calibration_ids=ctx.calibration_ids, p_meets=0.0, notes=notes)
+        mu = t["mu"] + math.log(max(math.log(1.0 / (1.0 - rho)), 1e-9) / math.log(20.0))
         p = meets_probability(mu, sd, budget)
         rounds = max(1.0, expected_rounds(mu, sd, budget))
-        lo, hi = math.exp(mu - 1.6448536269514722 * sd), math.exp(mu + 1.6448536269514722 * sd)
-        acc = float(self.accuracy_at(ctx, plan, stats, budget))
-        terms = {k: float(v) for k, v in dict(t, p_meets=p, median_rounds=math.exp(mu)).items()}
+        lo = math.exp(min(mu - 1.6448536269514722 * sd, 700.0))
+        hi = math.exp(min(mu + 1.6448536269514722 * sd, 700.0))
+        terms = {k: float(v) for k, v in dict(t, mu=mu, p_meets=p,
+                                              median_rounds=math.exp(min(mu, 700.0)),
+                                              target_over_ceiling=rho).items()}
         if ctx.privacy_epsilon:
             terms["privacy_epsilon"] = ctx.privacy_epsilon
         return Estimate(rounds=rounds, accuracy=acc, rounds_lo=max(1.0, lo),
                         rounds_hi=hi, terms=terms, model_term=float(mu),
-                        calibration_ids=ctx.calibration_ids, p_meets=p,
-                        notes=self.notes(ctx, plan, stats))
+                        calibration_ids=ctx.calibration_ids, p_meets=p, notes=notes)
 
 
 __all__ += ["TimeToTargetEstimator", "load_reference", "flatten", "CONSTANTS_FILE"]

@@ -98,7 +98,8 @@ def pick(result, constants: Mapping[str, float] | None, candidates: Sequence[Any
         e = est.estimate(ctx, cand.plan, cand.stats, target)
         cost = Cost(e, cand.cost.per_round, cand.cost.startup, result.objective)
         feasible = (not (cand.pruned_reason or "").startswith("connectivity:")
-                    and _feasible(cost, e, sla, fc_acc, budget, budgets))
+                    and _feasible(cost, e, sla, fc_acc, budget, budgets,
+                                  getattr(request, "confidence", 0.9)))
         ranked.append(((not feasible,) + cost.sort_key(cand.plan.label()), cand, cost, feasible))
     ranked.sort(key=lambda r: r[0])
     if ranked and ranked[0][3]:
@@ -111,12 +112,18 @@ def pick(result, constants: Mapping[str, float] | None, candidates: Sequence[Any
 
 
 def _feasible(cost: Cost, e, sla, fc_acc: float, round_budget: int,
-              budgets: dict[str, float]) -> bool:
-    """The planner's pruning rules: reaches the target, SLA, round/time/energy budgets and the
-    estimator's own constraints."""
+              budgets: dict[str, float], confidence: float = 0.9) -> bool:
+    """The planner's pruning rules: reaches the target (or, for an estimator that predicts a
+    distribution of rounds, meets it with at least ``confidence``), SLA, round/time/energy
+    budgets and the estimator's own constraints."""
     if cost.rounds is None:
         return False
-    metrics = {"accuracy": e.accuracy, "avg_model_accuracy": e.accuracy, "rounds": cost.rounds,
+    acc = e.accuracy
+    if e.p_meets is not None:
+        if e.p_meets < confidence:
+            return False
+        acc = math.inf          # the chance constraint replaces the accuracy point check
+    metrics = {"accuracy": acc, "avg_model_accuracy": acc, "rounds": cost.rounds,
                "energy_j": cost.total("energy_j"), "airtime_s": cost.total("airtime_s"),
                "channel_uses": cost.total("channel_uses")}
     if sla.check(metrics, fc_acc):

@@ -418,7 +418,7 @@ class Optimizer:
     def _prune(c: Candidate, sla: SLA, fc_accuracy: float, budgets: dict[str, float],
                round_budget: int, confidence: float = 0.9) -> str | None:
         est = c.cost.estimate
-        if est.p_meets is not None:
+        if est.p_meets is not None and c.cost.rounds is not None:
             # a distribution of rounds: the chance constraint replaces the accuracy point check
             if est.p_meets < confidence:
                 return (f"chance: P(meets SLA) {est.p_meets:.2f} < confidence {confidence:g}")

@@ -128,8 +128,8 @@ def test_calibrate_ttt_shifts_the_dataset_level_from_executions(tmp_path):
         assert shift > 0                      # slower than predicted: the level moves up
     else:
         assert np.sign(shift) == np.sign(np.mean(observed))
-    mu_b = before.chosen.cost.estimate.terms["mu"]
-    mu_a = after.chosen.cost.estimate.terms["mu"]
-    assert mu_a - mu_b == pytest.approx(shift, abs=1e-9)
+    level_b = before.chosen.cost.estimate.terms["log_t_fc"]
+    level_a = after.chosen.cost.estimate.terms["log_t_fc"]
+    assert level_a - level_b == pytest.approx(shift, abs=1e-9)
     assert after.context.calibration_ids
     db.close()

@@ -68,7 +68,7 @@ def test_infeasible_sla_falls_back_to_fc_and_warns(db):
 
 def test_round_budget_prunes(db):
     r = db.plan(W, budgets={"rounds": 5})
-    assert any(c.pruned_reason and c.pruned_reason.startswith(("budget", "sla"))
+    assert any(c.pruned_reason and c.pruned_reason.startswith(("budget", "sla", "chance"))
                for c in r.candidates)
     assert all(c.cost.rounds <= 5 for c in r.candidates if c.feasible)
 
@@ -131,7 +131,7 @@ def test_dataset_family_calibration_applies_to_its_family(db):
     rows = db.catalog.supersede_calibration("dsgd", "dataset_family", "digits:ring",
                                             {"f0": 0.5}, n_obs=3, source="test")
     r = db.plan(W, topologies=["ring", "complete"], sparsity=[1.0],
-                weights=["metropolis_hastings"])
+                weights=["metropolis_hastings"], estimator="dsgd")
     ring = next(c for c in r.candidates if c.plan.topology.family == "ring")
     full = next(c for c in r.candidates if c.plan.topology.family == "complete")
     assert ring.cost.estimate.calibration_ids == (rows["f0"],)

@@ -12,7 +12,7 @@ from airplan_qo.runtime.metrics import at_chance, consensus_exploded, stuck_afte
 def test_lr_10_is_recorded_failed_not_succeeded(tmp_path):
     with aq.connect(tmp_path / "c.duckdb") as db:
         [res] = db.sql("EXPLAIN ANALYZE TRAIN digits ON 20 CLIENTS WITH "
-                       "(lr = 10, rounds = 50, seed = 1)")
+                       "(lr = 10, rounds = 50, seed = 1) COST MODEL dsgd")
         assert "(actual status=failed rounds=2 " in res.text.splitlines()[0]
         ex = db.catalog.query("SELECT status, reason, actual_rounds FROM airplan.executions")[0]
         assert ex["status"] == "failed" and ex["actual_rounds"] == 2

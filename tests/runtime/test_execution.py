@@ -11,7 +11,7 @@ from airplan_qo.runtime import execution
 from airplan_qo.runtime.engine import Trainer
 
 TRAIN = ("TRAIN digits ON 6 CLIENTS WITH (alpha = 1.0, rounds = 12, seed = 3) "
-         "USING TOPOLOGY small_world(k = 2) USING SPARSITY 1")
+         "USING TOPOLOGY small_world(k = 2) USING SPARSITY 1 COST MODEL dsgd")
 
 
 def _rows(db, sql, *params):
@@ -126,7 +126,7 @@ def test_pilot_and_calibrate(tmp_path):
         text = report.render()
         assert "rounds MAPE" in text
         # plans now use the calibrated constants and record their ids
-        plan = db.plan(aq.Workload(dataset="digits", clients=6))
+        plan = db.plan(aq.Workload(dataset="digits", clients=6), estimator="dsgd")
         assert set(plan.context.calibration_ids) <= {r["calibration_id"] for r in current}
         assert plan.context.calibration_ids
 

@@ -32,6 +32,15 @@ from airplan_qo.runtime.monitor import (
 )
 
 
+
+@pytest.fixture(autouse=True)
+def _dsgd_default(monkeypatch):
+    """These tests exercise the monitor against the dsgd estimator's accuracy band (the curve
+    its prediction trigger compares with), so they plan with dsgd as the default."""
+    from airplan_qo.plans import optimizer
+
+    monkeypatch.setattr(optimizer, "DEFAULT_ESTIMATOR", "dsgd")
+
 def _row(r, cd=0.25, acc=None, dropout=0.0, drop=0.1):
     return {"round": r, "consensus_distance": cd, "client_acc_mean": acc, "dropout_rate": dropout,
             "link_drop_rate": drop}

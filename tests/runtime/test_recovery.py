@@ -15,8 +15,10 @@ import pytest
 import airplan_qo as aq
 from airplan_qo.cli import main
 
+# dsgd keeps this run going past its checkpoint at round 10 (its target is out of reach in 12
+# rounds), so "final_commit" has a checkpoint to resume from
 TRAIN = ("TRAIN digits ON 6 CLIENTS WITH (alpha = 1.0, rounds = 12, seed = 3) "
-         "USING TOPOLOGY small_world(k = 2) USING SPARSITY 1")
+         "USING TOPOLOGY small_world(k = 2) USING SPARSITY 1 COST MODEL dsgd")
 
 # The child trains TRAIN and, at the chosen point, creates the marker file and sleeps until it
 # is killed. Patching happens in the child only; the parent sees a plain killed process.
