@@ -230,7 +230,7 @@ def test_shipped_grids_load_and_unknown_names_are_clear(tmp_path):
     quick = load_grid("quick")
     assert quick.n_runs == 48 and quick.source == "builtin:quick"
     default = load_grid("default")
-    assert len(default.workloads) == 39 and default.n_runs == 4680
+    assert len(default.workloads) == 42 and default.n_runs == 5040
     assert default.workloads[default.reference].key == "digits N=20 alpha=0.5 snr=10"
     with pytest.raises(ValidationError, match="did you mean 'quick'"):
         load_grid("quik")
@@ -311,6 +311,8 @@ def test_quick_grid_end_to_end_and_cached_rerun(tmp_path, capsys):
         assert summary["ceiling"][block]["n"] >= 1
         ranking = summary["ranking_given_measured_fc"][block]
         assert ranking["within_noise_rate"] is None or 0 <= ranking["within_noise_rate"] <= 1
+    # t-tests pair by workload (seed means), not by (workload, seed)
+    assert summary["ttests"] and all(t["n"] <= 3 for t in summary["ttests"])
     ttt = summary["time_to_target"]                 # the cross-validated Tobit advisor
     for variant in ("measured_fc", "predicted_fc"):
         assert ttt[variant]["workloads"] == 3
