@@ -34,7 +34,7 @@ def heterogeneity(alpha: float, n_classes: int) -> float:
 def channel_noise(plan: PhysicalPlan, stats: TopologyStats) -> float:
     """Relative effective noise variance of one OTA aggregation, sigma_c^2.
 
-    sigma_eff^2 / (payload power per coordinate) = 1 / (2 SNR |h_min|^2) (docs/runtime.md, the channel).
+    sigma_eff^2 / (payload power per coordinate) = 1 / (2 SNR |h_min|^2) (docs/runtime.md).
     Above the truncation threshold g, the minimum of m active Rayleigh gains is g + Exp(m), and
     E[1 / (g + X)] = m e^{g m} E1(g m); m = expected active neighbours (online and not
     truncated). Transmitters pre-scale by W_ij, so the power normaliser is max_j W_ij^2 times

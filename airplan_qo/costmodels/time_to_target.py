@@ -192,7 +192,8 @@ def choose(candidates: Sequence[Candidate], sd: float, budget: float,
 
 
 __all__ = ["PLAN_FEATURES", "PLAN_INTERACTIONS", "FC_FEATURES", "plan_features", "fc_features",
-           "TobitFit", "fit_tobit", "fit_ceiling", "meets_probability", "expected_rounds", "Candidate",
+           "TobitFit", "fit_tobit", "fit_ceiling", "meets_probability", "expected_rounds",
+           "Candidate",
            "choose"]
 
 

@@ -1,11 +1,13 @@
 """Pilot calibration: a few short runs over a small design, then a refit of the estimator.
 
 The design spans the quantities the dsgd estimator depends on: three topologies that span the
-mixing parameter p (ring, small-world, complete), two heterogeneity levels, two SNRs and two
-sparsity levels (so the compression exponent beta_k is fitted too): 24 runs. Each pilot plans
-with the topology and k fixed, trains for a short budget without stopping at
-the target (so the whole error curve is observed), and records feedback like any execution. The
-fit then reports in-sample and leave-one-topology-out errors.
+mixing parameter p (ring, small-world, complete), two heterogeneity levels, two SNRs and three
+sparsity levels across the planner's range (1, 0.1, 0.01; so the compression exponent beta_k is
+fitted too): 36 distinct runs. Each pilot trains exactly its design point (the topology and k
+are fixed, and the design point is trained even when the planner would reject it, so no two
+pilots repeat one plan) for a short budget without stopping at the target (so the whole error
+curve is observed), and records feedback like any execution. The fit then reports in-sample and
+leave-one-topology-out errors, and the report says which range the calibration covers.
 """
 
 from __future__ import annotations
@@ -16,14 +18,14 @@ from typing import Any
 
 import attrs
 
-from ..costmodels.calibration import CalibrationReport, HoldOutReport, calibrate, leave_one_group_out
-from ..costmodels.calibration import load_observations
+from ..costmodels.calibration import (CalibrationReport, HoldOutReport, calibrate,
+                                      leave_one_group_out, load_observations)
 from ..plans.workload import Workload
 
 PILOT_TOPOLOGIES = (("ring", ()), ("small_world", (("k", 4),)), ("complete", ()))
 PILOT_ALPHAS = (0.1, 1.0)
 PILOT_SNRS = (0.0, 20.0)
-PILOT_SPARSITY = (1.0, 0.1)
+PILOT_SPARSITY = (1.0, 0.1, 0.01)
 
 
 @attrs.frozen
@@ -32,12 +34,26 @@ class PilotReport:
     calibration: CalibrationReport
     hold_out: HoldOutReport | None
 
+    def covers(self) -> str:
+        """The range of the design the calibration was fitted on."""
+        if not self.runs:
+            return "no runs"
+
+        def values(key: str) -> str:
+            return ", ".join(f"{v:g}" for v in sorted({r[key] for r in self.runs}))
+
+        families = ", ".join(sorted({r["family"] for r in self.runs}))
+        return (f"calibration covers: topologies {families}; k in {{{values('k')}}}; alpha in "
+                f"{{{values('alpha')}}}; SNR in {{{values('snr_db')}}} dB; "
+                f"{self.runs[0]['clients']} clients")
+
     def render(self) -> str:
-        lines = [f"pilot: {len(self.runs)} runs"]
+        lines = [f"pilot: {len(self.runs)} runs", self.covers()]
         for r in self.runs:
             acc = r["final_accuracy"]
+            shown = acc if acc is None else round(acc, 3)
             lines.append(f"  exec {r['exec_id']:>4}  {r['plan']:<40} alpha={r['alpha']:<4} "
-                         f"snr_db={r['snr_db']:<5} final_acc={acc if acc is None else round(acc, 3)}")
+                         f"snr_db={r['snr_db']:<5} final_acc={shown}")
         lines.append(self.calibration.render())
         if self.hold_out is not None:
             lines.append(self.hold_out.render())
@@ -57,9 +73,14 @@ def run_pilot(session, dataset: str, clients: int, *, rounds: int = 30,
         plan = session.plan(w, topologies=[(family, dict(tparams))], sparsity=[k],
                             weights=["metropolis_hastings"], estimator=estimator,
                             statement=f"pilot {i}/{len(design)}")
-        report = session.execute(plan, quiet=quiet, stop_at_target=False)
-        runs.append({"exec_id": report.exec_id, "plan": plan.chosen.plan.label(), "alpha": alpha,
-                     "snr_db": snr, "final_accuracy": report.result.final_accuracy})
+        # the design point itself, even when the planner would fall back to another plan
+        point = next(c for c in plan.candidates
+                     if c.plan.topology.family == family and c.plan.k_ratio == k)
+        report = session.execute(attrs.evolve(plan, chosen=point), quiet=quiet,
+                                 stop_at_target=False)
+        runs.append({"exec_id": report.exec_id, "plan": point.plan.label(), "alpha": alpha,
+                     "snr_db": snr, "final_accuracy": report.result.final_accuracy,
+                     "family": family, "k": k, "clients": clients})
         if not quiet:
             print(f"pilot run {i}/{len(design)} done", file=sys.stderr)
     options = {"fixed": ()} if estimator == "dsgd" else {}

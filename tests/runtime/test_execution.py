@@ -117,8 +117,13 @@ def test_pilot_and_calibrate(tmp_path):
 
     with aq.connect(tmp_path / "c.duckdb") as db:
         report = run_pilot(db, "digits", 6, rounds=6)
-        assert len(report.runs) == 24
-        assert report.calibration.n_obs == 24
+        assert len(report.runs) == 36
+        assert report.calibration.n_obs == 36
+        # every design point trained as itself: no repeated plan, the planner's k range covered
+        points = {(r["plan"], r["alpha"], r["snr_db"]) for r in report.runs}
+        assert len(points) == 36
+        assert {r["k"] for r in report.runs} == {1.0, 0.1, 0.01}
+        assert "calibration covers:" in report.render() and "k in {0.01, 0.1, 1}" in report.render()
         assert "beta_k" in report.calibration.fitted
         current = _rows(db, "SELECT * FROM airplan.v_current_calibration")
         assert {r["constant_name"] for r in current} >= {"f0", "tau0"}
