@@ -148,6 +148,38 @@ def fit_ceiling(rows: Sequence[Mapping[str, float]], accuracy: Sequence[float],
                     float(np.sqrt(np.mean(resid ** 2))), int(y.size), 0, 0.0)
 
 
+#: Measurement sd (log rounds) of the time-to-target implied by a short pilot's accuracy.
+PILOT_SD = 0.35
+
+
+def pilot_update(mu: float, sd: float, budget: float, pilot_rounds: int,
+                 pilot_accuracy: float, reached: bool, ceiling: float,
+                 target_ratio: float) -> tuple[float, float, float]:
+    """Update the distribution of log T with a pilot of ``pilot_rounds`` rounds.
+
+    A pilot that reached the target settles it (P = 1). Otherwise its last smoothed accuracy
+    a_r implies, on the model's curve a(t) = A (1 - exp(-t ln 20 / T95)), a time
+    T95 = r ln 20 / -ln(1 - a_r / A), hence a log T for the target ratio rho = target / A; that
+    measurement (sd :data:`PILOT_SD`) is combined with the prior N(mu, sd^2), and the posterior is
+    truncated at T > r. Returns (posterior mean, posterior sd, P(T <= budget | pilot))."""
+    if reached:
+        return math.log(max(pilot_rounds, 1)), 1e-6, 1.0
+    r = max(int(pilot_rounds), 1)
+    frac = min(max(pilot_accuracy / ceiling, 1e-6), 1.0 - 1e-6) if ceiling > 0 else 1e-6
+    t95 = r * math.log(20.0) / -math.log(1.0 - frac)
+    shift = math.log(max(math.log(1.0 / (1.0 - min(target_ratio, 1.0 - 1e-9))), 1e-9)
+                     / math.log(20.0))
+    measured = math.log(t95) + shift
+    w0, w1 = 1.0 / sd ** 2, 1.0 / PILOT_SD ** 2
+    mu_post = (w0 * mu + w1 * measured) / (w0 + w1)
+    sd_post = (w0 + w1) ** -0.5
+    lo = (math.log(r) - mu_post) / sd_post
+    hi = (math.log(budget) - mu_post) / sd_post
+    tail = float(stats.norm.sf(lo))
+    p = 0.0 if tail <= 0 else max(0.0, float(stats.norm.cdf(hi) - stats.norm.cdf(lo))) / tail
+    return mu_post, sd_post, min(p, 1.0)
+
+
 def meets_probability(mu: float, sd: float, budget: float) -> float:
     """P(T <= budget) for log T ~ N(mu, sd^2)."""
     return float(stats.norm.cdf((math.log(budget) - mu) / max(sd, 1e-9)))
@@ -193,7 +225,7 @@ def choose(candidates: Sequence[Candidate], sd: float, budget: float,
 
 __all__ = ["PLAN_FEATURES", "PLAN_INTERACTIONS", "FC_FEATURES", "plan_features", "fc_features",
            "TobitFit", "fit_tobit", "fit_ceiling", "meets_probability", "expected_rounds",
-           "Candidate",
+           "pilot_update", "PILOT_SD", "Candidate",
            "choose"]
 
 

@@ -529,6 +529,15 @@ def _time_to_target(measured, outcome_of, summaries, folds_of, notes: list[str],
         out[variant] = _comparison_block(cmps, [], [(c.advisor_family, c.oracle_family)
                                                    for c in cmps]) if cmps else None
     out["prediction"] = time_to_target.prediction_quality(ev["errors"])
+    by_key = ev["pilot_cost_over_oracle"]
+    shares = list(by_key.values())
+    with_pilot = [c.cost_ratio + by_key.get(c.workload, 0.0)
+                  for c in ev["comparisons"]["raced"] if c.cost_ratio is not None]
+    out["pilot_cost_over_oracle"] = {
+        "median": float(np.median(shares)) if shares else None,
+        "max": float(np.max(shares)) if shares else None,
+        "raced": int(sum(1 for v in shares if v > 0)),
+        "median_cost_ratio_with_pilot": float(np.median(with_pilot)) if with_pilot else None}
     errs = ev["ceiling_errors_pts"]
     out["ceiling"] = {"n": len(errs),
                       "mean_abs_error_pts": float(np.mean(np.abs(errs))) if errs else None,

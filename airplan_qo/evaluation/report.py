@@ -123,17 +123,25 @@ def render(analysis, *, figures: list[Path], wall_s: float, command: str,
                   "measured (its own runs, as a pilot would) or predicted.", ""]
         rows = []
         for label, key in (("reference measured", "measured_fc"),
-                           ("reference predicted", "predicted_fc")):
+                           ("reference predicted", "predicted_fc"),
+                           ("reference predicted, with pilot racing", "raced")):
             b = ttt.get(key)
             if b is None:
                 continue
-            pq = ttt["prediction"][key]
+            pq = ttt["prediction"]["predicted_fc" if key == "raced" else key]
             rows.append([label, _rate(b, "within_noise_rate"),
                          _rate(b, "advisor_meets_sla_rate"), _num(b["median_cost_ratio"]),
                          _num(pq["median_abs_log_error_all"]), _pct(pq["coverage90_all"])])
         lines += _table(["variant", "within-noise match", "pick meets the SLA",
                          "median cost ratio", "median abs log error of T", "90% coverage"],
                         rows)
+        pc = ttt.get("pilot_cost_over_oracle") or {}
+        if pc.get("median") is not None:
+            lines += [f"Pilot racing (replayed on the measured runs: up to 3 cheaper contenders "
+                      f"piloted for a quarter of the budget) raced {pc['raced']} workloads; pilot "
+                      f"channel uses / the oracle's cost: median {pc['median']:.3f}, max "
+                      f"{pc['max']:.3f}; median cost ratio with the pilot counted: "
+                      f"{_num(pc['median_cost_ratio_with_pilot'])}.", ""]
         lines += [f"Predicted fc (the fully connected plan's final accuracy) against the measured "
                   f"one, held out: {_ceil(ttt['ceiling'])} points (mean abs / bias / max abs).",
                   ""]

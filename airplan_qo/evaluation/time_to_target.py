@@ -24,7 +24,9 @@ from typing import Any
 import numpy as np
 
 from ..costmodels.time_to_target import (PLAN_FEATURES, PLAN_INTERACTIONS, Candidate, choose,
-                                         fc_features, fit_ceiling, fit_tobit, plan_features)
+                                         expected_rounds, fc_features, fit_ceiling, fit_tobit,
+                                         meets_probability, pilot_update, plan_features)
+from ..plans.sla import first_crossing
 from ..errors import ValidationError
 from ..costmodels.dsgd import DSGDEstimator
 from .metrics import compare
@@ -33,6 +35,10 @@ from .metrics import compare
 PENALTY = {**{f: 0.1 for f in PLAN_FEATURES}, **{f: 5.0 for f in PLAN_INTERACTIONS}}
 CONFIDENCE = 0.9
 Z90 = 1.6448536269514722
+#: Racing: contenders are cheaper candidates with at least this P(meets SLA) (at most
+#: RACE_CONTENDERS of them), piloted for a quarter of the budget.
+RACE_MIN_P = 0.2
+RACE_CONTENDERS = 3
 
 
 def _features(sp, cand) -> dict[str, float]:
@@ -108,7 +114,8 @@ def evaluate(measured, outcome_of, summaries: Mapping[str, Mapping[str, Any]],
     rows = observations(measured, outcome_of)
     measured_fc = _fc_offsets(rows)
     by_key = {m.spec.key: m for m in measured}
-    comparisons: dict[str, list] = {"measured_fc": [], "predicted_fc": []}
+    comparisons: dict[str, list] = {"measured_fc": [], "predicted_fc": [], "raced": []}
+    pilot_shares: dict[str, float] = {}
     held_errors = []
     ceiling_errors = []
     for fold in sorted(set(folds_of.values())):
@@ -146,6 +153,16 @@ def evaluate(measured, outcome_of, summaries: Mapping[str, Mapping[str, Any]],
                 pick, p, feasible = choose(cands, sd, budget, confidence)
                 comparisons[variant].append(
                     compare(key, pick.label, summaries[key], cand_labels, seed_costs))
+                if variant == "predicted_fc":
+                    ceiling_pred = 1.0 / (1.0 + math.exp(-ceil.mean(_fc_row(m, sp))))
+                    raced, pilot_cost = _race(m, seed0, cands, pick, sd, budget, confidence,
+                                              ceiling_pred)
+                    cmp = compare(key, raced.label, summaries[key], cand_labels, seed_costs)
+                    comparisons["raced"].append(cmp)
+                    orc = next((s for s in summaries[key].values()
+                                if s.plan == cmp.oracle_plan), None)
+                    if orc is not None and orc.cost > 0:
+                        pilot_shares[key] = pilot_cost / orc.cost
             for r in rows:
                 if r["workload"] != key:
                     continue
@@ -154,7 +171,60 @@ def evaluate(measured, outcome_of, summaries: Mapping[str, Mapping[str, Any]],
                 held_errors.append((r, mu, mu_m, math.hypot(plan.sd, fcm.sd), plan.sd))
     full = fit(rows)
     return {"comparisons": comparisons, "errors": held_errors, "fit": full,
-            "confidence": confidence, "ceiling_errors_pts": ceiling_errors}
+            "confidence": confidence, "ceiling_errors_pts": ceiling_errors,
+            "pilot_cost_over_oracle": pilot_shares}
+
+
+def _race(m, seed: int, cands: Sequence[Candidate], pick: Candidate, sd: float, budget: int,
+          confidence: float, ceiling: float) -> tuple[Candidate, float]:
+    """Pilot racing replayed on the measured runs: the cheaper candidates that might meet the
+    SLA (P >= RACE_MIN_P, at most RACE_CONTENDERS, cheapest first) are piloted for a quarter of
+    the budget (their measured runs' first rounds at ``seed``), their distributions updated
+    (:func:`~airplan_qo.costmodels.time_to_target.pilot_update`), and the cheapest whose
+    updated P reaches ``confidence`` replaces the pick. Returns (choice, pilot channel uses):
+    every contender's pilot rounds are counted, including the winner's."""
+    def exp_cost(c: Candidate, mu: float, s: float) -> float:
+        return c.startup + c.per_round_cost * expected_rounds(mu, s, budget)
+
+    base = exp_cost(pick, pick.mu, sd)
+    contenders = sorted((c for c in cands if c.label != pick.label
+                         and meets_probability(c.mu, sd, budget) >= RACE_MIN_P
+                         and exp_cost(c, c.mu, sd) < base),
+                        key=lambda c: exp_cost(c, c.mu, sd))[:RACE_CONTENDERS]
+    if not contenders:
+        return pick, 0.0
+    r = max(3, math.ceil(budget / 4))
+    runs = {run.plan: run for run in m.runs if run.seed == seed}
+    target = m_target(m)
+    pilot = 0.0
+    best = None
+    for c in contenders:
+        run = runs.get(c.label)
+        if run is None:
+            continue
+        acc = list(run.accuracy[:r])
+        pilot += float(sum(run.channel_uses[:r]))
+        points = [(i + 1, a) for i, a in enumerate(acc)]
+        reached = first_crossing(points, target, complete=False) is not None
+        seen = [a for a in acc if a is not None][-3:]
+        a_r = float(np.mean(seen)) if seen else 0.0
+        mu2, sd2, p2 = pilot_update(c.mu, sd, budget, r, a_r, reached, ceiling,
+                                    target / ceiling if ceiling > 0 else 1.0)
+        if p2 >= confidence:
+            cost = exp_cost(c, mu2, sd2)
+            if best is None or cost < best[0]:
+                best = (cost, c)
+    return (best[1] if best is not None else pick), pilot
+
+
+def m_target(m) -> float:
+    """The measured target of a workload (its SLA with the measured fc, as the analysis uses)."""
+    from ..plans.sla import parse_sla
+    from .metrics import measured_target
+
+    ref = m.seeds[min(m.seeds)].fc_candidate.plan.label()
+    fc = float(np.mean([r.final_accuracy for r in m.runs if r.plan == ref]))
+    return measured_target(parse_sla(m.spec.sla), fc)
 
 
 def prediction_quality(errors) -> dict[str, Any]:

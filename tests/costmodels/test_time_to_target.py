@@ -133,3 +133,19 @@ def test_calibrate_ttt_shifts_the_dataset_level_from_executions(tmp_path):
     assert level_a - level_b == pytest.approx(shift, abs=1e-9)
     assert after.context.calibration_ids
     db.close()
+
+
+def test_pilot_update_moves_the_prediction_with_the_early_curve():
+    from airplan_qo.costmodels.time_to_target import pilot_update
+
+    mu, sd, budget, ceiling = math.log(30.0), 0.4, 40, 0.9
+    prior = meets_probability(mu, sd, budget)
+    # reached already: settled
+    assert pilot_update(mu, sd, budget, 10, 0.88, True, ceiling, 0.95)[2] == 1.0
+    # far behind the curve (a(10) = 0.2 of a 0.9 ceiling): slower than predicted
+    slow = pilot_update(mu, sd, budget, 10, 0.2, False, ceiling, 0.95)
+    # ahead of it (0.85 of 0.9 at round 10): faster
+    fast = pilot_update(mu, sd, budget, 10, 0.85, False, ceiling, 0.95)
+    assert slow[0] > mu > fast[0]
+    assert slow[2] < prior < fast[2]
+    assert slow[1] < sd and fast[1] < sd            # a pilot narrows the distribution
