@@ -309,3 +309,84 @@ def scalability(analysis, path: Path) -> Path | None:
 
 __all__ = ["write_figures", "confusion_matrix", "predicted_vs_actual", "pareto_fronts",
            "fairness_cdf", "accuracy_vs_dropout", "scalability", "dropout_groups"]
+
+
+# ---- executions ------------------------------------------------------------------------------
+
+def execution_curves(catalog, exec_ids, path: str | Path) -> Path:
+    """Measured curves of executions beside their predictions, one column per execution.
+
+    Top: the mean accuracy of the clients' own models (the SLA's ``accuracy``) and the
+    average model's accuracy per round, the planner's predicted curve (and its lower band where
+    the estimator gives one), the target line, the predicted rounds-to-target interval (shaded)
+    and re-optimisation events (vertical lines). Bottom: the consensus distance. Raises
+    :class:`~airplan_qo.errors.ValidationError` for an unknown execution id."""
+    import json
+
+    from .errors import ValidationError
+
+    ids = [int(i) for i in exec_ids]
+    if not ids:
+        raise ValidationError("plot needs at least one execution id")
+    fig = _figure(4.2 * len(ids), 5.6)
+    axes = fig.subplots(2, len(ids), squeeze=False, sharex="col",
+                        gridspec_kw={"height_ratios": [2, 1]})
+    for col, eid in enumerate(ids):
+        rows = catalog.query("SELECT e.exec_id, e.options, e.status, p.family, p.k_ratio, "
+                             "p.terms::VARCHAR AS terms FROM airplan.executions e "
+                             "LEFT JOIN airplan.plans p ON p.plan_id = e.plan_id "
+                             "WHERE e.exec_id = ?", [eid])
+        if not rows:
+            raise ValidationError(f"no execution {eid} in catalog {catalog.path}")
+        ex = rows[0]
+        options = ex["options"]
+        options = json.loads(options) if isinstance(options, str) else (options or {})
+        basis = options.get("feedback_basis") or {}
+        stats = catalog.query("SELECT round, client_acc_mean, test_accuracy, consensus_distance "
+                              "FROM airplan.round_stats WHERE exec_id = ? AND round >= 1 "
+                              "ORDER BY round", [eid])
+        events = catalog.query("SELECT round, trigger FROM airplan.reoptimizations "
+                               "WHERE exec_id = ? ORDER BY round", [eid])
+        top, bottom = axes[0][col], axes[1][col]
+        acc = [(r["round"], r["client_acc_mean"]) for r in stats
+               if r["client_acc_mean"] is not None]
+        avg = [(r["round"], r["test_accuracy"]) for r in stats if r["test_accuracy"] is not None]
+        if acc:
+            top.plot(*zip(*acc), color="C0", label="clients' own models (SLA accuracy)")
+        if avg:
+            top.plot(*zip(*avg), color="C0", alpha=0.4, linestyle=":", label="average model")
+        curve = basis.get("accuracy_curve") or []
+        if curve:
+            top.plot(range(1, len(curve) + 1), curve, color="C1", linestyle="--",
+                     label="predicted")
+        lo = basis.get("accuracy_curve_lo") or []
+        if lo:
+            top.plot(range(1, len(lo) + 1), lo, color="C1", alpha=0.4, linestyle="-.",
+                     label="predicted, lower band")
+        target = basis.get("target_accuracy")
+        if target is not None:
+            top.axhline(target, color="C3", linewidth=0.8, label=f"target {target:.3f}")
+        terms = json.loads(ex["terms"] or "{}")
+        if terms.get("mu") is not None and terms.get("sd") is not None:   # ttt: 90% interval
+            half = 1.6448536269514722 * float(terms["sd"])
+            top.axvspan(math.exp(min(terms["mu"] - half, 50.0)),
+                        math.exp(min(terms["mu"] + half, 50.0)), color="C1", alpha=0.08,
+                        label="predicted rounds, 90% interval")
+        for ev in events:
+            for ax in (top, bottom):
+                ax.axvline(ev["round"], color="C2", linewidth=0.8)
+        cd = [(r["round"], r["consensus_distance"]) for r in stats
+              if r["consensus_distance"] is not None]
+        if cd:
+            bottom.plot(*zip(*cd), color="C4")
+        top.set_title(f"execution {eid}: {ex['family']} k={ex['k_ratio']:g} ({ex['status']})",
+                      fontsize=9)
+        top.set_ylabel("accuracy")
+        top.set_ylim(0, 1)
+        bottom.set_ylabel("consensus distance")
+        bottom.set_xlabel("round")
+        if col == 0:
+            top.legend(fontsize=7, loc="lower right")
+    out = Path(path)
+    fig.savefig(out)
+    return out

@@ -131,6 +131,19 @@ class Session:
         return calibrate(self.catalog, estimator, scope=scope, scope_key=scope_key,
                          min_obs=min_obs)
 
+    def plot(self, exec_ids, out: str | os.PathLike[str] = "airplan-executions.png"):
+        """Measured accuracy and consensus distance of executions beside their predicted curve,
+        interval, target and re-optimisation events (needs matplotlib: ``pip install
+        matplotlib``); returns the PNG path."""
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise ValidationError("plotting needs matplotlib: pip install matplotlib") from None
+        from .figures import execution_curves
+
+        ids = [exec_ids] if isinstance(exec_ids, int) else list(exec_ids)
+        return execution_curves(self.catalog, ids, out)
+
     def resume(self, exec_id: int, *, quiet: bool = True):
         """Continue an aborted, interrupted or failed execution from its last checkpoint (from
         round 0 when it has none); returns an ExecutionReport."""
