@@ -74,7 +74,8 @@ def build_tree(result, analyze: dict[str, Any] | None = None) -> Node:
         "edges": s.n_edges, "max_degree": s.max_degree,
         "lambda2": s.lambda2_laplacian, "lambda2_normalized": s.lambda2_normalized,
         "mixing_gap": s.mixing_gap, "p": s.mixing_p, "slots_per_round": stats.slots_per_round,
-        "statistics": "sketch broadcast " + _num(cost.startup) + " channel uses"},
+        "statistics": "sketch broadcast " + _num(cost.startup) + " channel uses",
+        **getattr(c, "topology_details", {})},
         startup_cost=0.0, total_cost=startup)
     local = Node("Local SGD", {
         "model": w.model, "d": result.context.d, "local_steps": w.local_steps, "lr": w.lr,
@@ -169,7 +170,8 @@ def _text_node(node: Node, depth: int, costs: bool, verbose: bool, lines: list[s
 
 
 _VERBOSE_ONLY = {"lambda2_normalized", "momentum", "rounds_interval", "accuracy_interval",
-                 "seed", "max_degree", "statistics", "tx_power_dbm", "estimator", "objective"}
+                 "seed", "max_degree", "statistics", "tx_power_dbm", "estimator", "objective",
+                 "cliques", "clique_size", "clique_tv_mean", "random_tv_mean"}
 
 
 def _fmt_attr(v: Any) -> str:

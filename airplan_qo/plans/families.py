@@ -16,7 +16,7 @@ import attrs
 import networkx as nx
 import numpy as np
 
-from ..errors import ValidationError
+from ..errors import PlanningError, ValidationError
 from ..registry import Registry, suggest
 
 MAX_RESAMPLES = 1000
@@ -354,6 +354,73 @@ def k_regular(n: int, *, seed: int = 0, d: int = 4) -> nx.Graph:
 def star(n: int, *, seed: int = 0) -> nx.Graph:
     """Hub 0 linked to every other client: the server-based reference."""
     return nx.star_graph(n - 1)
+
+
+def _clique_size(v, n):
+    return None if 1 <= v <= n else f"must be in [1, n = {n}]"
+
+
+def _inter(v, n):
+    return None if v in INTER_CLIQUE else f"must be one of {', '.join(INTER_CLIQUE)}"
+
+
+#: How the cliques of ``d_cliques`` are joined.
+INTER_CLIQUE = ("ring", "small_world")
+
+
+@family("d_cliques",
+        Param("size", int, None, "clients per clique (default: the number of classes, at most n)",
+              _clique_size),
+        Param("inter", str, "ring", "inter-clique connection: 'ring' or 'small_world'", _inter),
+        Param("cliques", str, None, "clique assignment (filled by the planner from ANALYZE "
+              "WORKLOAD label counts): client ids, cliques separated by ';'"),
+        Param("stats", str, None, "the statistics the cliques were formed from (filled by the "
+              "planner)"))
+def d_cliques(n: int, *, seed: int = 0, size: int | None = None, inter: str = "ring",
+              cliques: str | None = None, stats: str | None = None) -> nx.Graph:
+    """D-Cliques (Bellet et al. 2022): label-balanced cliques from the catalog's statistics,
+    joined by a ring or a small world of cliques.
+
+    Every clique is complete. ``ring``: clique i and clique i+1 (cyclically) share one edge.
+    ``small_world``: the cliques are the nodes of a seeded connected Watts-Strogatz graph
+    (degree ~log2 of the number of cliques, rewiring 0.3; complete up to 3 cliques) and each of
+    its edges is one edge between the two cliques. The endpoints of a clique's inter-clique
+    edges rotate over its members so that the extra degree is spread.
+    """
+    from .cliques import decode_cliques
+
+    if cliques is None:
+        raise PlanningError(
+            "topology 'd_cliques' needs per-client label statistics: run ANALYZE WORKLOAD and "
+            "plan with USING TOPOLOGY d_cliques (the planner forms the cliques)")
+    groups = decode_cliques(cliques, n)
+    if size is not None and max(len(c) for c in groups) > size:
+        raise ValidationError(f"topology 'd_cliques' has a clique of {max(map(len, groups))} "
+                              f"clients, above size = {size}")
+    g = nx.empty_graph(n)
+    for c in groups:
+        g.add_edges_from((u, v) for k, u in enumerate(c) for v in c[k + 1:])
+    m = len(groups)
+    if m == 1:
+        return g
+    if inter == "ring":
+        pairs = [(i, (i + 1) % m) for i in range(m if m > 2 else 1)]
+    else:
+        if m <= 3:
+            meta = nx.complete_graph(m)
+        else:
+            k = _small_world_k(m)
+            meta = _resample(lambda s: nx.watts_strogatz_graph(m, k, 0.3, seed=s), seed,
+                             f"d_cliques small world of {m} cliques")
+        pairs = sorted((min(a, b), max(a, b)) for a, b in meta.edges())
+    used = [0] * m
+    for a, b in pairs:
+        u = groups[a][used[a] % len(groups[a])]
+        v = groups[b][used[b] % len(groups[b])]
+        used[a] += 1
+        used[b] += 1
+        g.add_edge(u, v)
+    return g
 
 
 @family("from_edges", Param("edges", object, None, "edge-list file path or networkx graph"))

@@ -72,6 +72,12 @@ def expected_edges(family: str, n: int, params: dict[str, Any]) -> float:
         sizes = [n // c + (1 if i < n % c else 0) for i in range(c)]
         inside = sum(s * (s - 1) / 2 for s in sizes)
         return params["p_in"] * inside + params["bridges"] * c + params["p_out"] * (pairs - inside)
+    if family == "d_cliques":
+        s = params.get("size") or min(n, 10)
+        m = math.ceil(n / s)
+        inter = m * max(2.0, math.log2(max(m, 2))) / 2 if params.get("inter") == "small_world" \
+            else float(m)
+        return n * (s - 1) / 2 + inter
     if family == "from_edges":
         edges = params.get("edges")
         return float(edges.number_of_edges()) if hasattr(edges, "number_of_edges") else float(n)

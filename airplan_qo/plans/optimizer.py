@@ -17,13 +17,14 @@ from typing import Any
 
 import attrs
 
-from ..catalog.analyze import register_workload, workload_fingerprint
+from ..catalog.analyze import read_label_counts, register_workload, workload_fingerprint
 from ..catalog.privacy import choose_release
 from ..catalog.sketch import dimensions
 from ..catalog.store import Catalog
 from ..data import dataset_info
 from ..errors import PlanningError, ValidationError
 from ..costmodels import DEFAULT_ESTIMATOR, ESTIMATORS, EstimationContext, resolve_constants
+from .cliques import clique_sizes, clique_skew, encode_cliques, form_cliques, random_cliques
 from .families import FAMILIES
 from .mixing import WEIGHTS
 from .plan import OBJECTIVES, ChannelConfig, Cost, PhysicalPlan, round_cost
@@ -95,6 +96,8 @@ class Candidate:
     plan_id: int | None = None
     rank: int | None = None
     topology_id: int | None = None
+    #: family-specific facts for EXPLAIN VERBOSE (d_cliques: cliques and their label skew)
+    topology_details: dict[str, Any] = attrs.field(factory=dict)
 
     @property
     def feasible(self) -> bool:
@@ -200,6 +203,83 @@ def _heterogeneity(catalog: Catalog, w: Workload) -> tuple[float, str, float | N
     return float(w.alpha), "declared: no ANALYZE WORKLOAD statistics", None
 
 
+@attrs.frozen
+class LabelStatistics:
+    """The per-client label counts of a workload's latest ANALYZE WORKLOAD statistics."""
+
+    workload_id: int
+    stats_version: int
+    counts: Any = attrs.field(eq=False)   # (n_clients, n_classes) float array
+
+    @property
+    def key(self) -> str:
+        """Identity of these statistics in a topology's parameters: ``w<id>v<version>``."""
+        return f"w{self.workload_id}v{self.stats_version}"
+
+
+def label_statistics(catalog: Catalog, w: Workload) -> LabelStatistics | None:
+    """The released label counts of the latest statistics of ``w``'s data, or None."""
+    alpha = w.alpha if w.partition == "dirichlet" else None
+    found = catalog.find_workload(workload_fingerprint(w.dataset, w.clients, w.partition, alpha,
+                                                       w.seed))
+    if found is None:
+        return None
+    rows = catalog.query("SELECT max(stats_version) AS v FROM airplan.workload_stats "
+                         "WHERE workload_id = ?", [found["workload_id"]])
+    if not rows or rows[0]["v"] is None:
+        return None
+    wid, version = int(found["workload_id"]), int(rows[0]["v"])
+    return LabelStatistics(wid, version, read_label_counts(catalog, wid, version))
+
+
+#: The pruning reason of a d_cliques candidate planned without label statistics.
+NO_CLIQUE_STATISTICS = "statistics: d_cliques needs ANALYZE WORKLOAD"
+
+
+def _d_cliques_params(params: dict[str, Any], w: Workload, labels: LabelStatistics | None
+                      ) -> dict[str, Any]:
+    """d_cliques parameters with the size defaulted (classes, at most N) and, when statistics
+    exist and no assignment was given, the cliques formed from the released label counts."""
+    params = dict(params)
+    if params.get("size") is None:
+        n_classes = labels.counts.shape[1] if labels is not None else dataset_info(w.dataset)[1]
+        params["size"] = min(int(n_classes), w.clients)
+    if params.get("cliques") is None and labels is not None:
+        cliques = form_cliques(labels.counts, int(params["size"]), w.topology_seed)
+        params["cliques"] = encode_cliques(cliques)
+        params["stats"] = labels.key
+    return params
+
+
+def _clique_details(spec: TopologySpec, labels: LabelStatistics | None) -> dict[str, Any]:
+    """EXPLAIN VERBOSE facts of a d_cliques spec: cliques, size and mean TV skews."""
+    from .cliques import decode_cliques
+
+    p = spec.param_dict
+    size = int(p["size"])
+    out: dict[str, Any] = {"cliques": len(clique_sizes(spec.n, size)), "clique_size": size}
+    if p.get("cliques") is None:
+        return out
+    groups = decode_cliques(p["cliques"], spec.n)
+    out["cliques"] = len(groups)
+    if labels is not None and labels.counts.shape[0] == spec.n:
+        out["clique_tv_mean"] = round(clique_skew(labels.counts, groups), 4)
+        out["random_tv_mean"] = round(
+            clique_skew(labels.counts, random_cliques(spec.n, size, spec.seed)), 4)
+    return out
+
+
+def _placeholder(spec: TopologySpec) -> TopologySpec:
+    """A d_cliques spec without an assignment, with consecutive clients as cliques: the same
+    graph up to relabelling (so the same spectra and slots) for costing a pruned candidate."""
+    sizes = clique_sizes(spec.n, int(spec.param_dict["size"]))
+    start, groups = 0, []
+    for s in sizes:
+        groups.append(list(range(start, start + s)))
+        start += s
+    return attrs.evolve(spec, params={**spec.param_dict, "cliques": encode_cliques(groups)})
+
+
 class Optimizer:
     """Plans workloads against one catalog."""
 
@@ -276,8 +356,14 @@ class Optimizer:
 
     # ---- planning ----------------------------------------------------------------------------
 
-    def candidate_specs(self, request: PlanRequest) -> list[TopologySpec]:
+    def candidate_specs(self, request: PlanRequest,
+                        labels: LabelStatistics | None = None) -> list[TopologySpec]:
+        """The topology specs to cost. d_cliques cliques are formed from ``labels`` (read from
+        the catalog when not given); without statistics their ``cliques`` stays unset."""
         w = request.workload
+        if labels is None and request.topologies and any(
+                FAMILIES.get(f).name == "d_cliques" for f, _ in request.topologies):
+            labels = label_statistics(self.catalog, w)
         weights = request.weights or DEFAULT_WEIGHTS
         for rule in weights:
             WEIGHTS.get(rule)
@@ -290,6 +376,8 @@ class Optimizer:
             # every registered rule gives W = 11^T/N on the complete graph: one candidate suffices
             rules = weights[:1] if family == "complete" else weights
             for params in variants:
+                if family == "d_cliques":
+                    params = _d_cliques_params(params, w, labels)
                 for rule in rules:
                     spec = TopologySpec.create(family, w.clients, seed=w.topology_seed,
                                                weights=rule, **params)
@@ -333,11 +421,21 @@ class Optimizer:
                                  w.dp_delta if w.dp_epsilon is not None else None)
         startup = float(w.clients * math.ceil(release.cells / 2))
 
-        specs, too_big = _fitting(self.candidate_specs(request), w)
+        labels = None
+        if any(FAMILIES.get(f).name == "d_cliques" for f, _ in request.topologies or ()):
+            labels = label_statistics(self.catalog, w)
+        specs, too_big = _fitting(self.candidate_specs(request, labels), w)
+        unanalysed = [s for s in specs
+                      if s.family == "d_cliques" and s.param_dict.get("cliques") is None]
         fc_spec = TopologySpec.create("complete", w.clients, seed=w.topology_seed,
                                       weights="metropolis_hastings")
-        all_stats, ids = self.topology_stats(specs + ([fc_spec] if fc_spec not in specs else []))
+        built = [s for s in specs if s not in unanalysed]
+        all_stats, ids = self.topology_stats(built + ([fc_spec] if fc_spec not in specs else []))
         stats_of = {s.spec: (s, i) for s, i in zip(all_stats, ids)}
+        if unanalysed:  # costed on the same graph up to relabelling, never cached
+            for spec, (st, _) in zip(unanalysed, describe_many([_placeholder(s)
+                                                                for s in unanalysed])):
+                stats_of[spec] = (st, None)
         fc_plan = PhysicalPlan(fc_spec, 1.0, channel)
         fc_accuracy = estimator.accuracy_at(ctx, fc_plan, stats_of[fc_spec][0], round_budget)
         target = self._target(request.sla, w, fc_accuracy)
@@ -351,11 +449,17 @@ class Optimizer:
         for spec in specs:
             st, tid = stats_of[spec]
             for k in sparsity:
-                plan = PhysicalPlan(spec, k, channel)
+                plan = PhysicalPlan(st.spec, k, channel)
                 cand = self._cost(estimator, family_ctx.get(spec.family, ctx), plan, st, d,
                                   startup, objective, target)
+                if st.spec != spec:  # costed on the placeholder: recorded as requested
+                    cand.plan = attrs.evolve(plan, topology=spec)
+                    cand.stats = attrs.evolve(st, spec=spec)
                 cand.topology_id = tid
-                cand.pruned_reason = (_connectivity(request, spec, st) or
+                if spec.family == "d_cliques":
+                    cand.topology_details = _clique_details(spec, labels)
+                cand.pruned_reason = ((NO_CLIQUE_STATISTICS if spec in unanalysed else None) or
+                                      _connectivity(request, spec, st) or
                                       self._prune(cand, request.sla, fc_accuracy, budgets,
                                                   round_budget, request.confidence))
                 candidates.append(cand)
@@ -527,4 +631,5 @@ def _cache_key(spec: TopologySpec) -> tuple:
 
 
 __all__ = ["Optimizer", "PlanRequest", "PlanResult", "Candidate", "DEFAULT_FAMILIES",
+           "LabelStatistics", "label_statistics", "NO_CLIQUE_STATISTICS",
            "DEFAULT_SPARSITY", "DEFAULT_WEIGHTS", "parameter_variants"]

@@ -23,6 +23,12 @@ from .schedule import Schedule, ota_schedule
 from .spectra import SpectralStats, complete_stats, graph_lambda2, spectral_stats
 
 
+#: Parameters left out of a spec's label (too long to show; still part of its identity).
+_UNLABELLED = frozenset({"cliques"})
+#: Parameters left out of a spec's label while unset.
+_UNLABELLED_IF_UNSET = frozenset({"stats"})
+
+
 def _freeze_params(params: Any) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted(dict(params or {}).items()))
 
@@ -57,7 +63,8 @@ class TopologySpec:
 
     def label(self) -> str:
         shown = ", ".join(f"{k}={v}" for k, v in self.params
-                          if not isinstance(v, (Path, nx.Graph)))
+                          if not isinstance(v, (Path, nx.Graph)) and k not in _UNLABELLED
+                          and not (k in _UNLABELLED_IF_UNSET and v is None))
         return f"{self.family}({shown})" if shown else self.family
 
 

@@ -49,7 +49,11 @@ def test_candidates_that_cannot_fit_are_skipped_with_a_warning(monkeypatch):
 def test_expected_edges_match_built_graphs():
     for family, n, params in [("ring", 500, {}), ("erdos_renyi", 400, {"p": 0.1}),
                               ("small_world", 500, {"k": 6}), ("k_regular", 500, {"d": 4}),
-                              ("clustered", 500, {"c": 10}), ("torus", 400, {"rows": 20})]:
+                              ("clustered", 500, {"c": 10}), ("torus", 400, {"rows": 20}),
+                              ("d_cliques", 500, {"size": 10, "inter": "small_world",
+                                                  "cliques": ";".join(
+                                                      " ".join(map(str, range(i, i + 10)))
+                                                      for i in range(0, 500, 10))})]:
         resolved = families.FAMILIES.get(family).resolve(n, params)
         built = build_graph(family, n, **params).number_of_edges()
         assert footprint.expected_edges(family, n, resolved) == pytest.approx(built, rel=0.1)
