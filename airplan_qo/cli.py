@@ -204,6 +204,7 @@ def cmd_abandon(args: argparse.Namespace) -> int:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from .evaluation import load_grid, run_evaluation
+    from .evaluation.runner import default_workers
     from .session import connect
 
     if args.quick and args.grid:
@@ -217,13 +218,16 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.folds is not None:
         grid = grid.with_folds(args.folds)
     out = args.out or f"evaluation-{grid.name}"
+    workers = default_workers() if args.workers is None else args.workers
+    if workers < 1:
+        raise ValidationError(f"--workers must be at least 1, got {workers}")
 
     def progress(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
     with connect(args.catalog) as db:
         report = run_evaluation(db, grid, out_dir=out, figures=not args.no_figures,
-                                progress=None if args.quiet else progress)
+                                progress=None if args.quiet else progress, workers=workers)
     print(report.render())
     return 0
 
@@ -365,6 +369,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--folds", type=int, help="cross-validation folds (default: the grid's)")
     p.add_argument("--out", metavar="DIR", help="output directory (default evaluation-GRID)")
     p.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
+    p.add_argument("--workers", type=int, metavar="N",
+                   help="train uncached runs in N worker processes (default: the number of CPU "
+                        "cores; 1 trains in this process)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(func=cmd_evaluate)
 

@@ -419,3 +419,90 @@ def test_policy_table_rates_and_ratios():
     assert by["ring k=1"]["sla_met_rate"] == 0.5
     assert table[0]["policy"] == "complete k=1"
 
+
+
+PARALLEL_GRID = """
+seeds = 2
+scalability_clients = [6, 8]
+[defaults]
+clients = 6
+rounds = 4
+local_steps = 1
+topologies = ["ring", "complete"]
+sparsity = [1.0]
+[[workloads]]
+alpha = [0.1, 1.0]
+"""
+
+
+def _measured_rows(cat):
+    """Every recorded value of a catalog's runs, keyed by execution (wall times left out)."""
+    execs = cat.query(
+        "SELECT exec_id, plan_id, status, reason, actual_rounds, final_accuracy, final_loss, "
+        "client_acc_mean, client_acc_var, jain_fairness, data_seed, train_seed, channel_seed, "
+        "options->>'$.evaluation.cache_key' AS cache_key, "
+        "options->'$.evaluation.client_accuracies' AS client_accuracies "
+        "FROM airplan.executions ORDER BY exec_id")
+    cols = [c for c in ("exec_id", "round", "test_accuracy", "client_acc_mean",
+                        "client_acc_min", "train_loss", "consensus_distance", "channel_uses",
+                        "slots", "energy_j", "bits", "link_drop_rate", "dropout_rate")]
+    rounds = cat.query(f"SELECT {', '.join(cols)} FROM airplan.round_stats "
+                       "ORDER BY exec_id, round")
+    feedback = cat.query("SELECT exec_id, plan_id, metric, estimated, actual, model_term, "
+                         "censored FROM airplan.feedback ORDER BY exec_id, metric")
+    return execs, rounds, feedback
+
+
+def test_parallel_workers_record_the_same_rows_as_a_serial_evaluation(tmp_path):
+    grid = parse_grid(PARALLEL_GRID, source="parallel.toml")
+    assert grid.n_runs == 8
+    rows, lines = {}, {}
+    for workers in (1, 2):
+        lines[workers] = []
+        with aq.connect(str(tmp_path / f"w{workers}.duckdb")) as db:
+            rep = run_evaluation(db, grid, out_dir=tmp_path / f"o{workers}", figures=False,
+                                 scalability=False, workers=workers,
+                                 progress=lines[workers].append)
+            assert rep.summary["trained"] == 8
+            rows[workers] = _measured_rows(db.catalog)
+            # nothing is left running; every run is tagged and reusable
+            assert {r["status"] for r in rows[workers][0]} == {"succeeded"}
+            again = run_evaluation(db, grid, out_dir=tmp_path / f"again{workers}",
+                                   figures=False, scalability=False, workers=2)
+            assert again.summary["trained"] == 0 and again.summary["cached"] == 8
+    execs, rounds, feedback = rows[2]
+    assert len(execs) == 8 and len(rounds) == 8 * 4 and len(feedback) == 8 * 4
+    assert rows[2] == rows[1]          # bit for bit: ids, statuses, accuracies, curves
+    progress = [m for m in lines[2] if m.startswith("workload ")]
+    assert len(progress) == 2 and all("(4 trained, 0 cached)" in m for m in progress)
+
+
+def test_workers_must_be_a_positive_integer(tmp_path, capsys):
+    with aq.connect(":memory:") as db:
+        with pytest.raises(ValidationError, match="workers must be a positive integer"):
+            run_evaluation(db, parse_grid(PARALLEL_GRID), out_dir=tmp_path, figures=False,
+                           workers=0)
+    assert main(["evaluate", "--quick", "--workers", "0", "--catalog", ":memory:"]) == 2
+    assert "--workers must be at least 1" in capsys.readouterr().err
+
+
+def test_interrupted_parallel_evaluation_keeps_recorded_runs_and_a_rerun_continues(tmp_path):
+    grid = parse_grid(PARALLEL_GRID, source="parallel.toml")
+
+    def ctrl_c_after_first_workload(message):
+        if message.startswith("workload 1/"):
+            raise KeyboardInterrupt   # the second workload's runs are training meanwhile
+
+    with aq.connect(str(tmp_path / "c.duckdb")) as db:
+        cat = db.catalog
+        with pytest.raises(KeyboardInterrupt):
+            run_evaluation(db, grid, out_dir=tmp_path / "o", figures=False,
+                           scalability=False, workers=2, progress=ctrl_c_after_first_workload)
+        assert cat.query("SELECT status FROM airplan.evaluations")[0]["status"] == "aborted"
+        execs = cat.query("SELECT exec_id, status FROM airplan.executions ORDER BY exec_id")
+        assert [e["status"] for e in execs] == ["succeeded"] * 4   # only workload 1, complete
+        (n_rounds,) = cat.query("SELECT count(*) AS n FROM airplan.round_stats")[0].values()
+        assert n_rounds == 4 * 4
+        again = run_evaluation(db, grid, out_dir=tmp_path / "again", figures=False,
+                               scalability=False, workers=2)
+        assert again.summary["trained"] == 4 and again.summary["cached"] == 4

@@ -84,9 +84,11 @@ def _clean(value: Any) -> Any:
 
 def run_evaluation(session, grid: Grid, *, out_dir: str | Path, figures: bool = True,
                    scalability: bool = True, progress: Callable[[str], None] | None = None,
-                   command: str | None = None) -> EvaluationReport:
+                   command: str | None = None, workers: int = 1) -> EvaluationReport:
     """Evaluate the advisor on ``grid`` against the catalog of ``session``; see the module
-    docstring. ``out_dir`` receives ``report.md``, ``summary.json`` and the PNG figures."""
+    docstring. ``out_dir`` receives ``report.md``, ``summary.json`` and the PNG figures.
+    ``workers`` > 1 trains the uncached runs in that many worker processes (this process
+    still records every run; :func:`~.runner.measure`)."""
     start = time.perf_counter()
     if figures:
         _require_matplotlib()
@@ -101,7 +103,7 @@ def run_evaluation(session, grid: Grid, *, out_dir: str | Path, figures: bool = 
         "grid": grid.name, "grid_sha": grid.sha, "seeds": len(grid.seeds), "folds": grid.folds,
         "status": "running", "summary": {"source": grid.source, "seeds": list(grid.seeds)}}))
     try:
-        measured = measure(session, grid, progress=progress)
+        measured = measure(session, grid, progress=progress, workers=workers)
         if progress:
             progress("analysing: cross-validated fits, picks, statistics")
         analysis = analyze(session, grid, measured, scalability=scalability)

@@ -5,7 +5,8 @@ planned once over the grid's candidate space; every candidate of that planning r
 trained through the ordinary runtime (``Session.execute`` on the planning result with that
 candidate as the chosen plan), for the whole round budget (``stop_at_target=False``) so final
 accuracy and the whole curve are observed. Executions, ``round_stats`` and ``feedback`` are
-recorded like any other run.
+recorded like any other run. With ``workers`` > 1 the runs are trained in worker processes and
+recorded by this process, with the same rows (:class:`_Trainer`).
 
 Caching: every evaluation run stores, in its execution's ``options`` JSON under
 ``evaluation``, a cache key (a hash of the workload with its seed, the plan's topology, weights,
@@ -20,6 +21,7 @@ import hashlib
 import inspect
 import json
 import math
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -27,6 +29,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from ..errors import ValidationError
 from ..plans.plan import PhysicalPlan
 from .advisor import fc_plan
 from .grid import Grid, WorkloadSpec
@@ -157,54 +160,179 @@ def plan_seed(session, grid: Grid, ws: WorkloadSpec, seed: int) -> SeedPlan:
     return SeedPlan(seed, w, result, candidates, fc_result, fc_cand, stats)
 
 
-def measure(session, grid: Grid, *, progress: Callable[[str], None] | None = None
-            ) -> list[Measured]:
-    """Plan and train (or reuse) every run of the grid; returns the measurements per workload."""
+def default_workers() -> int:
+    """The ``--workers`` default: the number of CPU cores."""
+    return max(1, os.cpu_count() or 1)
+
+
+class _Trainer:
+    """Trains a grid's uncached runs: in this process (``workers == 1``: ``Session.execute``,
+    the ordinary runtime) or in a pool of worker processes.
+
+    Workers never open the catalog: each receives a picklable
+    :class:`~airplan_qo.runtime.execution.TrainJob` (workload with its seeds, topology spec,
+    RunConfig) and returns the :class:`~airplan_qo.runtime.engine.RunResult`; this (parent)
+    process records every run with :func:`~airplan_qo.runtime.execution.record_trained`, the
+    same recording code as a serial execution. The parent records because DuckDB admits one
+    writing process per catalog file: one writer means no lock contention, no retries, and an
+    interrupted evaluation never leaves a half-written run (each is recorded in one
+    transaction). Runs are recorded in submission order, so execution ids, and every catalog
+    row of a run, equal a serial evaluation's.
+    """
+
+    def __init__(self, session, workers: int):
+        self.session = session
+        self.workers = workers
+        self.pool = None
+        self.cache = cached_runs(session.catalog)   # key -> exec_id of recorded runs
+        self.submitted: set[str] = set()            # keys trained (or training) by this call
+        self.walls: dict[str, float] = {}           # key -> training wall time (s)
+
+    def submit(self, result):
+        """Start training (the pool) or train now (serial); ``collect`` returns the report."""
+        if self.workers == 1:
+            t0 = time.perf_counter()
+            report = _execute(self.session, result)
+            return report, time.perf_counter() - t0
+        from ..runtime.execution import init_worker, prepare, train
+
+        job, options, _ = prepare(self.session.catalog, result, stop_at_target=False,
+                                  reoptimize=False)
+        if self.pool is None:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            self.pool = ProcessPoolExecutor(self.workers,
+                                            mp_context=multiprocessing.get_context("spawn"),
+                                            initializer=init_worker)
+        return job, options, self.pool.submit(train, job)
+
+    def collect(self, pending, key: str, grid: str) -> None:
+        """Record a submitted run (a trained one: tag it) with its evaluation tag, in one
+        transaction, so a recorded run is always a cached run."""
+        catalog = self.session.catalog
+        if self.workers == 1:
+            report, wall = pending
+            with catalog.transaction():
+                self._tag(report, key, grid, wall)
+            return
+        from ..runtime.execution import record_trained
+
+        job, options, future = pending
+        run, wall = future.result()
+        if run.status == "aborted":   # Ctrl-C reached the worker: the evaluation is stopping
+            raise KeyboardInterrupt
+        with catalog.transaction():
+            self._tag(record_trained(catalog, job, options, run, wall), key, grid, wall)
+
+    def _tag(self, report, key: str, grid: str, wall: float) -> None:
+        exec_id = int(report.exec_id)
+        _tag(self.session.catalog, exec_id, key, grid, report.result.client_accuracies, wall)
+        self.cache[key] = exec_id
+        self.walls[key] = wall
+
+    def close(self, *, cancel: bool = False) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=cancel)
+            self.pool = None
+
+
+def measure(session, grid: Grid, *, progress: Callable[[str], None] | None = None,
+            workers: int = 1) -> list[Measured]:
+    """Plan and train (or reuse) every run of the grid; returns the measurements per workload.
+
+    ``workers`` > 1 trains uncached runs in that many worker processes while this process
+    plans the next workload and records finished runs (see :class:`_Trainer`); the catalog
+    rows equal a serial evaluation's (wall times aside). Ctrl-C cancels the runs not yet
+    started and waits for the running ones; recorded runs stay cached, so a re-run continues.
+    """
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValidationError(f"workers must be a positive integer, got {workers!r}")
     say = progress or (lambda _msg: None)
-    catalog = session.catalog
-    cache = cached_runs(catalog)
+    trainer = _Trainer(session, workers)
+    state = {"done": 0, "trained": 0, "train_s": 0.0}
     out: list[Measured] = []
-    total = grid.n_runs
-    done = trained = 0
-    train_s = 0.0
-    for wi, ws in enumerate(grid.workloads, 1):
-        seeds: dict[int, SeedPlan] = {}
-        todo: list[tuple[int, str, bool, int, bool, float | None]] = []
-        w_start = time.perf_counter()
-        w_trained = 0
-        for seed in grid.seeds:
-            sp = plan_seed(session, grid, ws, seed)
-            seeds[seed] = sp
-            runs = [(sp.result, c, True) for c in sp.candidates]
-            if sp.fc_candidate not in sp.candidates:
-                runs.append((sp.fc_result, sp.fc_candidate, False))
-            for result, cand, is_candidate in runs:
-                key = cache_key(sp.workload, cand.plan, result.context.round_budget)
-                exec_id = cache.get(key)
-                wall = None
-                hit = exec_id is not None
-                if not hit:
-                    t0 = time.perf_counter()
-                    report = _execute(session, attrs.evolve(result, chosen=cand))
-                    wall = time.perf_counter() - t0
-                    train_s += wall
-                    exec_id = int(report.exec_id)
-                    _tag(catalog, exec_id, key, grid.name, report.result.client_accuracies, wall)
-                    cache[key] = exec_id
-                    trained += 1
-                    w_trained += 1
-                done += 1
-                todo.append((seed, cand.plan.label(), is_candidate, exec_id, hit, wall))
-        runs = load_runs(catalog, ws, seeds, todo)
-        out.append(Measured(ws, seeds, runs))
-        eta = ""
-        if trained and done < total:
-            eta = (f", at most about {train_s / trained * (total - done):.0f} s of training "
-                   "left")
-        say(f"workload {wi}/{len(grid.workloads)} '{ws.key}': {len(runs)} runs "
-            f"({w_trained} trained, {len(runs) - w_trained} cached) in "
-            f"{time.perf_counter() - w_start:.1f} s{eta}")
+    try:
+        previous = None
+        for wi, ws in enumerate(grid.workloads, 1):
+            current = _plan_workload(session, grid, ws, wi, trainer)
+            if previous is not None:   # plan workload i while workload i-1 trains
+                out.append(_finish_workload(session, grid, previous, trainer, state, say))
+            previous = current
+        if previous is not None:
+            out.append(_finish_workload(session, grid, previous, trainer, state, say))
+    except BaseException:
+        trainer.close(cancel=True)
+        raise
+    trainer.close()
     return out
+
+
+@attrs.define
+class _Pending:
+    """A planned workload whose uncached runs are training."""
+
+    index: int
+    spec: WorkloadSpec
+    seeds: dict[int, SeedPlan]
+    runs: list[tuple[int, str, bool, str, Any]]  # seed, label, candidate, key, submitted|None
+    start: float
+
+
+def _plan_workload(session, grid: Grid, ws: WorkloadSpec, wi: int, trainer: _Trainer
+                   ) -> _Pending:
+    """Plan every seed of a workload and submit its runs that are neither cached nor already
+    submitted (the first submission of a key trains it; later ones reuse its execution)."""
+    cache, submitted = trainer.cache, trainer.submitted
+    start = time.perf_counter()
+    seeds: dict[int, SeedPlan] = {}
+    runs: list[tuple[int, str, bool, str, Any]] = []
+    for seed in grid.seeds:
+        sp = plan_seed(session, grid, ws, seed)
+        seeds[seed] = sp
+        todo = [(sp.result, c, True) for c in sp.candidates]
+        if sp.fc_candidate not in sp.candidates:
+            todo.append((sp.fc_result, sp.fc_candidate, False))
+        for result, cand, is_candidate in todo:
+            key = cache_key(sp.workload, cand.plan, result.context.round_budget)
+            job = None
+            if key not in cache and key not in submitted:
+                job = trainer.submit(attrs.evolve(result, chosen=cand))
+                submitted.add(key)
+                if trainer.workers == 1:   # trained already: tag it now, like before
+                    trainer.collect(job, key, grid.name)
+                    job = "recorded"
+            runs.append((seed, cand.plan.label(), is_candidate, key, job))
+    return _Pending(wi, ws, seeds, runs, start)
+
+
+def _finish_workload(session, grid: Grid, p: _Pending, trainer: _Trainer, state: dict,
+                     say: Callable[[str], None]) -> Measured:
+    """Record the workload's runs in order, read them back and print its progress line."""
+    cache, walls = trainer.cache, trainer.walls
+    todo: list[tuple[int, str, bool, int, bool, float | None]] = []
+    w_trained = 0
+    for seed, label, is_candidate, key, job in p.runs:
+        trained = job is not None
+        if trained and job != "recorded":
+            trainer.collect(job, key, grid.name)
+        if trained:
+            state["train_s"] += walls[key]
+            state["trained"] += 1
+            w_trained += 1
+        state["done"] += 1
+        todo.append((seed, label, is_candidate, cache[key], not trained,
+                     walls[key] if trained else None))
+    runs = load_runs(session.catalog, p.spec, p.seeds, todo)
+    total, done, n_trained = grid.n_runs, state["done"], state["trained"]
+    eta = ""
+    if n_trained and done < total:
+        left = state["train_s"] / n_trained * (total - done) / trainer.workers
+        eta = f", at most about {left:.0f} s of training left"
+    say(f"workload {p.index}/{len(grid.workloads)} '{p.spec.key}': {len(runs)} runs "
+        f"({w_trained} trained, {len(runs) - w_trained} cached) in "
+        f"{time.perf_counter() - p.start:.1f} s{eta}")
+    return Measured(p.spec, p.seeds, runs)
 
 
 def load_runs(catalog, ws: WorkloadSpec, seeds: dict[int, SeedPlan],
@@ -259,4 +387,4 @@ def client_variance(run: RunRecord) -> float | None:
 
 
 __all__ = ["RunRecord", "SeedPlan", "Measured", "PROTOCOL", "cache_key", "cached_runs",
-           "measure", "plan_seed", "load_runs", "client_variance"]
+           "measure", "default_workers", "plan_seed", "load_runs", "client_variance"]

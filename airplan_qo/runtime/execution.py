@@ -11,6 +11,11 @@ With re-optimisation on (:mod:`.monitor`), a monitor compares every round with t
 prediction; on a trigger the run is re-planned with the observed statistics and rewired, and the
 event is recorded in ``reoptimizations`` and shown by EXPLAIN ANALYZE. A rewired execution writes
 no ``feedback`` rows: its curve mixes plans, and calibration would attribute it to the first.
+
+Training and recording are separable for runs trained in another process (``airplan evaluate
+--workers``): :func:`prepare` builds a picklable :class:`TrainJob`, :func:`train` trains it
+without a catalog, and :func:`record_trained` records the returned run through the same
+outcome-recording code (:func:`_record_outcome`) that ends every :func:`execute`.
 """
 
 from __future__ import annotations
@@ -157,6 +162,38 @@ def execute(catalog: Catalog, result, *, quiet: bool = False, stop_at_target: bo
     ``monitor``). ``None`` means on for runs that stop at the target (TRAIN) and off for
     whole-budget runs (pilots, evaluations), whose curve must come from one plan.
     """
+    job, options, reopt_request = prepare(catalog, result, stop_at_target=stop_at_target,
+                                          reoptimize=reoptimize, monitor=monitor)
+    monitor = monitor or MonitorConfig()
+    exec_id = _insert_execution(catalog, job, options)
+    reopt = None
+    if reopt_request:
+        chosen = result.chosen
+        reopt = Reoptimizer(catalog, exec_id, result.request, plan_id=chosen.plan_id,
+                            spec=chosen.plan.topology, k_ratio=chosen.plan.k_ratio,
+                            mixing_p=chosen.stats.spectra.mixing_p,
+                            basis=options["feedback_basis"], config=monitor)
+    return _run(catalog, exec_id, job.plan_id, job.workload, job.spec, job.config,
+                options["feedback_basis"], quiet=quiet, reopt=reopt)
+
+
+@attrs.frozen
+class TrainJob:
+    """Everything needed to train one plan without a catalog (picklable, so a worker process
+    can train it): the workload (dataset, partition and their seeds), the plan's topology spec,
+    the :class:`~.engine.RunConfig`, and the plan id the parent records it under."""
+
+    plan_id: int
+    workload: Any
+    spec: TopologySpec
+    config: RunConfig
+
+
+def prepare(catalog: Catalog, result, *, stop_at_target: bool = True,
+            reoptimize: bool | None = None, monitor: MonitorConfig | None = None
+            ) -> tuple[TrainJob, dict[str, Any], bool]:
+    """Check a PlanResult and build its :class:`TrainJob` and the execution's ``options``
+    (nothing is written). Returns (job, options, whether the run is re-optimised)."""
     if catalog.read_only:
         raise ExecutionError("training needs a writable catalog (it records the execution); "
                              "drop --read-only")
@@ -173,22 +210,64 @@ def execute(catalog: Catalog, result, *, quiet: bool = False, stop_at_target: bo
                "feedback_basis": feedback_basis(result)}
     if reoptimize is None:
         reoptimize = stop_at_target
-    monitor = monitor or MonitorConfig()
     if reoptimize:
-        options["reoptimization"] = {"config": monitor.as_dict(),
+        options["reoptimization"] = {"config": (monitor or MonitorConfig()).as_dict(),
                                      "request": request_to_json(result.request), "bases": {}}
-    exec_id = int(catalog.insert_row("executions", {
-        "plan_id": result.chosen.plan_id, "status": "running", **seeds, **this_owner(),
+    job = TrainJob(int(result.chosen.plan_id), w, result.chosen.plan.topology, config)
+    return job, options, bool(reoptimize)
+
+
+def _insert_execution(catalog: Catalog, job: TrainJob, options: dict[str, Any]) -> int:
+    seeds = {k: getattr(job.config, k) for k in ("data_seed", "train_seed", "channel_seed")}
+    return int(catalog.insert_row("executions", {
+        "plan_id": job.plan_id, "status": "running", **seeds, **this_owner(),
         "options": json.dumps(options, sort_keys=True, default=str)}))
-    reopt = None
-    if reoptimize:
-        chosen = result.chosen
-        reopt = Reoptimizer(catalog, exec_id, result.request, plan_id=chosen.plan_id,
-                            spec=chosen.plan.topology, k_ratio=chosen.plan.k_ratio,
-                            mixing_p=chosen.stats.spectra.mixing_p,
-                            basis=options["feedback_basis"], config=monitor)
-    return _run(catalog, exec_id, result.chosen.plan_id, w, result.chosen.plan.topology, config,
-                options["feedback_basis"], quiet=quiet, reopt=reopt)
+
+
+def train(job: TrainJob) -> tuple[RunResult, float]:
+    """Train a :class:`TrainJob` to the end without touching any catalog (no checkpoints, no
+    streaming): the worker-process half of :func:`record_trained`. Returns the run and its wall
+    time in seconds. The same seeds give the same run as :func:`execute`, bit for bit."""
+    start = time.perf_counter()
+    trainer = _trainer(job.workload, job.spec, job.config)
+    run = trainer.run(None)
+    return run, time.perf_counter() - start
+
+
+def init_worker() -> None:
+    """Set-up of a process that runs :func:`train` for another: one torch thread (several
+    processes each using every core over-subscribe the machine, 30-45x slower on 2 cores), and
+    SIGINT ignored while idle (the parent stops the pool; a run in progress still sees Ctrl-C
+    through the trainer's guard and returns ``aborted``, which the parent does not record)."""
+    import signal
+
+    import torch
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    torch.set_num_threads(1)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:   # already set in this process
+        pass
+
+
+def record_trained(catalog: Catalog, job: TrainJob, options: dict[str, Any], run: RunResult,
+                   elapsed_s: float) -> ExecutionReport:
+    """Record a run trained by :func:`train` elsewhere: its execution row, every
+    ``round_stats`` row, its outcome and ``feedback``, in one transaction (so an interrupted
+    recording leaves nothing), through the same code as :func:`execute`."""
+    with catalog.transaction():
+        exec_id = _insert_execution(catalog, job, options)
+        feedback = _record_outcome(catalog, exec_id, job.plan_id, run, options["feedback_basis"],
+                                   written=set(), ckpt=None, rewired=False)
+    return ExecutionReport(exec_id, job.plan_id, run, tuple(feedback), elapsed_s * 1e3)
+
+
+def _trainer(w, spec: TopologySpec, config: RunConfig) -> Trainer:
+    dataset = load(w.dataset, seed=w.seed)
+    part = partition(w.partition, dataset.y_train, w.clients, seed=w.seed,
+                     **({"alpha": w.alpha} if w.partition == "dirichlet" else {}))
+    return Trainer(config, dataset, part, build(spec))
 
 
 def _check_training_memory(n: int, d: int, algorithm: str) -> None:
@@ -211,10 +290,7 @@ def _run(catalog: Catalog, exec_id: int, plan_id: int, w, spec: TopologySpec, co
     ckpt = checkpoint_dir(catalog) / f"exec-{exec_id}.pt"
     owner = {"catalog_id": catalog.catalog_id, "exec_id": int(exec_id)}
     try:  # a setup failure (data that cannot be partitioned, ...) is recorded, not left running
-        dataset = load(w.dataset, seed=w.seed)
-        part = partition(w.partition, dataset.y_train, w.clients, seed=w.seed,
-                         **({"alpha": w.alpha} if w.partition == "dirichlet" else {}))
-        trainer = Trainer(config, dataset, part, build(spec))
+        trainer = _trainer(w, spec, config)
         trainer.checkpoint_owner = owner
         ckpt.parent.mkdir(parents=True, exist_ok=True)
         if resume_from:
@@ -255,22 +331,36 @@ def _run(catalog: Catalog, exec_id: int, plan_id: int, w, spec: TopologySpec, co
         _finish_failed(catalog, exec_id, exc)
         raise
     progress.close()
-    pending[:] = [r for r in run.history if r["round"] not in written]
     elapsed_ms = (time.perf_counter() - start) * 1e3
     rewired = reopt is not None and reopt.rewired
+    feedback = _record_outcome(catalog, exec_id, plan_id, run, basis, written=written,
+                               ckpt=ckpt, rewired=rewired)
+    events = tuple(e.text for e in reopt.events) if reopt is not None else ()
+    return ExecutionReport(exec_id, plan_id, run, tuple(feedback), elapsed_ms, events)
+
+
+def _record_outcome(catalog: Catalog, exec_id: int, plan_id: int, run: RunResult,
+                    basis: dict[str, Any], *, written: set[int], ckpt: Path | None,
+                    rewired: bool) -> list[dict[str, Any]]:
+    """The end of every execution, in one transaction: the ``round_stats`` rows not yet
+    ``written``, the execution's outcome, and its ``feedback`` rows (none for an aborted or
+    rewired run). Returns the feedback rows."""
+    rows = [r for r in run.history if r["round"] not in written]
     feedback = [] if rewired else _feedback(basis, run, exec_id, plan_id)
     with catalog.transaction():
-        flush()
+        if rows:
+            catalog.insert_rows("round_stats", _round_rows(exec_id, rows))
+            written.update(r["round"] for r in rows)
         catalog.update_row("executions", exec_id, {
             "status": run.status, "finished_at": _now(), "reason": run.reason,
             "actual_rounds": run.rounds, "final_accuracy": _finite(run.final_accuracy),
             "final_loss": _finite(run.final_loss), "client_acc_mean": run.client_acc_mean,
             "client_acc_var": run.client_acc_var, "jain_fairness": run.jain_fairness,
-            "checkpoint_path": run.checkpoint_path or (str(ckpt) if ckpt.exists() else None)})
+            "checkpoint_path": run.checkpoint_path or (
+                str(ckpt) if ckpt is not None and ckpt.exists() else None)})
         if feedback and run.status != "aborted":
             catalog.insert_rows("feedback", {k: [f[k] for f in feedback] for k in feedback[0]})
-    events = tuple(e.text for e in reopt.events) if reopt is not None else ()
-    return ExecutionReport(exec_id, plan_id, run, tuple(feedback), elapsed_ms, events)
+    return feedback
 
 
 _now = now_utc
