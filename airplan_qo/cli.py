@@ -392,7 +392,42 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("exec_id", type=int)
     p.add_argument("--reason", help="why (kept in executions.reason)")
     p.set_defaults(func=cmd_abandon)
+
+    p = sub.add_parser("plot", parents=[common],
+                       help="plot executions' curves beside their predictions",
+                       description="Write a PNG of each execution's measured accuracy (the "
+                                   "clients' own models and the average model) and consensus "
+                                   "distance per round beside the predicted curve, its 90% "
+                                   "rounds interval, the target and re-optimisation events. "
+                                   "Needs matplotlib.")
+    p.add_argument("exec_ids", type=int, nargs="+", metavar="EXEC_ID")
+    p.add_argument("--out", default="airplan-executions.png", help="PNG file to write")
+    p.set_defaults(func=cmd_plot)
     return parser
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from .session import connect
+
+    with connect(args.catalog, read_only=True) as db:
+        path = db.plot(args.exec_ids, args.out)
+    print(f"wrote {path}")
+    return 0
+
+
+def _globals_after_command(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """Let options come before the command too (``airplan --read-only sql ...``): whatever
+    precedes the first command name is moved after it, where the command's parser reads it."""
+    commands = set()
+    for action in parser._subparsers._group_actions if parser._subparsers else ():
+        commands |= set(getattr(action, "choices", {}) or {})
+    for i, tok in enumerate(argv):
+        if tok in commands:
+            before = [t for t in argv[:i] if t not in ("-h", "--help", "--version")]
+            if len(before) == i:
+                return [tok, *before, *argv[i + 1:]]
+            return argv
+    return argv
 
 
 class _Notes(logging.Handler):
@@ -414,7 +449,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(_globals_after_command(parser, argv))
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

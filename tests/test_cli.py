@@ -115,3 +115,25 @@ def test_resume_unknown_execution(tmp_path, capsys):
     assert main(["sql", "--catalog", cat, "--resume", "999"]) == 2
     assert "no execution 999" in capsys.readouterr().err
     assert main(["resume", "998", "--catalog", cat]) == 2
+
+
+def test_global_options_may_come_before_the_command(tmp_path, capsys):
+    cat = str(tmp_path / "c.duckdb")
+    assert main(["analyze", "digits", "-n", "6", "--catalog", cat]) == 0
+    capsys.readouterr()
+    # as the lock message suggests: options before the command are read by the command
+    assert main(["--catalog", cat, "--read-only", "sql",
+                 "SELECT count(*) AS n FROM airplan.workloads"]) == 0
+    assert "1" in capsys.readouterr().out
+
+
+def test_plot_command(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    cat = str(tmp_path / "c.duckdb")
+    assert main(["sql", "--catalog", cat, "--quiet",
+                 "TRAIN digits ON 6 CLIENTS WITH (rounds = 4) USING TOPOLOGY ring"]) == 0
+    out = tmp_path / "p.png"
+    assert main(["plot", "1", "--catalog", cat, "--out", str(out)]) == 0
+    assert out.exists() and out.stat().st_size > 5000
+    assert main(["plot", "5", "--catalog", cat, "--out", str(out)]) == 2
+    assert "no execution 5" in capsys.readouterr().err
