@@ -506,3 +506,35 @@ def test_interrupted_parallel_evaluation_keeps_recorded_runs_and_a_rerun_continu
         again = run_evaluation(db, grid, out_dir=tmp_path / "again", figures=False,
                                scalability=False, workers=2)
         assert again.summary["trained"] == 4 and again.summary["cached"] == 4
+
+
+DCLIQUES_GRID = """
+name = "dcliques"
+seeds = 1
+folds = 2
+[defaults]
+dataset = "digits"
+model = "logistic"
+rounds = 3
+sparsity = [1.0]
+weights = ["metropolis_hastings"]
+[[workloads]]
+clients = 10
+alpha = [0.1, 1.0]
+topologies = ["ring", "d_cliques(size=5)"]
+"""
+
+
+def test_grids_measure_d_cliques_built_from_the_statistics(tmp_path):
+    """A grid names d_cliques without its cliques: the planner forms them from ANALYZE WORKLOAD
+    and the runner trains that candidate."""
+    from airplan_qo.evaluation.runner import measure
+
+    grid = parse_grid(DCLIQUES_GRID, source="dcliques.toml")
+    with aq.connect(tmp_path / "c.duckdb") as db:
+        measured = measure(db, grid)
+    for m in measured:
+        families = {r.family for r in m.runs}
+        assert {"ring", "d_cliques"} <= families          # (and the fully connected reference)
+        cand = next(c for c in m.seeds[0].candidates if c.plan.topology.family == "d_cliques")
+        assert dict(cand.plan.topology.params)["cliques"]          # formed from the statistics

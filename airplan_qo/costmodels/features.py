@@ -12,6 +12,7 @@ import scipy.linalg as la
 import scipy.sparse as sp
 from scipy.special import exp1
 
+from ..errors import PlanningError
 from ..plans.families import build_graph
 from ..plans.mixing import WEIGHTS, edge_arrays
 from ..plans.plan import PhysicalPlan
@@ -151,5 +152,8 @@ def survival_factor(plan: PhysicalPlan, stats: TopologyStats) -> float:
     s = stats.spectra
     if (s.n_nodes <= RANDOM_P_DENSE_MAX_N and spec.family not in ("from_edges", "complete")
             and spec.n == s.n_nodes):
-        return _exact_survival_factor(spec, round(q, 12), round(r, 12))
+        try:
+            return _exact_survival_factor(spec, round(q, 12), round(r, 12))
+        except PlanningError:       # a graph that needs inputs the spec lacks (d_cliques)
+            pass
     return approximate_survival_factor(s.mixing_gap, s.mean_degree, q, r)

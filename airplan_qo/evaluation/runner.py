@@ -137,6 +137,22 @@ def _tag(catalog, exec_id: int, key: str, grid: str, client_acc, wall_s: float) 
     catalog.update_row("executions", exec_id, {"options": options})
 
 
+#: Parameters the planner fills in from the catalog's statistics (d_cliques: the cliques and the
+#: statistics version); a grid names the family without them.
+_FILLED_BY_PLANNER = ("cliques", "stats")
+
+
+def _matches(grid_spec, spec) -> bool:
+    """Whether a planned topology is the one a grid names: the planner-filled parameters, and
+    those the grid leaves to their data-dependent default (None), are not compared."""
+    if (grid_spec.family, grid_spec.seed, grid_spec.weights) != (spec.family, spec.seed,
+                                                                 spec.weights):
+        return False
+    planned = dict(spec.params)
+    return all(v is None or k in _FILLED_BY_PLANNER or planned.get(k) == v
+               for k, v in grid_spec.params)
+
+
 def plan_seed(session, grid: Grid, ws: WorkloadSpec, seed: int) -> SeedPlan:
     """Analyse and plan one (workload, seed); find the fully connected reference candidate."""
     w = ws.for_seed(seed)
@@ -145,8 +161,9 @@ def plan_seed(session, grid: Grid, ws: WorkloadSpec, seed: int) -> SeedPlan:
                           sparsity=ws.sparsity, estimator=grid.estimator,
                           objective=grid.objective,
                           statement=f"evaluate {grid.name}: {ws.key} (seed {seed})")
-    wanted = {(s, k) for s in ws.specs() for k in ws.sparsity}
-    candidates = [c for c in result.candidates if (c.plan.topology, c.plan.k_ratio) in wanted]
+    specs = ws.specs()
+    candidates = [c for c in result.candidates if c.plan.k_ratio in ws.sparsity
+                  and any(_matches(s, c.plan.topology) for s in specs)]
     ref = fc_plan(result)
     fc_cand = next((c for c in result.candidates if c.plan == ref), None)
     fc_result = result
