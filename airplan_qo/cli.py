@@ -403,6 +403,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("exec_ids", type=int, nargs="+", metavar="EXEC_ID")
     p.add_argument("--out", default="airplan-executions.png", help="PNG file to write")
     p.set_defaults(func=cmd_plot)
+    parser.set_defaults(commands=tuple(sub.choices))
     return parser
 
 
@@ -418,9 +419,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 def _globals_after_command(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
     """Let options come before the command too (``airplan --read-only sql ...``): whatever
     precedes the first command name is moved after it, where the command's parser reads it."""
-    commands = set()
-    for action in parser._subparsers._group_actions if parser._subparsers else ():
-        commands |= set(getattr(action, "choices", {}) or {})
+    commands = set(parser.get_default("commands") or ())
     for i, tok in enumerate(argv):
         if tok in commands:
             before = [t for t in argv[:i] if t not in ("-h", "--help", "--version")]

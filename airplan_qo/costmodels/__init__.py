@@ -76,8 +76,9 @@ def resolve_constants(estimator: CostEstimator, rows: list[dict[str, Any]], data
                 scope == "dataset_family" and family is None):
             continue
         name = row["constant_name"]
-        known = name in values or name.startswith(getattr(estimator, "open_prefixes", ()) or
-                                                  ("\0",))
+        # an estimator may accept constants beyond its priors (ttt: a new dataset's level)
+        prefixes = tuple(getattr(estimator, "open_prefixes", ()))
+        known = name in values or bool(prefixes) and name.startswith(prefixes)
         if known and rank[scope] >= best.get(name, -1):
             values[name] = float(row["value"])
             used[name] = int(row["calibration_id"])

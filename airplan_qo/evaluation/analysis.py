@@ -10,7 +10,6 @@ only catalog access is reading observations for the fits (no calibration rows ar
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any

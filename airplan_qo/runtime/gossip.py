@@ -56,7 +56,7 @@ import torch
 from ..errors import ExecutionError
 from ..plans.mixing import edge_arrays
 from .channel import Channel, RoundLinks, Traffic, traffic
-from .compression import ErrorFeedback, Sparse, common_mask, compress
+from .compression import ErrorFeedback, common_mask, compress
 
 __all__ = ["ALGORITHMS", "Choco", "DSGD", "LinkSet", "Operator", "PaperLiteral", "dsgd_mix"]
 
