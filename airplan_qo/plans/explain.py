@@ -187,6 +187,7 @@ def _text(result, tree: Node, verbose, costs, alternatives, analyze) -> str:
     sla = result.request.sla
     lines.append(f"SLA: {sla.render()}  => accuracy >= {result.target_accuracy:.4f} "
                  f"(fc = {result.fc_accuracy:.4f} after {result.context.round_budget} rounds)")
+    lines.append(f"Figures: {figures_legend(result)}")
     bd = result.chosen.cost.breakdown()
     lines.append("Cost Breakdown: " + " ".join(
         f"{k}={_rounds(v) if k == 'rounds' else _num(v)}" for k, v in bd.items()
@@ -278,6 +279,16 @@ def _lost(result, c) -> str:
     return "ranked lower"
 
 
+def figures_legend(result) -> str:
+    """What the numbers on the plan nodes are."""
+    est = result.chosen.cost.estimate
+    rounds = ("expected rounds paid, E[min(T, budget)], T the rounds to the target"
+              if est.p_meets is not None else "predicted rounds to the target")
+    return (f"cost=startup..total {result.objective} (startup = the statistics broadcast); "
+            f"rounds = {rounds}; acc = predicted accuracy of the clients' own models after "
+            f"the {result.context.round_budget}-round budget")
+
+
 def why_chosen(result) -> str:
     """One line: the binding rule and the margin to the runner-up."""
     chosen = result.chosen
@@ -347,6 +358,7 @@ def _json_doc(result, tree: Node, verbose, alternatives, analyze) -> dict[str, A
         "cost_breakdown": _clean(result.chosen.cost.breakdown()),
         "candidates": _clean(_candidates(result)),
         "why_chosen": why_chosen(result),
+        "figures": figures_legend(result),
         "workload": {"dataset": result.request.workload.dataset,
                      "clients": result.request.workload.clients, "alpha": _clean(ctx.alpha),
                      "alpha_source": ctx.alpha_source, "d": ctx.d},

@@ -84,13 +84,16 @@ class PhysicalPlan:
     topology: TopologySpec
     k_ratio: float = attrs.field(default=1.0, validator=_check_k)
     channel: ChannelConfig = ChannelConfig()
-    algorithm: str = "dsgd"
+    algorithm: str = "auto"
     mask: str = "common_randk"
 
     @property
     def effective_algorithm(self) -> str:
-        """D-SGD for dense payloads; CHOCO-style compressed gossip with error feedback for k < 1."""
-        return "choco" if self.algorithm == "dsgd" and self.k_ratio < 1 else self.algorithm
+        """What runs: with ``auto``, D-SGD for dense payloads (k = 1) and CHOCO gossip for
+        k < 1 (its public replicas carry the compression residual)."""
+        if self.algorithm == "auto":
+            return "dsgd" if self.k_ratio >= 1 else "choco"
+        return self.algorithm
 
     def label(self) -> str:
         return f"{self.topology.label()} [{self.topology.weights}] k={self.k_ratio:g}"

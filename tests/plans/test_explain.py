@@ -73,3 +73,16 @@ def test_text_arithmetic_is_consistent(tmp_path):
     first = r.explain().splitlines()[0]
     assert f"rounds={math.ceil(c.rounds)}" in first          # expected rounds, shown rounded up
     assert f"..{c.total():.2f}" in first
+
+
+def test_explain_defines_its_figures_and_names_what_runs():
+    from airplan_qo.plans.plan import PhysicalPlan
+    from airplan_qo.plans.topology import TopologySpec
+
+    plan = PhysicalPlan(TopologySpec.create("ring", 10), 0.1)
+    assert plan.algorithm == "auto" and plan.effective_algorithm == "choco"
+    assert PhysicalPlan(TopologySpec.create("ring", 10), 1.0).effective_algorithm == "dsgd"
+    with aq.connect(":memory:") as db:
+        text = db.plan(aq.Workload(dataset="digits", clients=10, rounds=30)).explain()
+    legend = next(ln for ln in text.splitlines() if ln.startswith("Figures: "))
+    assert "acc = predicted accuracy of the clients' own models after the 30-round budget" in legend
