@@ -24,6 +24,7 @@ from ..errors import CatalogError, ParseError, ResourceLimitError, SandboxError
 from .binder import BoundAnalyze, BoundTrain, bind
 from .parser import PassThrough, parse
 from .positions import Source
+from .results import Result, TrainResult  # noqa: F401  (re-exported: results of sql())
 
 READ_ONLY_KEYWORDS = ("SELECT", "WITH", "FROM", "VALUES", "TABLE", "SHOW", "DESCRIBE", "DESC",
                       "SUMMARIZE", "EXPLAIN")
@@ -32,21 +33,6 @@ _DUCKDB_LINE = re.compile(r"LINE (\d+):")
 # What may follow EXPLAIN [ANALYZE] in catalog SQL: EXPLAIN ANALYZE runs its statement.
 _EXPLAINABLE = tuple(k for k in READ_ONLY_KEYWORDS if k != "EXPLAIN")
 _EXPLAIN_REST = re.compile(r"\s*(?:ANALYZE\b\s*)?(?:\([^()]*\)\s*)?\(?\s*([A-Za-z_]*)", re.I)
-
-
-@attrs.frozen
-class Result:
-    """The outcome of one statement: a table (columns, rows) or a document (explain text/JSON)."""
-
-    kind: str
-    columns: tuple[str, ...] = ()
-    rows: tuple[tuple[Any, ...], ...] = ()
-    text: str = ""
-    document: Any = None
-    #: For TRAIN and EXPLAIN ANALYZE TRAIN: the execution and how it ended.
-    exec_id: int | None = None
-    status: str | None = None
-    reason: str | None = None
 
 
 def aborted_note(result: Result) -> str | None:
