@@ -17,6 +17,9 @@ from typing import Any, Sequence
 from . import __version__
 from .errors import AirPlanError, ValidationError
 
+#: Seconds every command waits for a catalog another process holds (``--wait``).
+DEFAULT_WAIT = 10.0
+
 
 def _parse_params(items: Sequence[str] | None) -> dict[str, Any]:
     out: dict[str, Any] = {}
@@ -258,6 +261,9 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--catalog", help="catalog file (default $AIRPLAN_CATALOG or "
                                           "./airplan.duckdb; ':memory:' for a throwaway one)")
+    common.add_argument("--wait", type=float, default=DEFAULT_WAIT, metavar="SECONDS",
+                        help="while another process holds the catalog, retry opening it for up "
+                             f"to SECONDS (default {DEFAULT_WAIT:g}; 0: fail at once)")
 
     limits = argparse.ArgumentParser(add_help=False)
     group = limits.add_argument_group(
@@ -453,7 +459,12 @@ def _main(argv: Sequence[str] | None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    from .catalog.store import default_wait, set_default_wait
+
+    previous = default_wait()
     try:
+        if getattr(args, "wait", None) is not None:
+            set_default_wait(args.wait)
         return int(args.func(args) or 0)
     except AirPlanError as exc:
         print(f"airplan: error: {exc}", file=sys.stderr)
@@ -473,6 +484,8 @@ def _main(argv: Sequence[str] | None) -> int:
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
         return 0
+    finally:
+        set_default_wait(previous)
 
 
 if __name__ == "__main__":

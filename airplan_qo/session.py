@@ -54,11 +54,11 @@ class Session:
     def __init__(self, path: str | os.PathLike[str] | None = None, *, read_only: bool = False,
                  allow_external_access: bool = False, timeout: float | None = DEFAULT_TIMEOUT,
                  memory_limit: int | str | None = None, threads: int | None = None,
-                 adopt: bool = False):
+                 adopt: bool = False, wait: float | None = None):
         self.catalog = Catalog(path, read_only=read_only,
                                allow_external_access=allow_external_access,
                                memory_limit=memory_limit, threads=threads, timeout=timeout,
-                               adopt=adopt)
+                               adopt=adopt, wait=wait)
 
     def __enter__(self) -> "Session":
         return self
@@ -159,8 +159,9 @@ class Session:
         return abandon(self.catalog, int(exec_id), reason)
 
     def run_bound(self, bound, fmt: str = "text", *, quiet: bool = True):
-        """TRAIN / EXPLAIN ANALYZE TRAIN: plan, then execute the chosen plan; returns a
-        ``TrainResult`` (``airplan_qo.sql.results``)."""
+        """TRAIN / EXPLAIN ANALYZE TRAIN: plan, then execute the chosen plan."""
+        from .sql.executor import Result
+
         plan = self.plan(bound.workload, sla=bound.sla, topologies=bound.topologies,
                          weights=bound.weights, sparsity=bound.sparsity, budgets=bound.budgets,
                          estimator=bound.estimator, statement=bound.text,
@@ -180,53 +181,21 @@ class Session:
                 document = json.loads(text)
                 document[0]["execution"] = dict(outcome)
                 text = json.dumps(document, indent=2)
-                explain = _with_execution_line(plan.explain(
-                    verbose=opts.verbose, costs=opts.costs, alternatives=opts.alternatives,
-                    analyze=fields), outcome)
             else:
-                text = explain = _with_execution_line(text, outcome)
-            return train_result(self, plan, report, "explain", text=text, document=document,
-                                explain=explain)
+                text = _with_execution_line(text, outcome)
+            return Result("explain", text=text, document=document, **outcome)
         row = {"exec_id": report.exec_id, "plan_id": report.plan_id,
                "plan": plan.chosen.plan.label(),
                "status": r.status, "rounds": r.rounds, "rounds_to_target": r.rounds_to_target,
                "final_accuracy": r.final_accuracy, "channel_uses": r.total_channel_uses,
                "reason": r.reason}
-        explain = _with_execution_line(plan.explain(analyze=fields), outcome)
-        return train_result(self, plan, report, "table", columns=tuple(row),
-                            rows=(tuple(row.values()),), explain=explain)
+        return Result("table", tuple(row), (tuple(row.values()),), **outcome)
 
     def _calibrate_text(self, estimator: str) -> str:
         try:
             return self.calibrate(estimator).render()
         except ValidationError as exc:
             return f"calibration skipped: {exc}"
-
-
-def train_result(session: Session, plan, report, kind: str, **shown: Any):
-    """The ``TrainResult`` of executing ``plan`` (a PlanResult) as ``report`` (an
-    ExecutionReport); ``shown`` holds what the statement displays (``text``, ``columns``,
-    ``rows``, ``document``, ``explain``)."""
-    from .sql.results import TrainResult, feedback_note
-
-    r = report.result
-    est = plan.chosen.cost.estimate
-    rewirings = session.catalog.query(
-        "SELECT round, old_plan_id, new_plan_id FROM airplan.reoptimizations "
-        "WHERE exec_id = ? AND new_plan_id IS NOT NULL ORDER BY round", [report.exec_id])
-    # an aborted run's feedback rows are computed but not recorded (resume records them)
-    feedback = () if r.status == "aborted" else tuple(report.feedback)
-    interval = (None if est.rounds_lo is None or est.rounds_hi is None
-                else (float(est.rounds_lo), float(est.rounds_hi)))
-    return TrainResult(
-        kind, exec_id=report.exec_id, status=r.status, reason=r.reason,
-        plan_id=report.plan_id, plan=plan.chosen.plan.label(), estimator=plan.estimator,
-        rounds=r.rounds, rounds_to_target=r.rounds_to_target, accuracy=r.client_acc_mean,
-        avg_model_accuracy=r.final_accuracy, channel_uses=r.total_channel_uses,
-        predicted_rounds=est.rounds, predicted_rounds_interval=interval,
-        p_meets_sla=est.p_meets, feedback=feedback,
-        feedback_note=feedback_note(r.status, feedback, rewirings),
-        events=tuple(report.events), **shown)
 
 
 def sla_with_target(sla, target: float | None):
@@ -267,7 +236,7 @@ def _with_execution_line(text: str, outcome: Mapping[str, Any]) -> str:
 def connect(path: str | os.PathLike[str] | None = None, *, read_only: bool = False,
             allow_external_access: bool = False, timeout: float | None = DEFAULT_TIMEOUT,
             memory_limit: int | str | None = None, threads: int | None = None,
-            adopt: bool = False) -> Session:
+            adopt: bool = False, wait: float | None = None) -> Session:
     """Open (or create) a catalog: ``path``, else ``$AIRPLAN_CATALOG``, else ./airplan.duckdb.
 
     Catalog queries are fenced (docs/sql.md, Security): they can read only the catalog unless
@@ -275,7 +244,11 @@ def connect(path: str | os.PathLike[str] | None = None, *, read_only: bool = Fal
     ``timeout`` seconds (default 30; None or 0: no limit); the catalog's DuckDB database gets
     ``memory_limit`` (bytes or a size such as ``'2GB'``; default 1 GiB) and ``threads``
     (default min(4, CPUs)). A DuckDB file that holds other objects but no catalog is refused
-    unless ``adopt=True`` (then the catalog's tables are added beside them).
+    unless ``adopt=True`` (then the catalog's tables are added beside them). While another
+    process holds the file, the open retries for up to ``wait`` seconds, then raises
+    ``CatalogLockedError`` (default None: the process default, 0 unless the CLI's ``--wait``
+    set it; 0 fails at once).
     """
     return Session(path, read_only=read_only, allow_external_access=allow_external_access,
-                   timeout=timeout, memory_limit=memory_limit, threads=threads, adopt=adopt)
+                   timeout=timeout, memory_limit=memory_limit, threads=threads, adopt=adopt,
+                   wait=wait)

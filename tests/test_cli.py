@@ -137,3 +137,42 @@ def test_plot_command(tmp_path, capsys):
     assert out.exists() and out.stat().st_size > 5000
     assert main(["plot", "5", "--catalog", cat, "--out", str(out)]) == 2
     assert "no execution 5" in capsys.readouterr().err
+
+
+_LOCK_HOLDER = ("import sys, duckdb\ncon = duckdb.connect(sys.argv[1])\nprint('ready', flush=True)"
+                "\nsys.stdin.read()\ncon.close()\n")
+
+
+def test_every_command_waits_for_a_held_catalog_then_fails_in_one_line(tmp_path, capsys):
+    from airplan_qo.catalog.store import Catalog, default_wait
+
+    path = tmp_path / "held.duckdb"
+    Catalog.open(path).close()
+    proc = subprocess.Popen([sys.executable, "-c", _LOCK_HOLDER, str(path)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        for argv in (["sql", "--read-only", "SELECT 1"], ["abandon", "1"]):
+            assert main([*argv, "--catalog", str(path), "--wait", "0.4"]) == 2
+            err = capsys.readouterr().err.strip().splitlines()
+            assert len(err) == 2
+            assert err[0].startswith("airplan: note: catalog file ") and \
+                f"(PID {proc.pid}); waiting up to 0.4 s" in err[0]
+            assert err[1].startswith("airplan: error: catalog file ") and \
+                "Waited 0.4 s for it (--wait SECONDS to wait longer)." in err[1]
+        assert main(["--wait", "0", "sql", "--catalog", str(path), "--read-only",
+                     "SELECT 1"]) == 2
+        err = capsys.readouterr().err
+        assert "waiting" not in err and "Waited" not in err and "locked by" in err
+        assert default_wait() == 0  # the CLI's wait does not outlive the command
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+        proc.stdout.close()
+
+
+def test_wait_must_be_a_non_negative_number(tmp_path, capsys):
+    assert main(["sql", "--catalog", str(tmp_path / "c.duckdb"), "--wait", "-1",
+                 "SELECT 1"]) == 2
+    assert capsys.readouterr().err.strip() == \
+        "airplan: error: the lock wait must be a number of seconds >= 0, got -1.0"

@@ -34,6 +34,7 @@ import re
 import socket
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -72,6 +73,10 @@ ENV_VAR = "AIRPLAN_CATALOG"
 DEFAULT_PATH = "airplan.duckdb"
 MEMORY = ":memory:"
 
+#: Seconds an open waits for another process's lock when the Catalog is given no ``wait``
+#: (0: fail at once); the CLI sets it from ``--wait`` with :func:`set_default_wait`.
+_default_wait = 0.0
+
 _LOCK_RE = re.compile(r"Conflicting lock is held in (?P<exe>.+?) \(PID (?P<pid>\d+)\)")
 _INT32_MAX = np.iinfo(np.int32).max
 _INT32_MIN = np.iinfo(np.int32).min
@@ -89,6 +94,32 @@ _open_lock = threading.RLock()  # re-entrant: __del__ may close a Catalog while 
 #: Notes a user should see (executions recovered on open); the CLI prints them on stderr.
 log = logging.getLogger("airplan_qo.catalog")
 log.addHandler(logging.NullHandler())
+
+
+def check_wait(seconds: Any) -> float:
+    """A lock wait in seconds as a float; ValidationError unless a finite number >= 0."""
+    try:
+        value = float(seconds)
+    except (TypeError, ValueError):
+        raise ValidationError(f"the lock wait must be a number of seconds >= 0, got {seconds!r}"
+                              ) from None
+    if not 0.0 <= value < float("inf"):
+        raise ValidationError(f"the lock wait must be a number of seconds >= 0, got {seconds!r}")
+    return value
+
+
+def set_default_wait(seconds: float) -> float:
+    """Make Catalogs opened without ``wait`` wait up to ``seconds`` for another process's lock
+    (the CLI's ``--wait``); returns the previous default."""
+    global _default_wait
+    value = check_wait(seconds)
+    previous, _default_wait = _default_wait, value
+    return previous
+
+
+def default_wait() -> float:
+    """Seconds a Catalog opened without ``wait`` waits for another process's lock."""
+    return _default_wait
 
 
 class Sketches(NamedTuple):
@@ -140,8 +171,11 @@ class Catalog:
     def __init__(self, path: str | os.PathLike[str] | None = None, *, read_only: bool = False,
                  allow_external_access: bool = False, memory_limit: int | str | None = None,
                  threads: int | None = None, timeout: float | None = DEFAULT_TIMEOUT,
-                 adopt: bool = False):
+                 adopt: bool = False, wait: float | None = None):
         self.path = resolve_path(path)
+        #: Seconds the open may wait for another process's lock (``wait``, or when None the
+        #: process default, :func:`default_wait`); 0: fail at once.
+        self.wait = check_wait(_default_wait if wait is None else wait)
         self.read_only = bool(read_only)
         #: Whether a read-write open may add the catalog to a DuckDB file that already holds
         #: other objects (refused by default: the file is probably not meant to be a catalog).
@@ -171,7 +205,7 @@ class Catalog:
         #: Executions this open found ``running`` with no process left and marked
         #: ``interrupted`` (dicts with exec_id, owner_pid, owner_host); empty when none.
         self.recovered: tuple[dict[str, Any], ...] = ()
-        self._con = self._connect()
+        self._con = self._connect_waiting()
         try:
             if self.read_only:
                 self._check_schema_read_only()
@@ -190,9 +224,9 @@ class Catalog:
              **limits: Any) -> Catalog:
         """Open the catalog at ``path`` (see :func:`resolve_path`); writers create or migrate it.
 
-        ``limits``: ``allow_external_access``, ``memory_limit``, ``threads``, ``timeout`` and
-        ``adopt`` (create the catalog in a DuckDB file that already holds other objects) as for
-        the constructor.
+        ``limits``: ``allow_external_access``, ``memory_limit``, ``threads``, ``timeout``,
+        ``adopt`` (create the catalog in a DuckDB file that already holds other objects) and
+        ``wait`` (seconds to wait for another process's lock) as for the constructor.
         """
         return cls(path, read_only=read_only, **limits)
 
@@ -289,6 +323,31 @@ class Catalog:
             if self.path == MEMORY:
                 self._memory_root = entry[0]  # an in-memory catalog dies with its Catalog
             return con
+
+    def _connect_waiting(self) -> duckdb.DuckDBPyConnection:
+        """:meth:`_connect`, retried while another process holds the file, for up to
+        ``self.wait`` seconds. The wait is reported once on the ``airplan_qo.catalog`` logger
+        (the CLI prints it on stderr); a conflict inside this process never waits."""
+        deadline: float | None = None
+        delay = 0.05
+        while True:
+            try:
+                return self._connect()
+            except CatalogLockedError as exc:
+                pid = getattr(exc, "holder_pid", None)
+                if self.wait <= 0 or pid == os.getpid():
+                    raise
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self.wait
+                    log.warning("catalog file %s is locked by %s (PID %s); waiting up to %g s "
+                                "for it (--wait SECONDS)", self.path,
+                                getattr(exc, "holder_exe", "another process"), pid, self.wait)
+                elif now >= deadline:
+                    raise _locked(f"{exc} Waited {self.wait:g} s for it (--wait SECONDS to wait "
+                                  "longer).", getattr(exc, "holder_exe", ""), pid) from None
+                time.sleep(max(0.0, min(delay, deadline - now)))
+                delay = min(delay * 2, 0.5)
 
     def _open_error(self, exc: duckdb.Error) -> CatalogError:
         msg = str(exc)

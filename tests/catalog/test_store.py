@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import duckdb
 import numpy as np
@@ -191,6 +192,67 @@ def test_lock_held_by_reader_process_allows_readers(tmp_path):
         assert info.value.holder_pid == proc.pid
         with Catalog.open(path, read_only=True) as cat:
             assert _count(cat, "workloads") == 1
+
+
+_BRIEF_HOLDER = textwrap.dedent("""
+    import sys, time
+    import duckdb
+    con = duckdb.connect(sys.argv[1])
+    print("ready", flush=True)
+    time.sleep(float(sys.argv[2]))
+    con.close()
+""")
+
+
+def test_open_waits_for_a_lock_that_is_released_within_the_wait(tmp_path, caplog):
+    path = tmp_path / "brief.duckdb"
+    Catalog.open(path).close()
+    proc = subprocess.Popen([sys.executable, "-c", _BRIEF_HOLDER, str(path), "1.5"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        start = time.monotonic()
+        with caplog.at_level("WARNING", logger="airplan_qo.catalog"):
+            with Catalog.open(path, wait=30) as cat:
+                waited = time.monotonic() - start
+                assert cat.wait == 30 and cat.schema_version >= 1
+        assert 0.5 < waited < 20
+        notes = [r.getMessage() for r in caplog.records if "waiting up to 30 s" in
+                 r.getMessage()]
+        assert len(notes) == 1 and f"PID {proc.pid}" in notes[0] and str(path) in notes[0]
+    finally:
+        proc.wait(timeout=30)
+        proc.stdout.close()
+
+
+def test_open_gives_up_after_the_wait_and_zero_fails_at_once(tmp_path):
+    path = tmp_path / "held.duckdb"
+    Catalog.open(path).close()
+    with _held(path, "rw") as proc:
+        start = time.monotonic()
+        with pytest.raises(CatalogLockedError, match=r"Waited 0\.6 s for it \(--wait") as info:
+            Catalog.open(path, read_only=True, wait=0.6)
+        assert 0.6 <= time.monotonic() - start < 10
+        assert info.value.holder_pid == proc.pid
+        start = time.monotonic()
+        with pytest.raises(CatalogLockedError) as info:
+            Catalog.open(path, wait=0)
+        assert "Waited" not in str(info.value) and time.monotonic() - start < 0.5
+
+
+@pytest.mark.parametrize("bad", [-1, "soon", float("nan"), float("inf")])
+def test_a_bad_lock_wait_is_a_validation_error(tmp_path, bad):
+    with pytest.raises(ValidationError, match="lock wait must be a number of seconds >= 0"):
+        Catalog.open(tmp_path / "x.duckdb", wait=bad)
+
+
+def test_a_conflict_inside_this_process_never_waits(tmp_path):
+    path = tmp_path / "own.duckdb"
+    with Catalog.open(path):
+        start = time.monotonic()
+        with pytest.raises(CatalogLockedError, match="already open read-write"):
+            Catalog.open(path, read_only=True, wait=30)
+        assert time.monotonic() - start < 1
 
 
 def test_close_releases_the_lock_for_other_processes(tmp_path):
