@@ -159,9 +159,8 @@ class Session:
         return abandon(self.catalog, int(exec_id), reason)
 
     def run_bound(self, bound, fmt: str = "text", *, quiet: bool = True):
-        """TRAIN / EXPLAIN ANALYZE TRAIN: plan, then execute the chosen plan."""
-        from .sql.executor import Result
-
+        """TRAIN / EXPLAIN ANALYZE TRAIN: plan, then execute the chosen plan; returns a
+        ``TrainResult`` (``airplan_qo.sql.results``)."""
         plan = self.plan(bound.workload, sla=bound.sla, topologies=bound.topologies,
                          weights=bound.weights, sparsity=bound.sparsity, budgets=bound.budgets,
                          estimator=bound.estimator, statement=bound.text,
@@ -181,21 +180,53 @@ class Session:
                 document = json.loads(text)
                 document[0]["execution"] = dict(outcome)
                 text = json.dumps(document, indent=2)
+                explain = _with_execution_line(plan.explain(
+                    verbose=opts.verbose, costs=opts.costs, alternatives=opts.alternatives,
+                    analyze=fields), outcome)
             else:
-                text = _with_execution_line(text, outcome)
-            return Result("explain", text=text, document=document, **outcome)
+                text = explain = _with_execution_line(text, outcome)
+            return train_result(self, plan, report, "explain", text=text, document=document,
+                                explain=explain)
         row = {"exec_id": report.exec_id, "plan_id": report.plan_id,
                "plan": plan.chosen.plan.label(),
                "status": r.status, "rounds": r.rounds, "rounds_to_target": r.rounds_to_target,
                "final_accuracy": r.final_accuracy, "channel_uses": r.total_channel_uses,
                "reason": r.reason}
-        return Result("table", tuple(row), (tuple(row.values()),), **outcome)
+        explain = _with_execution_line(plan.explain(analyze=fields), outcome)
+        return train_result(self, plan, report, "table", columns=tuple(row),
+                            rows=(tuple(row.values()),), explain=explain)
 
     def _calibrate_text(self, estimator: str) -> str:
         try:
             return self.calibrate(estimator).render()
         except ValidationError as exc:
             return f"calibration skipped: {exc}"
+
+
+def train_result(session: Session, plan, report, kind: str, **shown: Any):
+    """The ``TrainResult`` of executing ``plan`` (a PlanResult) as ``report`` (an
+    ExecutionReport); ``shown`` holds what the statement displays (``text``, ``columns``,
+    ``rows``, ``document``, ``explain``)."""
+    from .sql.results import TrainResult, feedback_note
+
+    r = report.result
+    est = plan.chosen.cost.estimate
+    rewirings = session.catalog.query(
+        "SELECT round, old_plan_id, new_plan_id FROM airplan.reoptimizations "
+        "WHERE exec_id = ? AND new_plan_id IS NOT NULL ORDER BY round", [report.exec_id])
+    # an aborted run's feedback rows are computed but not recorded (resume records them)
+    feedback = () if r.status == "aborted" else tuple(report.feedback)
+    interval = (None if est.rounds_lo is None or est.rounds_hi is None
+                else (float(est.rounds_lo), float(est.rounds_hi)))
+    return TrainResult(
+        kind, exec_id=report.exec_id, status=r.status, reason=r.reason,
+        plan_id=report.plan_id, plan=plan.chosen.plan.label(), estimator=plan.estimator,
+        rounds=r.rounds, rounds_to_target=r.rounds_to_target, accuracy=r.client_acc_mean,
+        avg_model_accuracy=r.final_accuracy, channel_uses=r.total_channel_uses,
+        predicted_rounds=est.rounds, predicted_rounds_interval=interval,
+        p_meets_sla=est.p_meets, feedback=feedback,
+        feedback_note=feedback_note(r.status, feedback, rewirings),
+        events=tuple(report.events), **shown)
 
 
 def sla_with_target(sla, target: float | None):
