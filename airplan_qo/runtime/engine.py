@@ -604,18 +604,40 @@ class Trainer:
     # ---------------------------------------------------------------------------------------
     # re-optimisation and checkpoints
 
-    def rewire(self, topology: Any) -> None:
+    def rewire(self, topology: Any, k_ratio: float | None = None) -> None:
         """Switch to a new topology (and its W and schedule) between rounds, keeping every
         client model, and so the average model, unchanged. CHOCO's receiver aggregates are
-        re-synchronised to the new weights."""
+        re-synchronised to the new weights. ``k_ratio`` (re-optimisation may only raise it)
+        changes the compression too: CHOCO keeps its public replicas and sends more coordinates
+        with the matching default step, or gives way to D-SGD at k = 1. The run's configuration
+        records the new k, so a checkpoint written after the change resumes with it."""
         n = topology.graph.number_of_nodes()
         if n != self.n:
             raise ExecutionError(f"cannot rewire {self.n} clients onto a topology of {n} nodes")
+        if k_ratio is not None and float(k_ratio) != self.config.k_ratio:
+            self._recompress(float(k_ratio))
         links = LinkSet(topology)
         self.topology = topology
         self.links = links
         with torch_threads(self.config.threads):
             self.rule.rewire(links)
+
+    def _recompress(self, k_ratio: float) -> None:
+        cfg = self.config
+        if k_ratio < cfg.k_ratio:
+            raise ExecutionError(f"re-optimisation only raises k (from {cfg.k_ratio:g}, asked "
+                                 f"{k_ratio:g})")
+        if self.algorithm not in ("dsgd", "choco"):
+            raise ExecutionError(f"cannot change k of a {self.algorithm} run")
+        self.config = attrs.evolve(cfg, k_ratio=k_ratio)
+        self.k = k_from_ratio(k_ratio, self.d)
+        self.gamma = self.config.resolved_gamma
+        algorithm = self.config.resolved_algorithm
+        if algorithm == "dsgd" and self.algorithm == "choco":
+            self.rule = DSGD(self.n, self.d)
+        elif algorithm == "choco":
+            self.rule.k, self.rule.gamma = self.k, float(self.gamma)
+        self.algorithm = algorithm
 
     def save(self, path: str | Path) -> None:
         """Write the full run state to ``path`` (see :mod:`.checkpoint`)."""

@@ -13,9 +13,10 @@ The monitor also keeps running means of the observed client dropout and link-dro
 
 A :class:`Reoptimizer` acts on a trigger during an execution: it re-plans the same workload with
 the observed statistics (dropout, and the link-drop rate as an effective truncation threshold
-g_th = -ln(1 - drop)), keeping k and restricted to plans at least as well connected (static
-mixing p at least the current one, the current topology excluded), rewires the trainer (new
-topology and W, every client model kept) and records the event in ``reoptimizations``. After a
+g_th = -ln(1 - drop)), restricted to better plans (static mixing p at least the current one,
+at the same k on another topology or at a larger k), rewires the trainer (new topology and W,
+and the new k when it rose; every client model kept) and records the event in
+``reoptimizations``. After a
 rewiring the monitor re-arms with the new plan's prediction, shifted in time to the accuracy
 already reached; at most ``max_replans`` re-plans happen per run.
 """
@@ -360,7 +361,7 @@ class Reoptimizer:
 
             chosen = attrs.evolve(result, chosen=cand)
             basis = feedback_basis(chosen)
-            trainer.rewire(build(cand.plan.topology))
+            trainer.rewire(build(cand.plan.topology), k_ratio=cand.plan.k_ratio)
             new_plan_id = cand.plan_id
             self.current = _InForce(cand.plan_id, cand.plan.topology, cand.plan.k_ratio,
                                     cand.stats.spectra.mixing_p)
@@ -368,6 +369,8 @@ class Reoptimizer:
                 basis, start=trig.round, observed_accuracy=self.monitor.last_accuracy),
                 trig.round)
             note = f"rewired {_label(old.spec)} -> {_label(cand.plan.topology)}"
+            if cand.plan.k_ratio != old.k_ratio:
+                note += f", k {old.k_ratio:g} -> {cand.plan.k_ratio:g}"
             observed["new_plan_estimate"] = {"rounds": cand.cost.rounds,
                                              "accuracy": cand.cost.estimate.accuracy}
         if self.request is not None:
@@ -387,13 +390,18 @@ class Reoptimizer:
         cur = self.current
         if self.request is None:
             return None, None, f"re-planning unavailable; kept {_label(cur.spec)}"
-        if cur.mixing_p >= 1.0 - 1e-12:
-            return None, None, f"no better-connected plan: {_label(cur.spec)} is fully connected"
-        from ..plans.optimizer import Optimizer
+        from ..plans.optimizer import DEFAULT_SPARSITY, Optimizer
 
+        # a better-connected topology at the same k, or at least as well connected at a larger k
+        ks = tuple(k for k in (self.request.sparsity or DEFAULT_SPARSITY) if k >= cur.k_ratio)
+        if cur.mixing_p >= 1.0 - 1e-12 and max(ks, default=0.0) <= cur.k_ratio:
+            return None, None, (f"no better plan: {_label(cur.spec)} is fully connected and "
+                                f"uncompressed as far as the plan space allows")
         req = attrs.evolve(
             self.request, workload=observed_workload(self.request.workload, observed),
-            sparsity=(cur.k_ratio,), min_mixing_p=cur.mixing_p, exclude_topologies=(cur.spec,),
+            sparsity=ks or (cur.k_ratio,), min_mixing_p=cur.mixing_p,
+            # the current topology stays a candidate only where it can run with a larger k
+            exclude_topologies=() if max(ks, default=0.0) > cur.k_ratio else (cur.spec,),
             statement=(f"re-optimisation of execution {self.exec_id} at round {trig.round} "
                        f"({trig.kind} trigger)"))
         try:
@@ -484,7 +492,7 @@ class Reoptimizer:
                 basis, start=trig.round, observed_accuracy=self.monitor.last_accuracy)
                 if basis else None, trig.round)
         if self.rewired:
-            trainer.rewire(build(self.current.spec))
+            trainer.rewire(build(self.current.spec), k_ratio=self.current.k_ratio)
         from .checkpoint import _same_links
 
         if not _same_links(trainer, state["links"]):
@@ -495,10 +503,11 @@ class Reoptimizer:
 
 
 def _pick(result: Any, cur: _InForce):
-    """The candidate to rewire to: the chosen plan when it keeps k and is better connected,
-    else the best-ranked candidate with the same k inside the connectivity restriction (when
-    nothing meets the SLA, the better-connected plan nearest to it). The planner's fully
-    connected fallback counts only when the request's topologies allow it."""
+    """The candidate to rewire to: the chosen plan when it is better (a better-connected
+    topology at the same k, or one at least as well connected at a larger k), else the
+    best-ranked such candidate inside the connectivity restriction (when nothing meets the SLA,
+    the one nearest to it). The planner's fully connected fallback counts only when the
+    request's topologies allow it."""
     requested = result.request.topologies
     families = None if requested is None else {FAMILIES.get(f).name for f, _ in requested}
 
@@ -506,8 +515,9 @@ def _pick(result: Any, cur: _InForce):
         if result.fallback and c is result.chosen and families is not None \
                 and c.plan.topology.family not in families:
             return False
-        return (c.plan.k_ratio == cur.k_ratio and c.plan.topology != cur.spec
-                and not (c.pruned_reason or "").startswith("connectivity")
+        better = (c.plan.k_ratio > cur.k_ratio
+                  or (c.plan.k_ratio == cur.k_ratio and c.plan.topology != cur.spec))
+        return (better and not (c.pruned_reason or "").startswith("connectivity")
                 and c.stats.spectra.mixing_p >= cur.mixing_p * (1.0 - 1e-9)
                 and c.plan_id is not None)
 

@@ -137,3 +137,29 @@ def test_rewired_run_resumes_on_the_rewired_topology(tmp_path, digits, digits_ii
     resumed.rewire(complete10)
     resumed.load(tmp_path / "r.pt")
     assert _strip(resumed.run().history) == _strip(trainer.run().history)
+
+
+@pytest.mark.parametrize("k_from,k_to,algorithm", [(0.1, 0.3, "choco"), (0.1, 1.0, "dsgd")])
+def test_raising_k_mid_run_and_resuming_after_it(tmp_path, digits, digits_iid, ring10, k_from,
+                                                 k_to, algorithm):
+    cfg = RunConfig(model="logistic", rounds=8, k_ratio=k_from, channel="ota")
+    full = Trainer(cfg, digits, digits_iid, ring10)
+    rows = [full.step() for _ in range(3)]
+    full.rewire(ring10, k_ratio=k_to)
+    assert full.algorithm == algorithm and full.config.k_ratio == k_to
+    rows += [full.step() for _ in range(5)]
+    assert rows[-1]["channel_uses"] > rows[0]["channel_uses"]     # more coordinates sent
+    with pytest.raises(ExecutionError, match="only raises k"):
+        full.rewire(ring10, k_ratio=k_from)
+
+    part = Trainer(cfg, digits, digits_iid, ring10)
+    for _ in range(3):
+        part.step()
+    part.rewire(ring10, k_ratio=k_to)
+    part.step()
+    part.save(tmp_path / "c.pt")
+    resumed = Trainer(cfg, digits, digits_iid, ring10)
+    resumed.rewire(ring10, k_ratio=k_to)          # as the monitor's replay does
+    resumed.load(tmp_path / "c.pt")
+    rest = [resumed.step() for _ in range(4)]
+    assert _strip(rest) == _strip(rows[4:])

@@ -344,3 +344,25 @@ def test_dropout_decision_small_world_vs_clustered(tmp_path):
     # ... and falls monotonically with dropout for every topology
     for v in factors.values():
         assert v[0.0] > v[0.1] > v[0.2] > v[0.3]
+
+
+def test_reoptimisation_may_raise_k_and_resume_replays_it(tmp_path):
+    """A ring at k = 0.1 with only the ring in the plan space: the better plan is the ring at a
+    larger k, the trainer switches compression (CHOCO -> D-SGD at k = 1), and a resume after
+    the switch gives the uninterrupted run."""
+    w = aq.Workload(clients=8, alpha=0.05, rounds=12, seed=1)
+    with aq.connect(tmp_path / "c.duckdb") as db:
+        res = db.plan(w, topologies=["ring"], sparsity=[0.1, 1.0],
+                      weights=["metropolis_hastings"])
+        ring = next(c for c in res.candidates if c.plan.k_ratio == 0.1)
+        res = attrs.evolve(res, chosen=ring)
+        rep = db.execute(res, monitor=LOW)
+        [ev] = db.catalog.query("SELECT * FROM airplan.reoptimizations")
+        new = db.catalog.query("SELECT * FROM airplan.plans WHERE plan_id = ?",
+                               [ev["new_plan_id"]])[0]
+        assert new["family"] == "ring" and new["k_ratio"] == 1.0
+        assert "k 0.1 -> 1" in ev["detail"]
+        assert rep.result.algorithm == "dsgd"            # what ran after the switch
+        full = [h["channel_uses"] for h in rep.result.history]
+        # channel uses jump to the dense payload after the switch
+        assert full[-1] > 5 * full[0]
