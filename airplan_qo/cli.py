@@ -406,8 +406,13 @@ def build_parser() -> argparse.ArgumentParser:
                                    "distance per round beside the predicted curve, its 90% "
                                    "rounds interval, the target and re-optimisation events. "
                                    "Needs matplotlib.")
-    p.add_argument("exec_ids", type=int, nargs="+", metavar="EXEC_ID")
-    p.add_argument("--out", default="airplan-executions.png", help="PNG file to write")
+    p.add_argument("exec_ids", type=int, nargs="*", metavar="EXEC_ID")
+    p.add_argument("--planning-run", type=int, metavar="ID",
+                   help="instead: every candidate of a planning run, predicted cost against "
+                        "P(meets SLA), the chosen plan circled")
+    p.add_argument("--confidence", type=float, help="with --planning-run: draw this level")
+    p.add_argument("--out", help="PNG file to write (default airplan-executions.png, or "
+                                 "airplan-plan.png with --planning-run)")
     p.set_defaults(func=cmd_plot)
     parser.set_defaults(commands=tuple(sub.choices))
     return parser
@@ -416,8 +421,14 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_plot(args: argparse.Namespace) -> int:
     from .session import connect
 
+    if bool(args.exec_ids) == (args.planning_run is not None):
+        raise ValidationError("plot takes execution ids or --planning-run ID (one of them)")
     with connect(args.catalog, read_only=True) as db:
-        path = db.plot(args.exec_ids, args.out)
+        if args.planning_run is not None:
+            path = db.plot_plan(args.planning_run, args.out or "airplan-plan.png",
+                                confidence=args.confidence)
+        else:
+            path = db.plot(args.exec_ids, args.out or "airplan-executions.png")
     print(f"wrote {path}")
     return 0
 

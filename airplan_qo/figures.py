@@ -390,3 +390,49 @@ def execution_curves(catalog, exec_ids, path: str | Path) -> Path:
     out = Path(path)
     fig.savefig(out)
     return out
+
+
+def plan_comparison(catalog, planning_run_id: int, path: str | Path,
+                    confidence: float | None = None) -> Path:
+    """Every candidate of a planning run: predicted cost (its objective total) against the
+    predicted probability of meeting the SLA (estimators with a distribution of rounds; for the
+    others, 1 when the plan is predicted to reach the target and 0 when not), coloured by family,
+    k as the marker size, the chosen plan circled and ``confidence`` (when given) drawn."""
+    import json
+
+    from .errors import ValidationError
+
+    rows = catalog.query("SELECT plan_id, chosen, family, k_ratio, total_cost, pruned_reason, "
+                         "terms::VARCHAR AS terms, est_rounds FROM airplan.plans "
+                         "WHERE planning_run_id = ? ORDER BY plan_id", [int(planning_run_id)])
+    if not rows:
+        raise ValidationError(f"no planning run {planning_run_id} in catalog {catalog.path}")
+    colours = _colours([r["family"] for r in rows])
+    fig = _figure(6.4, 4.4)
+    ax = fig.subplots()
+    for r in rows:
+        terms = json.loads(r["terms"] or "{}")
+        p = terms.get("p_meets")
+        if p is None:
+            p = 1.0 if r["est_rounds"] is not None else 0.0
+        cost = r["total_cost"]
+        if cost is None or not math.isfinite(cost):
+            continue
+        ax.scatter(cost, p, s=20 + 60 * float(r["k_ratio"]), color=colours[r["family"]],
+                   alpha=0.5 if r["pruned_reason"] else 0.9,
+                   edgecolors="black" if r["chosen"] else "none",
+                   linewidths=1.5 if r["chosen"] else 0)
+    if confidence is not None:
+        ax.axhline(float(confidence), color="C3", linewidth=0.8, label=f"confidence {confidence}")
+    for fam, col in colours.items():
+        ax.scatter([], [], color=col, label=fam)
+    ax.set_xscale("log")
+    ax.set_xlabel("predicted cost (objective total)")
+    ax.set_ylabel("P(meets SLA)")
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_title(f"planning run {planning_run_id}: candidates (chosen circled, size ~ k)",
+                 fontsize=9)
+    ax.legend(fontsize=7, loc="lower right")
+    out = Path(path)
+    fig.savefig(out)
+    return out

@@ -144,6 +144,18 @@ class Session:
         ids = [exec_ids] if isinstance(exec_ids, int) else list(exec_ids)
         return execution_curves(self.catalog, ids, out)
 
+    def plot_plan(self, planning_run_id: int, out: str | os.PathLike[str] = "airplan-plan.png",
+                  *, confidence: float | None = None):
+        """Every candidate of a planning run: predicted cost against P(meets SLA), the chosen
+        plan circled (needs matplotlib); returns the PNG path."""
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise ValidationError("plotting needs matplotlib: pip install matplotlib") from None
+        from .figures import plan_comparison
+
+        return plan_comparison(self.catalog, int(planning_run_id), out, confidence)
+
     def resume(self, exec_id: int, *, quiet: bool = True):
         """Continue an aborted, interrupted or failed execution from its last checkpoint (from
         round 0 when it has none); returns an ExecutionReport."""
