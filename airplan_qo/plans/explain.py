@@ -186,7 +186,8 @@ def _text(result, tree: Node, verbose, costs, alternatives, analyze) -> str:
     _text_node(tree, 0, costs, verbose, lines)
     sla = result.request.sla
     lines.append(f"SLA: {sla.render()}  => accuracy >= {result.target_accuracy:.4f} "
-                 f"(fc = {result.fc_accuracy:.4f} after {result.context.round_budget} rounds)")
+                 f"(fc = {result.fc_accuracy:.4f} after {result.context.round_budget} rounds, "
+                 f"predicted by the {result.estimator} model, not measured)")
     lines.append(f"Figures: {figures_legend(result)}")
     bd = result.chosen.cost.breakdown()
     lines.append("Cost Breakdown: " + " ".join(
