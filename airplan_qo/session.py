@@ -78,11 +78,14 @@ class Session:
     def plan(self, workload: Workload, *, sla: Any = None, topologies: Iterable[Any] | None = None,
              weights: Iterable[str] | None = None, sparsity: Iterable[float] | None = None,
              budgets: Mapping[str, float] | None = None, estimator: str | None = None,
-             objective: str | None = None, statement: str = "", confidence: float = 0.9):
+             objective: str | None = None, statement: str = "",
+             confidence: float | None = None):
         """Enumerate, cost and choose a plan; returns a PlanResult (``.explain()``).
 
-        ``confidence``: with an estimator that predicts a distribution of rounds (``ttt``), the
-        chosen plan must meet the SLA with at least this probability (a chance constraint).
+        ``confidence`` (default 0.9): with an estimator that predicts a distribution of rounds
+        (``ttt``), the chosen plan must meet the SLA with at least this probability (a chance
+        constraint). Given with an estimator that does not (``dsgd``, ``paper``), it has no
+        effect and the result says so in a warning.
         """
         from .plans.optimizer import DEFAULT_SLA, Optimizer, PlanRequest
         from .plans.sla import SLA, parse_sla
@@ -96,8 +99,16 @@ class Session:
             weights=tuple(weights) if weights else None,
             sparsity=tuple(float(k) for k in sparsity) if sparsity else None,
             budgets=tuple(sorted((budgets or {}).items())), estimator=estimator,
-            objective=objective, statement=statement, confidence=_confidence(confidence))
-        return Optimizer(self.catalog).plan(request)
+            objective=objective, statement=statement,
+            confidence=0.9 if confidence is None else _confidence(confidence))
+        result = Optimizer(self.catalog).plan(request)
+        if confidence is not None and result.chosen.cost.estimate.p_meets is None:
+            import attrs
+
+            result = attrs.evolve(result, warnings=result.warnings + (
+                f"CONFIDENCE {confidence:g} has no effect with the {result.estimator} "
+                "estimator, which predicts no distribution of rounds (use COST MODEL ttt)",))
+        return result
 
     def sql(self, text: str, *, format: str = "text", timeout: float | None = SESSION_DEFAULT
             ) -> list:

@@ -149,3 +149,15 @@ def test_pilot_update_moves_the_prediction_with_the_early_curve():
     assert slow[0] > mu > fast[0]
     assert slow[2] < prior < fast[2]
     assert slow[1] < sd and fast[1] < sd            # a pilot narrows the distribution
+
+
+def test_confidence_with_an_estimator_without_a_distribution_is_flagged():
+    import airplan_qo as aq
+
+    db = aq.connect(":memory:")
+    w = aq.Workload(dataset="digits", clients=10, rounds=30)
+    r = db.plan(w, estimator="dsgd", confidence=0.8)
+    assert any("CONFIDENCE 0.8 has no effect with the dsgd estimator" in x for x in r.warnings)
+    assert not any("CONFIDENCE" in x for x in db.plan(w, estimator="ttt",
+                                                     confidence=0.8).warnings)
+    assert not any("CONFIDENCE" in x for x in db.plan(w, estimator="dsgd").warnings)
