@@ -229,6 +229,13 @@ __all__ = ["PLAN_FEATURES", "PLAN_INTERACTIONS", "FC_FEATURES", "plan_features",
            "choose"]
 
 
+def _curve(mu: float, ceiling: float, rounds: float) -> float:
+    """The model's accuracy curve: the ceiling A reached to 95% at the median T = exp(mu),
+    a(t) = A (1 - exp(-t ln 20 / T))."""
+    tau = math.exp(min(mu, 700.0)) / math.log(20.0)
+    return ceiling * (1.0 - math.exp(-float(rounds) / tau))
+
+
 # ---- the estimator ----------------------------------------------------------------------------
 
 #: The reference fit shipped with the package (regenerate: docs/planner.md).
@@ -291,9 +298,7 @@ class TimeToTargetEstimator:
         return float(1.0 / (1.0 + math.exp(-logit)))
 
     def accuracy_at(self, ctx, plan, stats, rounds):
-        t = self.terms(ctx, plan, stats)
-        tau = math.exp(min(t["mu"], 700.0)) / math.log(20.0)
-        return self.ceiling(ctx, plan, stats) * (1.0 - math.exp(-float(rounds) / tau))
+        return _curve(self.terms(ctx, plan, stats)["mu"], self.ceiling(ctx, plan, stats), rounds)
 
     def terms(self, ctx, plan, stats) -> dict[str, float]:
         from .features import (approximate_survival_factor, channel_noise, channel_noise_at,
@@ -352,7 +357,7 @@ class TimeToTargetEstimator:
         # a(t) = A (1 - exp(-t ln 20 / T95)), and never when rho >= 1
         ceiling = self.ceiling(ctx, plan, stats)
         rho = float(target_accuracy) / ceiling if ceiling > 0 else math.inf
-        acc = float(self.accuracy_at(ctx, plan, stats, budget))
+        acc = float(_curve(t["mu"], ceiling, budget))
         notes = self.notes(ctx, plan, stats)
         if rho >= 1.0:
             terms = {k: float(v) for k, v in t.items()}

@@ -140,15 +140,15 @@ def evaluate(measured, outcome_of, summaries: Mapping[str, Mapping[str, Any]],
                 ceiling_errors.append(100.0 * (predicted - float(np.mean(measured_acc))))
             offsets = {"measured_fc": measured_fc.get(key),
                        "predicted_fc": fcm.mean(_fc_row(m, sp))}
+            relative = [{f: x[f] - x_fc[f] for f in PLAN_FEATURES}
+                        for x in (_features(sp, c) for c in sp.candidates)]
             for variant, off in offsets.items():
                 if off is None:
                     continue
-                cands = [Candidate(c.plan.label(),
-                                   plan.mean({f: _features(sp, c)[f] - x_fc[f]
-                                              for f in PLAN_FEATURES}, off),
+                cands = [Candidate(c.plan.label(), plan.mean(rel, off),
                                    float(c.cost.per_round.channel_uses),
                                    float(c.cost.startup))
-                         for c in sp.candidates]
+                         for c, rel in zip(sp.candidates, relative)]
                 sd = plan.sd if variant == "measured_fc" else math.hypot(plan.sd, fcm.sd)
                 pick, p, feasible = choose(cands, sd, budget, confidence)
                 comparisons[variant].append(
