@@ -10,7 +10,7 @@ import attrs
 from ..plans.plan import Estimate, PhysicalPlan
 from ..plans.topology import TopologyStats
 from . import EstimationContext
-from .features import channel_noise, heterogeneity, survival_factor
+from .features import channel_noise, plan_heterogeneity, survival_factor
 
 
 @attrs.frozen
@@ -44,7 +44,7 @@ class DSGDEstimator:
         p = max(stats.spectra.mixing_p, 1e-12)
         p_random = max(p * survival_factor(plan, stats), 1e-12)
         p_eff = max(min(1.0, p_random * plan.k_ratio ** c["beta_k"]), 1e-12)
-        zeta2 = heterogeneity(ctx.alpha, ctx.n_classes)
+        zeta2 = plan_heterogeneity(ctx.alpha, ctx.n_classes, plan)
         sigma_c2 = channel_noise(plan, stats)
         inv = 1.0 / p_eff - 1.0
         floor = (c["f0"] + c["f1"] * inv + c["f2"] * zeta2 * (1.0 / p_eff**2 - 1.0)

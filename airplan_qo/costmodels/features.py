@@ -32,6 +32,21 @@ def heterogeneity(alpha: float, n_classes: int) -> float:
     return (1.0 - 1.0 / n_classes) / (n_classes * alpha + 1.0)
 
 
+def plan_heterogeneity(alpha: float, n_classes: int, plan: PhysicalPlan) -> float:
+    """The heterogeneity a plan's clients train on: :func:`heterogeneity`, scaled for a
+    ``d_cliques`` plan with Clique Averaging by the fraction its cliques leave
+    (:func:`airplan_qo.plans.cliques.residual_heterogeneity`, filled in by the planner from the
+    label statistics): every client then applies its clique's mean update, whose
+    dissimilarity is the cliques' label mix, not its own."""
+    from ..plans.plan import averaged_cliques
+
+    zeta2 = heterogeneity(alpha, n_classes)
+    residual = plan.topology.param_dict.get("residual")
+    if residual is not None and averaged_cliques(plan.topology):
+        return zeta2 * float(residual)
+    return zeta2
+
+
 def channel_noise(plan: PhysicalPlan, stats: TopologyStats) -> float:
     """Relative effective noise variance of one OTA aggregation, sigma_c^2.
 

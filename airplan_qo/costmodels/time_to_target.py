@@ -302,15 +302,16 @@ class TimeToTargetEstimator:
 
     def terms(self, ctx, plan, stats) -> dict[str, float]:
         from .features import (approximate_survival_factor, channel_noise, channel_noise_at,
-                               heterogeneity, survival_factor)
+                               heterogeneity, plan_heterogeneity, survival_factor)
 
         c = ctx.constants
         n = stats.spectra.n_nodes
         ch = plan.channel
         p_random = max(stats.spectra.mixing_p * survival_factor(plan, stats), 1e-12)
         zeta2 = heterogeneity(ctx.alpha, ctx.n_classes)
-        x = plan_features(p_random, plan.k_ratio, zeta2, channel_noise(plan, stats),
-                          ch.dropout, n)
+        x = plan_features(p_random, plan.k_ratio, plan_heterogeneity(ctx.alpha, ctx.n_classes,
+                                                                     plan),
+                          channel_noise(plan, stats), ch.dropout, n)
         fc_p = approximate_survival_factor(1.0, n - 1, ch.dropout, ch.active_probability)
         fc_noise = channel_noise_at(ch, n - 1)
         x_fc = plan_features(fc_p, 1.0, zeta2, fc_noise, ch.dropout, n)

@@ -68,6 +68,28 @@ def clique_skew(label_counts, cliques: list[list[int]]) -> float:
     return float(_tv(sums, glob).mean())
 
 
+def residual_heterogeneity(label_counts, cliques: list[list[int]]) -> float:
+    """The label heterogeneity left after Clique Averaging, as a fraction of the clients' own:
+    ``H(cliques) / H(clients)`` with ``H = (1/N) sum_i ||q_i - p_global||^2``, q_i client i's
+    label distribution (for ``H(clients)``) or that of its clique (counts summed, for
+    ``H(cliques)``). Clique Averaging makes every client apply its clique's mean update, whose
+    gradient dissimilarity is the cliques' (the zeta^2 of decentralized-SGD bounds), so the
+    cost models scale the workload's heterogeneity by this fraction. 0 when the clients are
+    already identical."""
+    counts = _counts(label_counts)
+    glob = _global(counts)
+    tot = counts.sum(axis=1, keepdims=True)
+    own = np.divide(counts, tot, out=np.tile(glob, (counts.shape[0], 1)), where=tot > 0)
+    h_own = float(np.mean(np.sum((own - glob) ** 2, axis=1)))
+    h_cl = 0.0
+    for c in cliques:
+        s = counts[list(c)].sum(axis=0)
+        q = s / s.sum() if s.sum() > 0 else glob
+        h_cl += len(c) * float(np.sum((q - glob) ** 2))
+    h_cl /= counts.shape[0]
+    return 0.0 if h_own <= _TOL else h_cl / h_own
+
+
 def random_cliques(n: int, size: int, seed: int) -> list[list[int]]:
     """A uniformly random grouping into cliques of the sizes :func:`form_cliques` uses."""
     perm = np.random.default_rng(seed).permutation(n)

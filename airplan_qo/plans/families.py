@@ -366,18 +366,35 @@ def _inter(v, n):
 
 #: How the cliques of ``d_cliques`` are joined.
 INTER_CLIQUE = ("ring", "small_world")
+#: ``d_cliques`` averaging: ``clique`` (Clique Averaging of the local updates) or ``none``.
+CLIQUE_AVERAGING = ("clique", "none")
+
+
+def _averaging(v, n):
+    return None if v in CLIQUE_AVERAGING else f"must be one of {', '.join(CLIQUE_AVERAGING)}"
+
+
+def _residual(v, n):
+    return None if v is None or 0.0 <= v else "must be non-negative"
 
 
 @family("d_cliques",
         Param("size", int, None, "clients per clique (default: the number of classes, at most n)",
               _clique_size),
         Param("inter", str, "ring", "inter-clique connection: 'ring' or 'small_world'", _inter),
+        Param("averaging", str, "clique", "'clique': Clique Averaging, every client applies its "
+              "clique's mean local update before gossip (one more exchange inside each clique "
+              "per round); 'none': plain D-SGD/CHOCO on the D-Cliques graph", _averaging),
         Param("cliques", str, None, "clique assignment (filled by the planner from ANALYZE "
               "WORKLOAD label counts): client ids, cliques separated by ';'"),
         Param("stats", str, None, "the statistics the cliques were formed from (filled by the "
-              "planner)"))
+              "planner)"),
+        Param("residual", float, None, "label heterogeneity left after clique averaging, as a "
+              "fraction of the clients' own (filled by the planner from the statistics)",
+              _residual))
 def d_cliques(n: int, *, seed: int = 0, size: int | None = None, inter: str = "ring",
-              cliques: str | None = None, stats: str | None = None) -> nx.Graph:
+              averaging: str = "clique", cliques: str | None = None, stats: str | None = None,
+              residual: float | None = None) -> nx.Graph:
     """D-Cliques (Bellet et al. 2022): label-balanced cliques from the catalog's statistics,
     joined by a ring or a small world of cliques.
 
@@ -385,7 +402,8 @@ def d_cliques(n: int, *, seed: int = 0, size: int | None = None, inter: str = "r
     ``small_world``: the cliques are the nodes of a seeded connected Watts-Strogatz graph
     (degree ~log2 of the number of cliques, rewiring 0.3; complete up to 3 cliques) and each of
     its edges is one edge between the two cliques. The endpoints of a clique's inter-clique
-    edges rotate over its members so that the extra degree is spread.
+    edges rotate over its members so that the extra degree is spread. ``averaging`` and
+    ``residual`` do not change the graph: the runtime and the cost models read them.
     """
     from .cliques import decode_cliques
 

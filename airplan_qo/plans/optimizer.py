@@ -24,7 +24,8 @@ from ..catalog.store import Catalog
 from ..data import dataset_info
 from ..errors import PlanningError, ValidationError
 from ..costmodels import DEFAULT_ESTIMATOR, ESTIMATORS, EstimationContext, resolve_constants
-from .cliques import clique_sizes, clique_skew, encode_cliques, form_cliques, random_cliques
+from .cliques import (clique_sizes, clique_skew, decode_cliques, encode_cliques, form_cliques,
+                      random_cliques, residual_heterogeneity)
 from .families import FAMILIES
 from .mixing import WEIGHTS
 from .plan import OBJECTIVES, ChannelConfig, Cost, PhysicalPlan, round_cost
@@ -248,12 +249,15 @@ def _d_cliques_params(params: dict[str, Any], w: Workload, labels: LabelStatisti
         cliques = form_cliques(labels.counts, int(params["size"]), w.topology_seed)
         params["cliques"] = encode_cliques(cliques)
         params["stats"] = labels.key
+    if params.get("cliques") is not None and params.get("residual") is None \
+            and labels is not None and labels.counts.shape[0] == w.clients:
+        groups = decode_cliques(params["cliques"], w.clients)
+        params["residual"] = float(f"{residual_heterogeneity(labels.counts, groups):.4g}")
     return params
 
 
 def _clique_details(spec: TopologySpec, labels: LabelStatistics | None) -> dict[str, Any]:
     """EXPLAIN VERBOSE facts of a d_cliques spec: cliques, size and mean TV skews."""
-    from .cliques import decode_cliques
 
     p = spec.param_dict
     size = int(p["size"])

@@ -25,6 +25,10 @@ Cost accounting (shared by every estimator; estimators only predict rounds and a
   dropout).
   Nothing is re-sent: sparse payloads refresh the receivers' aggregates with replica values on
   the round's mask (docs/runtime.md), so a missed link costs no later traffic.
+* Clique Averaging (``d_cliques`` with ``averaging='clique'``, more than one clique): every
+  clique also exchanges the members' full updates once per round: ``max(clique sizes)`` more
+  slots of ``ceil(d / 2)`` channel uses (scaled by the probability that such a slot has a live
+  receiver), and ``sum c (c - 1)`` more directed links for energy and bits.
 * bits (a digital comparison): the same payloads sent as 32-bit floats over every directed link,
   plus ``ceil(log2 d)`` index bits per coordinate when sparse (digital links cannot share masks
   for free): ``2|E| * coords * (32 + index_bits)``.
@@ -141,11 +145,41 @@ def round_cost(plan: PhysicalPlan, stats: TopologyStats, d: int) -> RoundCost:
              * (1 - plan.channel.dropout) ** 2)
     symbols = links * uses_per_payload
     index_bits = math.ceil(math.log2(d)) if plan.k_ratio < 1 and d > 1 else 0
-    bits = 2 * stats.spectra.n_edges * coords * (BITS_PER_COORD + index_bits)
+    bits = float(2 * stats.spectra.n_edges * coords * (BITS_PER_COORD + index_bits))
+    sizes = averaged_cliques(plan.topology)
+    if sizes:
+        # Clique Averaging: one more exchange of the full update (d coordinates) inside every
+        # clique; disjoint complete cliques receive in parallel, max(sizes) slots
+        ch = plan.channel
+        full = math.ceil(d / 2)
+        link_down = 1.0 - ch.active_probability * (1 - ch.dropout)
+        mean_deg = sum(c * (c - 1) for c in sizes) / sum(sizes)
+        silent = ch.dropout + (1 - ch.dropout) * link_down ** mean_deg
+        live = 1.0 - silent ** len(sizes) if silent > 0 else 1.0
+        directed = sum(c * (c - 1) for c in sizes)
+        channel_uses += max(sizes) * full * live
+        slots += max(sizes)
+        symbols += directed * ch.active_probability * (1 - ch.dropout) ** 2 * full
+        bits += directed * d * BITS_PER_COORD
     return RoundCost(coords=coords, channel_uses=channel_uses, slots=slots,
                      airtime_s=channel_uses * symbol_s,
-                     energy_j=plan.channel.tx_power_w * symbol_s * symbols, bits=float(bits),
+                     energy_j=plan.channel.tx_power_w * symbol_s * symbols, bits=bits,
                      symbols=symbols)
+
+
+def averaged_cliques(spec: TopologySpec) -> list[int]:
+    """Clique sizes of a ``d_cliques`` spec with Clique Averaging and more than one clique
+    (the cliques whose members exchange their updates every round); [] otherwise."""
+    p = spec.param_dict
+    if spec.family != "d_cliques" or p.get("averaging", "clique") != "clique":
+        return []
+    from .cliques import clique_sizes, decode_cliques
+
+    if p.get("cliques") is not None:
+        sizes = [len(c) for c in decode_cliques(p["cliques"], spec.n)]
+    else:
+        sizes = clique_sizes(spec.n, int(p.get("size") or spec.n))
+    return sizes if len(sizes) > 1 else []
 
 
 @attrs.frozen

@@ -24,7 +24,7 @@ from .spectra import SpectralStats, complete_stats, graph_lambda2, spectral_stat
 
 
 #: Parameters left out of a spec's label (too long to show; still part of its identity).
-_UNLABELLED = frozenset({"cliques"})
+_UNLABELLED = frozenset({"cliques", "residual"})
 #: Parameters left out of a spec's label while unset.
 _UNLABELLED_IF_UNSET = frozenset({"stats"})
 

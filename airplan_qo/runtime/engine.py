@@ -31,7 +31,8 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import ExecutionError, ValidationError
-from .channel import CHANNELS, Channel, dbm_to_watt
+from .channel import CHANNELS, Channel, Traffic, dbm_to_watt
+from .clique_averaging import CliqueAveraging, clique_averaging_enabled
 from .compression import MASKS, k_from_ratio
 from .flat import STRATEGIES, GradientEngine, ParamLayout, chunks, client_logits, \
     resolve_strategy, single_logits
@@ -293,6 +294,8 @@ class Trainer:
         self.n = n
         self.topology = topology
         self.links = LinkSet(topology)
+        self.clique_averaging = (CliqueAveraging(topology, self.links)
+                                 if clique_averaging_enabled(topology) else None)
         self.algorithm = config.resolved_algorithm
         self.gamma = config.resolved_gamma
         self.warnings: tuple[str, ...] = ()
@@ -420,8 +423,14 @@ class Trainer:
         with torch_threads(cfg.threads):
             links = self.channel.draw(self.n, self.links.u, self.links.v)
             trainable = links.active & self.has_data
-            x_prev = self.x.clone() if self.algorithm == "paper_literal" else None
+            x_prev = self.x.clone() if self.algorithm == "paper_literal" \
+                or self.clique_averaging is not None else None
             loss = self._local_train(trainable)
+            ca = None
+            if self.clique_averaging is not None:
+                ca = self.clique_averaging.apply(
+                    self.x, x_prev, links, self.channel, trainable, cfg.tx_power_dbm,
+                    cfg.bandwidth_hz, getattr(self.rule, "shrinkage", True))
             result = self.rule.communicate(self.x, self.links, links, self.channel,
                                            train_gen=self.train_gen, x_prev=x_prev,
                                            scratch=self._scratch)
@@ -429,6 +438,9 @@ class Trainer:
                 self._scratch, self.x = self.x, result[4]
             cost = round_traffic(result, self.links, self.d, dbm_to_watt(cfg.tx_power_dbm),
                                  cfg.bandwidth_hz)
+            if ca is not None:
+                cost = Traffic(cost.channel_uses + ca.channel_uses, cost.slots + ca.slots,
+                               cost.energy_j + ca.energy_j, cost.bits + ca.bits)
             consensus = consensus_distance(self.x, self._scratch)
             r = self.round + 1
             self.round = r
@@ -619,6 +631,8 @@ class Trainer:
         links = LinkSet(topology)
         self.topology = topology
         self.links = links
+        self.clique_averaging = (CliqueAveraging(topology, links)
+                                 if clique_averaging_enabled(topology) else None)
         with torch_threads(self.config.threads):
             self.rule.rewire(links)
 

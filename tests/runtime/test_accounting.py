@@ -6,8 +6,9 @@ import pytest
 
 import airplan_qo as aq
 
+# d_cliques (two cliques of 10 at N = 20) adds the Clique Averaging exchange to every round
 FAMILIES = ["ring", "erdos_renyi", "small_world", "clustered", "complete", "exponential",
-            "torus", "k_regular", "star"]
+            "torus", "k_regular", "star", "d_cliques"]
 
 
 @pytest.fixture(scope="module")
@@ -18,6 +19,7 @@ def measured():
     for dropout in (0.0, 0.2):
         w = aq.Workload(dataset="digits", clients=20, alpha=0.5, snr_db=10, rounds=12,
                         model="logistic", dropout=dropout)
+        db.analyze(w)
         result = db.plan(w, topologies=FAMILIES, sparsity=[0.1, 0.3, 1.0],
                          weights=["metropolis_hastings"])
         for cand in result.candidates:
