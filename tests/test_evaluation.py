@@ -230,7 +230,7 @@ def test_shipped_grids_load_and_unknown_names_are_clear(tmp_path):
     quick = load_grid("quick")
     assert quick.n_runs == 48 and quick.source == "builtin:quick"
     default = load_grid("default")
-    assert len(default.workloads) == 42 and default.n_runs == 5040
+    assert len(default.workloads) == 48 and default.n_runs == 6480
     assert default.workloads[default.reference].key == "digits N=20 alpha=0.5 snr=10"
     with pytest.raises(ValidationError, match="did you mean 'quick'"):
         load_grid("quik")

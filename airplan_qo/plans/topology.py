@@ -17,16 +17,17 @@ import networkx as nx
 import numpy as np
 import scipy.sparse as sp
 
-from .families import FAMILIES, build_graph, validate_n
-from .mixing import DEFAULT_WEIGHTS, WEIGHTS, edge_arrays
-from .schedule import Schedule, ota_schedule
-from .spectra import SpectralStats, complete_stats, graph_lambda2, spectral_stats
+from .families import FAMILIES, build_graph, build_rounds, union_graph, validate_n
+from .mixing import DEFAULT_WEIGHTS, PRESCRIBED, WEIGHTS, directed_links, edge_arrays
+from .schedule import Schedule, directed_schedule, ota_schedule
+from .spectra import (SpectralStats, complete_stats, graph_lambda2, periodic_spectral_stats,
+                      spectral_stats)
 
 
-#: Parameters left out of a spec's label (too long to show; still part of its identity).
-_UNLABELLED = frozenset({"cliques", "residual"})
-#: Parameters left out of a spec's label while unset.
-_UNLABELLED_IF_UNSET = frozenset({"stats"})
+#: Parameters left out of a spec's label: filled in by the planner from the workload's statistics
+#: (still part of the spec's identity; a label names the same choice for every seed and
+#: statistics version, as the evaluation's per-plan summaries need).
+_UNLABELLED = frozenset({"cliques", "residual", "stats"})
 
 
 def _freeze_params(params: Any) -> tuple[tuple[str, Any], ...]:
@@ -46,11 +47,20 @@ class TopologySpec:
     @classmethod
     def create(cls, family: str, n: int, *, seed: int = 0, weights: str = DEFAULT_WEIGHTS,
                **params: Any) -> "TopologySpec":
-        """Validate names and parameters and fill the family's defaults."""
+        """Validate names and parameters and fill the family's defaults. A periodic family's
+        mixing matrices are part of its construction: any weights rule named for it is replaced
+        by ``prescribed`` (as every rule gives 11^T/n on the complete graph)."""
         fam = FAMILIES.get(family)
-        WEIGHTS.get(weights)
+        if not (fam.periodic and str(weights).lower() == PRESCRIBED):
+            WEIGHTS.get(weights)
         n = validate_n(n)
-        return cls(fam.name, n, fam.resolve(n, params), int(seed), weights.lower())
+        return cls(fam.name, n, fam.resolve(n, params), int(seed),
+                   PRESCRIBED if fam.periodic else weights.lower())
+
+    @property
+    def periodic(self) -> bool:
+        """Whether the topology changes from round to round (one period of graphs and W_t)."""
+        return FAMILIES.get(self.family).periodic
 
     @property
     def param_dict(self) -> dict[str, Any]:
@@ -63,20 +73,38 @@ class TopologySpec:
 
     def label(self) -> str:
         shown = ", ".join(f"{k}={v}" for k, v in self.params
-                          if not isinstance(v, (Path, nx.Graph)) and k not in _UNLABELLED
-                          and not (k in _UNLABELLED_IF_UNSET and v is None))
+                          if not isinstance(v, (Path, nx.Graph)) and k not in _UNLABELLED)
         return f"{self.family}({shown})" if shown else self.family
 
 
 @attrs.frozen
+class PhaseStats:
+    """One round of a periodic topology, as the per-round cost accounting reads it."""
+
+    links: int                          # directed links (transmitter -> receiver)
+    slots: int                          # OTA slots that hold a receiver
+    receivers: int                      # clients that receive from someone this round
+    in_degrees: tuple[tuple[int, int], ...]   # (in-degree, receivers with it)
+
+
+@attrs.frozen
 class TopologyStats:
-    """Everything the planner needs to know about one topology."""
+    """Everything the planner needs to know about one topology.
+
+    A periodic topology also carries one :class:`PhaseStats` per round of its period; its
+    ``slots_per_round`` is then the mean over the period (it may be fractional).
+    """
 
     spec: TopologySpec
     spectra: SpectralStats
-    slots_per_round: int
+    slots_per_round: int | float
     slots_lower_bound: int
     compute_ms: float
+    phases: tuple[PhaseStats, ...] = ()
+
+    @property
+    def period(self) -> int:
+        return max(1, len(self.phases))
 
     def as_dict(self) -> dict[str, Any]:
         s = self.spectra
@@ -97,14 +125,17 @@ class TopologyStats:
             "slots_lower_bound": self.slots_lower_bound,
             "seed": self.spec.seed,
             "spectral_method": s.method,
+            "period": self.period,
+            **({"period_rho": s.period_rho,
+                "slots_by_round": [ph.slots for ph in self.phases]} if self.phases else {}),
         }
 
 
 @attrs.frozen
-class Topology:
-    """A built topology: spec, graph, mixing matrix W and its OTA schedule."""
+class RoundTopology:
+    """One round of a periodic topology: its graph (undirected support), W_t (doubly
+    stochastic, possibly asymmetric) and its OTA schedule."""
 
-    spec: TopologySpec
     graph: nx.Graph = attrs.field(eq=False)
     weights: sp.csr_matrix = attrs.field(eq=False)
     schedule: Schedule
@@ -113,16 +144,79 @@ class Topology:
         return edge_arrays(self.graph)
 
 
+@attrs.frozen
+class Topology:
+    """A built topology: spec, graph, mixing matrix W and its OTA schedule.
+
+    A periodic topology (``rounds`` not empty) mixes over ``rounds[t mod period]`` in round t;
+    its ``graph`` is the union of the rounds' graphs and it has no single ``weights`` or
+    ``schedule`` (None): read them per round with :meth:`at`.
+    """
+
+    spec: TopologySpec
+    graph: nx.Graph = attrs.field(eq=False)
+    weights: sp.csr_matrix | None = attrs.field(eq=False)
+    schedule: Schedule | None
+    rounds: tuple[RoundTopology, ...] = attrs.field(default=(), eq=False)
+
+    @property
+    def period(self) -> int:
+        return max(1, len(self.rounds))
+
+    def at(self, t: int) -> "Topology | RoundTopology":
+        """What round t (0-based) mixes over: the topology itself when static."""
+        return self.rounds[t % len(self.rounds)] if self.rounds else self
+
+    def edges(self) -> tuple[np.ndarray, np.ndarray]:
+        return edge_arrays(self.graph)
+
+
+def round_schedule(graph: nx.Graph, w: sp.spmatrix) -> Schedule:
+    """The OTA schedule of one round of a periodic topology: a colouring of the conflicts of the
+    round's links (:func:`.schedule.directed_schedule`; G^2 over the receivers when W_t is
+    symmetric)."""
+    recv, send, _edge, _w = directed_links(graph, w)
+    return directed_schedule(graph.number_of_nodes(), recv, send)
+
+
 def build(spec: TopologySpec) -> Topology:
+    if spec.periodic:
+        rounds = build_rounds(spec.family, spec.n, seed=spec.seed, **spec.param_dict)
+        return Topology(spec, union_graph(rounds), None, None, tuple(
+            RoundTopology(r.graph, r.weights, round_schedule(r.graph, r.weights))
+            for r in rounds))
     graph = build_graph(spec.family, spec.n, seed=spec.seed, **spec.param_dict)
     w = WEIGHTS.get(spec.weights)(graph)
     return Topology(spec, graph, w, ota_schedule(graph))
+
+
+def phase_stats(r: RoundTopology) -> PhaseStats:
+    """The accounting figures of one round of a periodic topology."""
+    n = r.graph.number_of_nodes()
+    recv, _send, _edge, _w = directed_links(r.graph, r.weights)
+    indeg = np.bincount(recv, minlength=n)
+    hist = np.bincount(indeg[indeg > 0])
+    slot_of = r.schedule.slot_of()
+    return PhaseStats(links=int(recv.size), slots=int(np.unique(slot_of[indeg > 0]).size),
+                      receivers=int((indeg > 0).sum()),
+                      in_degrees=tuple((int(g), int(c)) for g, c in enumerate(hist) if c))
+
+
+def _periodic_stats(spec: TopologySpec, topo: Topology, start: float) -> TopologyStats:
+    phases = tuple(phase_stats(r) for r in topo.rounds)
+    spectra = periodic_spectral_stats(topo.rounds)
+    slots = float(np.mean([ph.slots for ph in phases]))
+    return TopologyStats(spec, spectra, int(slots) if slots.is_integer() else slots,
+                         min(r.schedule.lower_bound for r in topo.rounds),
+                         (time.perf_counter() - start) * 1e3, phases)
 
 
 def describe(spec: TopologySpec) -> tuple[Topology, TopologyStats]:
     """Build the topology and compute its statistics (timed, for the catalog's cache)."""
     start = time.perf_counter()
     topo = build(spec)
+    if topo.rounds:
+        return topo, _periodic_stats(spec, topo, start)
     spectra = spectral_stats(topo.graph, topo.weights, family=spec.family)
     stats = TopologyStats(spec, spectra, topo.schedule.slots_per_round,
                           topo.schedule.lower_bound, (time.perf_counter() - start) * 1e3)
@@ -157,6 +251,11 @@ def describe_many(specs: list[TopologySpec], *, max_edges_kept: int = 0
                                            (time.perf_counter() - start) * 1e3), None)
             continue
         first = members[0]
+        if first.periodic:      # one spec per graph: the weights are the family's own
+            for spec in members:
+                topo = build(spec)
+                out[spec] = (_periodic_stats(spec, topo, time.perf_counter()), None)
+            continue
         graph = build_graph(family, n, seed=first.seed, **first.param_dict)
         schedule = ota_schedule(graph)
         lam = graph_lambda2(graph, family)
