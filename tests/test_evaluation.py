@@ -538,3 +538,20 @@ def test_grids_measure_d_cliques_built_from_the_statistics(tmp_path):
         assert {"ring", "d_cliques"} <= families          # (and the fully connected reference)
         cand = next(c for c in m.seeds[0].candidates if c.plan.topology.family == "d_cliques")
         assert dict(cand.plan.topology.params)["cliques"]          # formed from the statistics
+
+
+def test_label_skew_table_compares_d_cliques_with_the_fully_connected_plan(tmp_path):
+    grid = parse_grid(DCLIQUES_GRID.replace('seeds = 1', 'seeds = 2').replace(
+        '"d_cliques(size=5)"]', '"d_cliques(size=5)", "complete"]'), source="dcliques.toml")
+    with aq.connect(tmp_path / "c.duckdb") as db:
+        report = run_evaluation(db, grid, out_dir=tmp_path / "out", figures=False,
+                                scalability=False)
+    rows = report.summary["label_skew"]
+    assert [r["workload"] for r in rows] == ["digits N=10 alpha=0.1 snr=10"]   # alpha <= 0.1
+    row = rows[0]
+    assert row["d_cliques"]["family"] == "d_cliques" and row["complete"]["family"] == "complete"
+    assert row["best_static"]["family"] == "ring" and row["d_cliques"]["seeds"] == 2
+    assert row["dcliques_over_fc"] == pytest.approx(row["d_cliques"]["cost"]
+                                                    / row["complete"]["cost"])
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert "## Label skew: D-Cliques against the fully connected plan" in text

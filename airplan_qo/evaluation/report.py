@@ -265,6 +265,27 @@ def render(analysis, *, figures: list[Path], wall_s: float, command: str,
                      "meets SLA", "oracle's family", "advisor picks (priors)",
                      "advisor picks (calibrated)"], rows)
 
+    skew = s.get("label_skew") or []
+    if skew:
+        lines += ["## Label skew: D-Cliques against the fully connected plan", "",
+                  "Workloads with alpha <= 0.1 and a d_cliques candidate, at the fixed policies' "
+                  "k. Channel uses to the target (the whole budget for a seed that never reaches "
+                  "it): mean over the seeds +- its standard error; reached: seeds reaching the "
+                  "target; best static: the cheapest other family meeting the SLA (without one, "
+                  "the most accurate).", ""]
+
+        def cell(r):
+            if r is None:
+                return "-"
+            return (f"{_sig(r['cost'])} +- {_sig(r['cost_sem'])} ({r['reached']}/{r['seeds']}, "
+                    f"acc {100 * r['accuracy']:.1f}%)")
+
+        rows = [[r["workload"], cell(r["d_cliques"]), cell(r["complete"]),
+                 (r["best_static"]["family"] + ": " + cell(r["best_static"]))
+                 if r["best_static"] else "-", _num(r["dcliques_over_fc"])] for r in skew]
+        lines += _table(["workload", "d_cliques", "complete", "best static family",
+                         "d_cliques / complete"], rows)
+
     if a.scalability:
         lines += ["## Scalability extrapolation", "",
                   f"The reference workload planned at other client counts in a scratch catalog; "
