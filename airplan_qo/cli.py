@@ -221,7 +221,16 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.folds is not None:
         grid = grid.with_folds(args.folds)
     out = args.out or f"evaluation-{grid.name}"
-    workers = default_workers() if args.workers is None else args.workers
+    executor = args.executor
+    if executor != "local":
+        from .evaluation.executors import dask_address
+
+        dask_address(executor)   # a bad address fails before anything is recorded
+        if args.workers is not None:
+            raise ValidationError("--workers sets the local worker processes; with --executor "
+                                  f"{executor} the cluster's workers train (drop --workers)")
+    workers = 1 if executor != "local" else \
+        default_workers() if args.workers is None else args.workers
     if workers < 1:
         raise ValidationError(f"--workers must be at least 1, got {workers}")
 
@@ -230,7 +239,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     with connect(args.catalog) as db:
         report = run_evaluation(db, grid, out_dir=out, figures=not args.no_figures,
-                                progress=None if args.quiet else progress, workers=workers)
+                                progress=None if args.quiet else progress, workers=workers,
+                                executor=executor)
     print(report.render())
     return 0
 
@@ -378,6 +388,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, metavar="N",
                    help="train uncached runs in N worker processes (default: the number of CPU "
                         "cores; 1 trains in this process)")
+    p.add_argument("--executor", metavar="local|dask://HOST:PORT", default="local",
+                   help="where uncached runs train: 'local' (default: --workers processes) or "
+                        "the Dask scheduler at HOST:PORT (needs airplan-qo[dask]; this process "
+                        "still records every run)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(func=cmd_evaluate)
 

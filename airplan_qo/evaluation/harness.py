@@ -23,6 +23,7 @@ from ..errors import ValidationError
 from .analysis import Analysis, analyze
 from .grid import Grid
 from .report import render
+from .executors import resolve
 from .runner import measure
 
 
@@ -84,26 +85,44 @@ def _clean(value: Any) -> Any:
 
 def run_evaluation(session, grid: Grid, *, out_dir: str | Path, figures: bool = True,
                    scalability: bool = True, progress: Callable[[str], None] | None = None,
-                   command: str | None = None, workers: int = 1) -> EvaluationReport:
+                   command: str | None = None, workers: int = 1,
+                   executor: Any = None) -> EvaluationReport:
     """Evaluate the advisor on ``grid`` against the catalog of ``session``; see the module
     docstring. ``out_dir`` receives ``report.md``, ``summary.json`` and the PNG figures.
-    ``workers`` > 1 trains the uncached runs in that many worker processes (this process
-    still records every run; :func:`~.runner.measure`)."""
+    ``workers`` > 1 trains the uncached runs in that many worker processes; ``executor``
+    trains them elsewhere: ``"local"`` (the default), a Dask scheduler ``"dask://HOST:PORT"``
+    or a ``concurrent.futures.Executor`` (e.g. ``dask.distributed.Client(...).get_executor()``).
+    This process still records every run (:func:`~.runner.measure`, :mod:`.executors`)."""
     start = time.perf_counter()
     if figures:
         _require_matplotlib()
+    # a bad executor or an unreachable scheduler fails before anything is recorded
+    backend = resolve(executor, workers)
+    try:
+        return _evaluate(session, grid, out_dir=out_dir, figures=figures,
+                         scalability=scalability, progress=progress, command=command,
+                         workers=workers, executor=backend, start=start)
+    finally:
+        backend.close()
+
+
+def _evaluate(session, grid: Grid, *, out_dir, figures, scalability, progress, command,
+              workers, executor, start) -> EvaluationReport:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     catalog = session.catalog
     seeds = (f"--seeds {len(grid.seeds)} " if grid.seeds == tuple(range(len(grid.seeds)))
              else "")
+    executor_arg = executor.address
     command = command or (f"airplan evaluate --grid {grid.source.removeprefix('builtin:')} "
-                          f"{seeds}--folds {grid.folds} --out {out} --catalog {catalog.path}")
+                          f"{seeds}--folds {grid.folds} --out {out} --catalog {catalog.path}"
+                          + (f" --executor {executor_arg}" if executor_arg else ""))
     eval_id = int(catalog.insert_row("evaluations", {
         "grid": grid.name, "grid_sha": grid.sha, "seeds": len(grid.seeds), "folds": grid.folds,
         "status": "running", "summary": {"source": grid.source, "seeds": list(grid.seeds)}}))
     try:
-        measured = measure(session, grid, progress=progress, workers=workers)
+        measured = measure(session, grid, progress=progress, workers=workers,
+                           executor=executor)
         if progress:
             progress("analysing: cross-validated fits, picks, statistics")
         analysis = analyze(session, grid, measured, scalability=scalability)

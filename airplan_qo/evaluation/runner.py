@@ -5,8 +5,9 @@ planned once over the grid's candidate space; every candidate of that planning r
 trained through the ordinary runtime (``Session.execute`` on the planning result with that
 candidate as the chosen plan), for the whole round budget (``stop_at_target=False``) so final
 accuracy and the whole curve are observed. Executions, ``round_stats`` and ``feedback`` are
-recorded like any other run. With ``workers`` > 1 the runs are trained in worker processes and
-recorded by this process, with the same rows (:class:`_Trainer`).
+recorded like any other run. With ``workers`` > 1 the runs are trained in worker processes, with
+an ``executor`` (a Dask cluster, any ``concurrent.futures.Executor``; :mod:`.executors`) on its
+workers, and recorded by this process, with the same rows (:class:`_Trainer`).
 
 Caching: every evaluation run stores, in its execution's ``options`` JSON under
 ``evaluation``, a cache key (a hash of the workload with its seed, the plan's topology, weights,
@@ -183,8 +184,9 @@ def default_workers() -> int:
 
 
 class _Trainer:
-    """Trains a grid's uncached runs: in this process (``workers == 1``: ``Session.execute``,
-    the ordinary runtime) or in a pool of worker processes.
+    """Trains a grid's uncached runs: in this process (``workers == 1`` and no executor:
+    ``Session.execute``, the ordinary runtime), in a pool of worker processes, or on an
+    executor's workers (:mod:`.executors`: a Dask cluster, any ``concurrent.futures.Executor``).
 
     Workers never open the catalog: each receives a picklable
     :class:`~airplan_qo.runtime.execution.TrainJob` (workload with its seeds, topology spec,
@@ -197,17 +199,22 @@ class _Trainer:
     row of a run, equal a serial evaluation's.
     """
 
-    def __init__(self, session, workers: int):
+    def __init__(self, session, workers: int, backend=None):
+        from .executors import Backend
+
         self.session = session
-        self.workers = workers
+        self.backend = backend or Backend(None, workers, f"{workers} local worker processes")
+        self.serial = workers == 1 and not self.backend.remote
+        self.slots = self.backend.slots        # runs trained at once (the time estimate)
         self.pool = None
+        self.futures: set = set()               # submitted to an executor, not yet collected
         self.cache = cached_runs(session.catalog)   # key -> exec_id of recorded runs
         self.submitted: set[str] = set()            # keys trained (or training) by this call
         self.walls: dict[str, float] = {}           # key -> training wall time (s)
 
     def submit(self, result):
         """Start training (the pool) or train now (serial); ``collect`` returns the report."""
-        if self.workers == 1:
+        if self.serial:
             t0 = time.perf_counter()
             report = _execute(self.session, result)
             return report, time.perf_counter() - t0
@@ -215,11 +222,17 @@ class _Trainer:
 
         job, options, _ = prepare(self.session.catalog, result, stop_at_target=False,
                                   reoptimize=False)
+        if self.backend.remote:   # one torch thread per task, the dataset loaded on the worker
+            from .executors import on_worker, train_cached
+
+            future = self.backend.executor.submit(on_worker, train_cached, job)
+            self.futures.add(future)
+            return job, options, future
         if self.pool is None:
             import multiprocessing
             from concurrent.futures import ProcessPoolExecutor
 
-            self.pool = ProcessPoolExecutor(self.workers,
+            self.pool = ProcessPoolExecutor(self.slots,
                                             mp_context=multiprocessing.get_context("spawn"),
                                             initializer=init_worker)
         return job, options, self.pool.submit(train, job)
@@ -228,7 +241,7 @@ class _Trainer:
         """Record a submitted run (a trained one: tag it) with its evaluation tag, in one
         transaction, so a recorded run is always a cached run."""
         catalog = self.session.catalog
-        if self.workers == 1:
+        if self.serial:
             report, wall = pending
             with catalog.transaction():
                 self._tag(report, key, grid, wall)
@@ -237,6 +250,7 @@ class _Trainer:
 
         job, options, future = pending
         run, wall = future.result()
+        self.futures.discard(future)
         if run.status == "aborted":   # Ctrl-C reached the worker: the evaluation is stopping
             raise KeyboardInterrupt
         with catalog.transaction():
@@ -252,24 +266,39 @@ class _Trainer:
         if self.pool is not None:
             self.pool.shutdown(wait=True, cancel_futures=cancel)
             self.pool = None
+        if cancel:   # the executor is not ours to shut down: cancel what this call submitted
+            for future in self.futures:
+                future.cancel()
+        self.futures.clear()
+        self.backend.close()
 
 
 def measure(session, grid: Grid, *, progress: Callable[[str], None] | None = None,
-            workers: int = 1) -> list[Measured]:
+            workers: int = 1, executor: Any = None) -> list[Measured]:
     """Plan and train (or reuse) every run of the grid; returns the measurements per workload.
 
     ``workers`` > 1 trains uncached runs in that many worker processes while this process
     plans the next workload and records finished runs (see :class:`_Trainer`); the catalog
-    rows equal a serial evaluation's (wall times aside). Ctrl-C cancels the runs not yet
-    started and waits for the running ones; recorded runs stay cached, so a re-run continues.
+    rows equal a serial evaluation's (wall times aside). ``executor`` trains them elsewhere
+    instead: ``"local"`` (the same as None), a Dask scheduler ``"dask://HOST:PORT"`` (connected
+    here and closed at the end) or a ``concurrent.futures.Executor`` such as
+    ``dask.distributed.Client(...).get_executor()`` (left open); the rows are the same (see
+    :mod:`.executors`). Ctrl-C cancels the runs not yet started and waits for the running ones
+    (with an executor: cancels every run it has not returned); recorded runs stay cached, so a
+    re-run continues.
     """
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValidationError(f"workers must be a positive integer, got {workers!r}")
+    from .executors import resolve
+
     say = progress or (lambda _msg: None)
-    trainer = _Trainer(session, workers)
+    trainer = _Trainer(session, workers, resolve(executor, workers))
     state = {"done": 0, "trained": 0, "train_s": 0.0}
     out: list[Measured] = []
     try:
+        if trainer.backend.remote:
+            say(f"runs that are not cached train on {trainer.backend.name} "
+                f"({trainer.slots} at once)")
         previous = None
         for wi, ws in enumerate(grid.workloads, 1):
             current = _plan_workload(session, grid, ws, wi, trainer)
@@ -316,7 +345,7 @@ def _plan_workload(session, grid: Grid, ws: WorkloadSpec, wi: int, trainer: _Tra
             if key not in cache and key not in submitted:
                 job = trainer.submit(attrs.evolve(result, chosen=cand))
                 submitted.add(key)
-                if trainer.workers == 1:   # trained already: tag it now, like before
+                if trainer.serial:   # trained already: tag it now, like before
                     trainer.collect(job, key, grid.name)
                     job = "recorded"
             runs.append((seed, cand.plan.label(), is_candidate, key, job))
@@ -344,7 +373,7 @@ def _finish_workload(session, grid: Grid, p: _Pending, trainer: _Trainer, state:
     total, done, n_trained = grid.n_runs, state["done"], state["trained"]
     eta = ""
     if n_trained and done < total:
-        left = state["train_s"] / n_trained * (total - done) / trainer.workers
+        left = state["train_s"] / n_trained * (total - done) / trainer.slots
         eta = f", at most about {left:.0f} s of training left"
     say(f"workload {p.index}/{len(grid.workloads)} '{p.spec.key}': {len(runs)} runs "
         f"({w_trained} trained, {len(runs) - w_trained} cached) in "
