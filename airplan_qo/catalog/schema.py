@@ -467,6 +467,49 @@ _V3: tuple[str, ...] = (
     "INSERT INTO catalog_info (key, value) VALUES ('catalog_id', uuid()::VARCHAR)",
 )
 
+#: Statuses of an evaluation: ``running`` while a process measures it; ``succeeded``, ``failed``
+#: or ``aborted`` (Ctrl-C) as recorded by that process; ``interrupted`` when a later read-write
+#: open found it ``running`` and its process gone.
+EVALUATION_STATUSES: tuple[str, ...] = ("running", "succeeded", "failed", "aborted",
+                                        "interrupted")
+_EVAL_STATUSES_SQL = ", ".join(f"'{s}'" for s in EVALUATION_STATUSES)
+
+# Version 4: concurrent access. Training no longer holds the file for the whole run, so a
+# ``running`` row is judged by its owner process, not by the file lock: executions and
+# evaluations record the owner's start time (``owner_started``, which tells a live process from
+# a later one that reuses its PID) and when their owner last wrote progress (``heartbeat_at``).
+# Evaluations get owners, a ``reason`` and the ``interrupted`` status; DuckDB cannot change a
+# CHECK constraint, so that table is rebuilt.
+_V4: tuple[str, ...] = (
+    "ALTER TABLE executions ADD COLUMN owner_started VARCHAR",
+    "ALTER TABLE executions ADD COLUMN heartbeat_at TIMESTAMP",
+    f"""CREATE TABLE evaluations_v4 (
+        evaluation_id BIGINT PRIMARY KEY DEFAULT nextval('evaluation_id_seq'),
+        grid VARCHAR NOT NULL,
+        grid_sha VARCHAR NOT NULL,
+        seeds INTEGER NOT NULL CHECK (seeds > 0),
+        folds INTEGER,
+        status VARCHAR NOT NULL DEFAULT 'running'
+            CHECK (status IN ({_EVAL_STATUSES_SQL})),
+        report_path VARCHAR,
+        summary JSON NOT NULL DEFAULT '{{}}',
+        created_at TIMESTAMP NOT NULL DEFAULT {_NOW_UTC},
+        finished_at TIMESTAMP,
+        reason VARCHAR,
+        owner_pid BIGINT,
+        owner_host VARCHAR,
+        owner_started VARCHAR,
+        heartbeat_at TIMESTAMP
+    )""",
+    """INSERT INTO evaluations_v4 (evaluation_id, grid, grid_sha, seeds, folds, status,
+            report_path, summary, created_at, finished_at)
+        SELECT evaluation_id, grid, grid_sha, seeds, folds, status, report_path, summary,
+               created_at, finished_at
+        FROM evaluations""",
+    "DROP TABLE evaluations",
+    "ALTER TABLE evaluations_v4 RENAME TO evaluations",
+)
+
 #: Every migration, oldest first; versions are consecutive from 1.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial catalog: workloads, statistics, topologies, plans, executions, "
@@ -475,6 +518,9 @@ MIGRATIONS: tuple[Migration, ...] = (
                  "exact record counts", _V2),
     Migration(3, "recovery: executions record their owner process and can end interrupted or "
                  "abandoned; the catalog gets an identity (catalog_info.catalog_id)", _V3),
+    Migration(4, "concurrent access: running executions and evaluations are judged by their "
+                 "owner process (owner_started, heartbeat_at); evaluations record their owner "
+                 "and can end interrupted", _V4),
 )
 
 #: The schema version this code writes and expects.

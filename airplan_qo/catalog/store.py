@@ -11,7 +11,10 @@ The file is attached under the database name ``airplan`` (see
 whatever the file is called. DuckDB allows one read-write process per file, and while a writer
 holds the file no other process can open it at all, not even read-only; several read-only
 processes can share a file. Within one process, Catalogs on the same file and mode share one
-DuckDB database (each with its own connection and transactions).
+DuckDB database (each with its own connection and transactions). A long writer (training) holds
+the file only while it writes: :meth:`Catalog.release` gives the file back and the next use
+reopens it, waiting for another process's lock. ``running`` executions and evaluations are
+therefore judged by their owner process (:mod:`~airplan_qo.catalog.owners`), not by the lock.
 
 Every helper reads its results to the end: DuckDB 2.0 refuses new work (registering an Arrow
 table, starting a relation) on a connection whose last ``execute()`` result is only partly read.
@@ -31,7 +34,6 @@ import json
 import logging
 import os
 import re
-import socket
 import sys
 import threading
 import time
@@ -44,6 +46,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from airplan_qo.catalog.owners import describe_owner, owner_alive, this_owner
 from airplan_qo.catalog.sandbox import (
     DEFAULT_TIMEOUT,
     SESSION_DEFAULT,
@@ -76,6 +79,10 @@ MEMORY = ":memory:"
 #: Seconds an open waits for another process's lock when the Catalog is given no ``wait``
 #: (0: fail at once); the CLI sets it from ``--wait`` with :func:`set_default_wait`.
 _default_wait = 0.0
+
+#: Seconds a Catalog reopened after :meth:`Catalog.release` waits at least for another
+#: process's lock (another training's flush, a reader's query).
+REACQUIRE_WAIT = 10.0
 
 _LOCK_RE = re.compile(r"Conflicting lock is held in (?P<exe>.+?) \(PID (?P<pid>\d+)\)")
 _INT32_MAX = np.iinfo(np.int32).max
@@ -201,10 +208,16 @@ class Catalog:
             raise CatalogError(f"catalog file {self.path} does not exist; a read-only open needs "
                                "an existing catalog (open it once read-write to create it)")
         self._con: duckdb.DuckDBPyConnection | None = None
-        self._first_open = False
-        #: Executions this open found ``running`` with no process left and marked
+        #: Whether the connection was given up by :meth:`release` (reopened on the next use).
+        self._released = False
+        #: Seconds a reopen after :meth:`release` waits for another process's lock (at least
+        #: the open's own ``wait``): a training flush waits for another's short transaction.
+        self.reacquire_wait = max(self.wait, REACQUIRE_WAIT)
+        #: Executions this open found ``running`` with their owner process gone and marked
         #: ``interrupted`` (dicts with exec_id, owner_pid, owner_host); empty when none.
         self.recovered: tuple[dict[str, Any], ...] = ()
+        #: The same for evaluations (dicts with evaluation_id, owner_pid, owner_host).
+        self.recovered_evaluations: tuple[dict[str, Any], ...] = ()
         self._con = self._connect_waiting()
         try:
             if self.read_only:
@@ -212,9 +225,10 @@ class Catalog:
             else:
                 self._migrate()
             self._load_columns()
-            if not self.read_only and self._first_open and \
-                    "owner_pid" in self._columns.get("executions", {}):
-                self.recovered = self._recover_executions()
+            if not self.read_only:
+                if self.path != MEMORY and "catalog_info" in self._columns:
+                    self._check_identity()
+                self.recover()
         except BaseException:
             self.close()
             raise
@@ -254,10 +268,57 @@ class Catalog:
     @property
     def closed(self) -> bool:
         """Whether :meth:`close` has been called."""
-        return self._con is None
+        return self._con is None and not self._released
+
+    @property
+    def released(self) -> bool:
+        """Whether the connection is given up by :meth:`release` until the next use."""
+        return self._released
 
     def close(self) -> None:
         """Close the connection (and release the file lock with the last user); idempotent."""
+        self._released = False
+        self._disconnect()
+
+    def release(self) -> None:
+        """Give the file back to other processes until this Catalog is used again: close the
+        connection (the file lock goes with this process's last connection to the file); the
+        next use reopens it, waiting up to :attr:`reacquire_wait` seconds for another process's
+        lock. Training calls this between its flushes of round statistics so that readers and
+        other writers can open the file meanwhile. A no-op for ``:memory:`` (closing would
+        lose it) and for a closed Catalog; not allowed inside :meth:`transaction`."""
+        if self._con is None or self.path == MEMORY:
+            return
+        if self._tx_depth:
+            raise CatalogError(f"catalog {self.path} cannot be released inside a transaction")
+        self._disconnect()
+        self._released = True
+
+    def reacquire(self, wait: float | None = None, *, quiet: bool = True) -> None:
+        """Reopen a connection given up by :meth:`release` (nothing to do when open), waiting
+        up to ``wait`` seconds (default :attr:`reacquire_wait`) for another process's lock;
+        raises CatalogLockedError when the file stays locked, and stays released then. The
+        wait is noted on the ``airplan_qo.catalog`` logger unless ``quiet``."""
+        if self._con is not None or not self._released:
+            return
+        limit = self.reacquire_wait if wait is None else check_wait(wait)
+        con = self._connect_waiting(limit, quiet=quiet)
+        self._con, self._released = con, False
+        try:
+            current = self._current_version()
+        except duckdb.Error as exc:
+            self._disconnect()
+            raise CatalogError(f"cannot read catalog file {self.path}: {_strip(str(exc))}"
+                               ) from None
+        if current != SCHEMA_VERSION:
+            self._disconnect()
+            raise CatalogError(
+                f"catalog file {self.path} changed schema version to {current} while this "
+                f"process had it released (this version of airplan-qo writes "
+                f"{SCHEMA_VERSION}); reopen it")
+
+    def _disconnect(self) -> None:
+        """Close this Catalog's connection, and the database with the process's last user."""
         if self._con is None:
             return
         con, self._con = self._con, None
@@ -305,7 +366,6 @@ class Catalog:
                     raise CatalogError(f"cannot set the SQL limits of catalog {self.path} "
                                        f"({self.limits.describe()}): {_strip(str(exc))}") from None
                 entry = [root, 0, self.limits]
-                self._first_open = True
                 if self.path != MEMORY:
                     _open_databases[key] = entry
             elif entry[2] != self.limits:
@@ -324,30 +384,34 @@ class Catalog:
                 self._memory_root = entry[0]  # an in-memory catalog dies with its Catalog
             return con
 
-    def _connect_waiting(self) -> duckdb.DuckDBPyConnection:
-        """:meth:`_connect`, retried while another process holds the file, for up to
-        ``self.wait`` seconds. The wait is reported once on the ``airplan_qo.catalog`` logger
-        (the CLI prints it on stderr); a conflict inside this process never waits."""
+    def _connect_waiting(self, wait: float | None = None, *, quiet: bool = False
+                         ) -> duckdb.DuckDBPyConnection:
+        """:meth:`_connect`, retried while another process holds the file, for up to ``wait``
+        seconds (default ``self.wait``). The wait is reported once on the ``airplan_qo.catalog``
+        logger (the CLI prints it on stderr; at debug level when ``quiet``); a conflict inside
+        this process never waits."""
+        wait = self.wait if wait is None else wait
         deadline: float | None = None
-        delay = 0.05
+        delay = 0.02
         while True:
             try:
                 return self._connect()
             except CatalogLockedError as exc:
                 pid = getattr(exc, "holder_pid", None)
-                if self.wait <= 0 or pid == os.getpid():
+                if wait <= 0 or pid == os.getpid():
                     raise
                 now = time.monotonic()
                 if deadline is None:
-                    deadline = now + self.wait
-                    log.warning("catalog file %s is locked by %s (PID %s); waiting up to %g s "
-                                "for it (--wait SECONDS)", self.path,
-                                getattr(exc, "holder_exe", "another process"), pid, self.wait)
+                    deadline = now + wait
+                    log.log(logging.DEBUG if quiet else logging.WARNING,
+                            "catalog file %s is locked by %s (PID %s); waiting up to %g s "
+                            "for it (--wait SECONDS)", self.path,
+                            getattr(exc, "holder_exe", "another process"), pid, wait)
                 elif now >= deadline:
-                    raise _locked(f"{exc} Waited {self.wait:g} s for it (--wait SECONDS to wait "
+                    raise _locked(f"{exc} Waited {wait:g} s for it (--wait SECONDS to wait "
                                   "longer).", getattr(exc, "holder_exe", ""), pid) from None
                 time.sleep(max(0.0, min(delay, deadline - now)))
-                delay = min(delay * 2, 0.5)
+                delay = min(delay * 2, 0.25)
 
     def _open_error(self, exc: duckdb.Error) -> CatalogError:
         msg = str(exc)
@@ -424,34 +488,65 @@ class Catalog:
             raise CatalogError(f"cannot create or migrate the catalog schema in {self.path}: "
                                f"{_strip(str(exc))}") from None
 
-    def _recover_executions(self) -> tuple[dict[str, Any], ...]:
-        """Mark ``interrupted`` every execution still ``running``: none can be.
+    def recover(self) -> tuple[dict[str, Any], ...]:
+        """Mark ``interrupted`` every execution and evaluation left ``running`` by a process
+        that is gone (killed, crashed, power loss); returns the executions (also kept in
+        :attr:`recovered`, the evaluations in :attr:`recovered_evaluations`).
 
-        Called on the first read-write open of the file in this process. DuckDB's file lock
-        lets one process hold a file for writing, so no other process is running an execution
-        on it now, and no other Catalog in this process has it open; a ``running`` row is left
-        over from a process that was killed or crashed before it could record an outcome.
+        Called on every read-write open, and by ``resume`` and ``abandon`` before they read a
+        row. Training holds the file only while it writes, so a ``running`` row may belong to a
+        live process in this one or another: its owner decides
+        (:func:`~airplan_qo.catalog.owners.owner_alive`), and a live owner's row is left alone.
         """
-        rows = self.query(f"SELECT exec_id, owner_pid, owner_host, started_at FROM "
-                          f"{_Q}.executions WHERE status = 'running' ORDER BY exec_id")
-        if not rows:
-            return ()
-        found = now_utc().isoformat(sep=" ", timespec="seconds")
-        with self.transaction():
-            for row in rows:
-                owner = describe_owner(row["owner_pid"], row["owner_host"])
-                self.update_row("executions", row["exec_id"], {
-                    "status": "interrupted",
-                    "reason": (f"interrupted: {owner} stopped without recording an outcome "
-                               f"(killed or crashed); found running when the catalog was "
-                               f"opened for writing at {found} UTC")})
-        for row in rows:
+        executions = self._recover_table("executions", "exec_id")
+        evaluations = self._recover_table("evaluations", "evaluation_id")
+        for row in executions:
             log.warning("execution %s was left running by %s, which is gone; marked "
                         "interrupted. Resume with: airplan resume %s (or give it up: airplan "
                         "abandon %s)", row["exec_id"],
                         describe_owner(row["owner_pid"], row["owner_host"]), row["exec_id"],
                         row["exec_id"])
-        return tuple({k: row[k] for k in ("exec_id", "owner_pid", "owner_host")} for row in rows)
+        for row in evaluations:
+            log.warning("evaluation %s was left running by %s, which is gone; marked "
+                        "interrupted. Run the same airplan evaluate again: the runs it recorded "
+                        "are reused", row["evaluation_id"],
+                        describe_owner(row["owner_pid"], row["owner_host"]))
+        self.recovered = executions
+        self.recovered_evaluations = evaluations
+        return executions
+
+    def _recover_table(self, table: str, id_col: str) -> tuple[dict[str, Any], ...]:
+        columns = self._columns.get(table, {})
+        if "owner_pid" not in columns:
+            return ()
+        extra = ", ".join(c for c in ("owner_started", "heartbeat_at") if c in columns)
+        rows = self.query(f"SELECT {id_col}, owner_pid, owner_host{', ' + extra if extra else ''}"
+                          f" FROM {_Q}.{table} WHERE status = 'running' ORDER BY {id_col}")
+        if not rows:
+            return ()
+        now = now_utc()
+        dead = [r for r in rows if not owner_alive(r, now=now)]
+        if not dead:
+            return ()
+        found = now.isoformat(sep=" ", timespec="seconds")
+        done = []
+        with self.transaction():
+            for row in dead:
+                owner = describe_owner(row["owner_pid"], row["owner_host"])
+                reason = (f"interrupted: {owner} stopped without recording an outcome "
+                          f"(killed or crashed); found running when the catalog was "
+                          f"opened for writing at {found} UTC")
+                # only if still running with the same owner: another process may have
+                # finished or resumed it since it was read
+                with self._errors(f"recovery of {CATALOG_NAME}.{table}"):
+                    hit = self._live.execute(
+                        f"UPDATE {_Q}.{table} SET status = 'interrupted', reason = ? "
+                        f"WHERE {id_col} = ? AND status = 'running' "
+                        f"AND owner_pid IS NOT DISTINCT FROM ? RETURNING {id_col}",
+                        [reason, row[id_col], row["owner_pid"]]).fetchall()
+                if hit:
+                    done.append(row)
+        return tuple({k: row[k] for k in (id_col, "owner_pid", "owner_host")} for row in done)
 
     @property
     def catalog_id(self) -> str:
@@ -465,6 +560,57 @@ class Catalog:
             value = str(uuid.uuid4())
             self.insert_row("catalog_info", {"key": "catalog_id", "value": value})
         return str(value)
+
+    @property
+    def ancestors(self) -> tuple[str, ...]:
+        """The catalog ids of the catalogs this one was copied from, nearest first (empty for
+        an original): a checkpoint written before the copy names one of them."""
+        value = self._scalar(f"SELECT value FROM {_Q}.catalog_info WHERE key = 'copied_from'")
+        return tuple(str(value).split()) if value else ()
+
+    def _check_identity(self) -> None:
+        """Give a copied catalog file its own catalog id, so that its checkpoints are kept apart
+        from the original's.
+
+        Each read-write open records where the file is (``catalog_path``, its absolute path,
+        and ``catalog_file``, its device and inode) in ``catalog_info``. A file opened at
+        another path than the recorded one, while the recorded path still holds the recorded
+        file, is a copy: it draws a new catalog id and remembers the old one in
+        ``copied_from``. A file found at another path with the original gone (moved or
+        renamed), or at its own path with a new inode (restored from a backup), keeps its id.
+        """
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return
+        here = f"{st.st_dev}:{st.st_ino}"
+        info = {r["key"]: r["value"] for r in self.query(
+            f"SELECT key, value FROM {_Q}.catalog_info WHERE key IN "
+            f"('catalog_id', 'catalog_path', 'catalog_file', 'copied_from')")}
+        path, file = info.get("catalog_path"), info.get("catalog_file")
+        if path == self.path and file == here:
+            return
+        copy = False
+        if path is not None and path != self.path and file is not None and file != here:
+            try:
+                original = os.stat(path)
+            except OSError:
+                original = None
+            copy = original is not None and f"{original.st_dev}:{original.st_ino}" == file
+        values = {"catalog_path": self.path, "catalog_file": here}
+        old_id = info.get("catalog_id")
+        if copy and old_id:
+            values["catalog_id"] = str(uuid.uuid4())
+            values["copied_from"] = " ".join([old_id, *(info.get("copied_from") or "").split()])
+        with self.transaction(), self._errors(f"recording the identity of {self.path}"):
+            for key, value in values.items():
+                self._live.execute(
+                    f"INSERT INTO {_Q}.catalog_info (key, value) VALUES (?, ?) "
+                    f"ON CONFLICT (key) DO UPDATE SET value = excluded.value", [key, value])
+        if "copied_from" in values:
+            log.warning("catalog file %s is a copy of %s (catalog id %s); it gets its own id %s "
+                        "so that its checkpoints are kept apart from the original's", self.path,
+                        path, old_id, values["catalog_id"])
 
     def _refuse_foreign(self) -> None:
         """Raise when the file holds objects but no AirPlan catalog: writing the schema into an
@@ -525,7 +671,9 @@ class Catalog:
     @property
     def _live(self) -> duckdb.DuckDBPyConnection:
         if self._con is None:
-            raise CatalogError(f"catalog {self.path} is closed")
+            if not self._released:
+                raise CatalogError(f"catalog {self.path} is closed")
+            self.reacquire()
         return self._con
 
     @contextlib.contextmanager
@@ -939,18 +1087,6 @@ def now_utc():
     import datetime as dt
 
     return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
-
-
-def this_owner() -> dict[str, Any]:
-    """The ``owner_pid`` and ``owner_host`` columns naming this process."""
-    return {"owner_pid": os.getpid(), "owner_host": socket.gethostname()}
-
-
-def describe_owner(pid: Any, host: Any) -> str:
-    """'the process PID 42 on host h', or 'the process that ran it' when not recorded."""
-    if pid is None:
-        return "the process that ran it"
-    return f"the process PID {pid}" + (f" on {host}" if host else "")
 
 
 def _locked(message: str, exe: str, pid: int) -> CatalogLockedError:

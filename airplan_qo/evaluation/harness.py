@@ -4,7 +4,9 @@ One call records an ``evaluations`` row (status ``running`` until it ends), meas
 (reusing cached runs), analyses it, writes one ``evaluation_results`` row per workload and
 calibration state (priors / cross-validated), the Markdown report, a JSON summary and the
 figures, and finally marks the evaluation ``succeeded`` with its summary. An error marks it
-``failed`` (Ctrl-C: ``aborted``) and is re-raised.
+``failed`` (Ctrl-C: ``aborted``) and is re-raised. The row records its owner process and a
+heartbeat refreshed after each workload; an evaluation whose process was killed is marked
+``interrupted`` by the next read-write open of the catalog (docs/catalog.md, Recovery).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 import attrs
 
+from ..catalog.owners import this_owner
 from ..errors import ValidationError
 from .analysis import Analysis, analyze
 from .grid import Grid
@@ -119,9 +122,16 @@ def _evaluate(session, grid: Grid, *, out_dir, figures, scalability, progress, c
                           + (f" --executor {executor_arg}" if executor_arg else ""))
     eval_id = int(catalog.insert_row("evaluations", {
         "grid": grid.name, "grid_sha": grid.sha, "seeds": len(grid.seeds), "folds": grid.folds,
-        "status": "running", "summary": {"source": grid.source, "seeds": list(grid.seeds)}}))
+        "status": "running", "summary": {"source": grid.source, "seeds": list(grid.seeds)},
+        "heartbeat_at": _now(), **this_owner()}))
+
+    def beat(message: str) -> None:   # after each workload: the evaluation is alive
+        catalog.update_row("evaluations", eval_id, {"heartbeat_at": _now()})
+        if progress:
+            progress(message)
+
     try:
-        measured = measure(session, grid, progress=progress, workers=workers,
+        measured = measure(session, grid, progress=beat, workers=workers,
                            executor=executor)
         if progress:
             progress("analysing: cross-validated fits, picks, statistics")
@@ -153,10 +163,11 @@ def _evaluate(session, grid: Grid, *, out_dir, figures, scalability, progress, c
                 "folds": analysis.summary["folds"] or None, "finished_at": _now()})
     except BaseException as exc:
         status = "aborted" if isinstance(exc, KeyboardInterrupt) else "failed"
+        error = f"{type(exc).__name__}: {exc}"[:500]
         try:
             catalog.update_row("evaluations", eval_id, {
-                "status": status, "finished_at": _now(),
-                "summary": {"source": grid.source, "error": f"{type(exc).__name__}: {exc}"[:500]}})
+                "status": status, "finished_at": _now(), "reason": error,
+                "summary": {"source": grid.source, "error": error}})
         except Exception:  # the original error matters more than the status update
             pass
         raise

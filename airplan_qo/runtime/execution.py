@@ -7,6 +7,14 @@ execution's outcome and its ``feedback`` rows (estimate vs actual) in one transa
 stops cleanly with status ``aborted`` and a checkpoint; ``resume(catalog, exec_id)`` continues
 from the last checkpoint and gives the same result as an uninterrupted run.
 
+While it trains, the run holds the catalog file only to write: every :data:`FLUSH_SECONDS` (and
+at its first checkpoint, on a re-optimisation and at the end) it reopens the file, writes the
+rounds since the last write with the execution row's progress in one short transaction, and
+releases the file again (:meth:`~airplan_qo.catalog.store.Catalog.release`), so that readers and
+other trainings can open it in between. A write that finds the file held by another process
+waits up to :data:`FLUSH_WAIT` seconds, then keeps its rows for the next write; the final record
+waits up to :data:`RECORD_WAIT` seconds.
+
 With re-optimisation on (:mod:`.monitor`), a monitor compares every round with the plan's
 prediction; on a trigger the run is re-planned with the observed statistics and rewired, and the
 event is recorded in ``reoptimizations`` and shown by EXPLAIN ANALYZE. A rewired execution writes
@@ -32,9 +40,10 @@ from typing import Any
 import attrs
 import numpy as np
 
-from ..catalog.store import Catalog, now_utc, this_owner
+from ..catalog.owners import describe_owner, owner_alive, this_owner
+from ..catalog.store import Catalog, now_utc
 from ..data import load, partition
-from ..errors import ExecutionError
+from ..errors import CatalogLockedError, ExecutionError
 from ..costmodels import ESTIMATORS
 from ..plans.topology import TopologySpec, build
 from .engine import RunConfig, RunResult, Trainer
@@ -42,7 +51,14 @@ from ..plans.sla import TARGET_METRICS, first_crossing
 from .monitor import MonitorConfig, Reoptimizer, request_from_json, request_to_json, \
     spec_from_plan_row
 
-FLUSH_EVERY = 10
+#: Seconds between writes of round statistics (and the execution's progress) during a run.
+FLUSH_SECONDS = 1.0
+#: Seconds a write during a run waits for another process's lock before it keeps its rows for
+#: the next write.
+FLUSH_WAIT = 2.0
+#: Seconds the final record of a run waits for another process's lock (at least the catalog's
+#: own wait).
+RECORD_WAIT = 120.0
 CHECKPOINT_EVERY = 10
 ROUND_COLUMNS = ("round", "test_accuracy", "client_acc_mean", "client_acc_min", "train_loss",
                  "consensus_distance", "channel_uses", "slots", "energy_j", "bits",
@@ -221,7 +237,7 @@ def _insert_execution(catalog: Catalog, job: TrainJob, options: dict[str, Any]) 
     seeds = {k: getattr(job.config, k) for k in ("data_seed", "train_seed", "channel_seed")}
     return int(catalog.insert_row("executions", {
         "plan_id": job.plan_id, "status": "running", **seeds, **this_owner(),
-        "options": json.dumps(options, sort_keys=True, default=str)}))
+        "heartbeat_at": _now(), "options": json.dumps(options, sort_keys=True, default=str)}))
 
 
 def train(job: TrainJob) -> tuple[RunResult, float]:
@@ -284,19 +300,21 @@ def _check_training_memory(n: int, d: int, algorithm: str) -> None:
 
 def _run(catalog: Catalog, exec_id: int, plan_id: int, w, spec: TopologySpec, config: RunConfig,
          basis: dict[str, Any], *, quiet: bool, resume_from: str | None = None,
-         reopt: Reoptimizer | None = None, bases: dict[str, Any] | None = None
-         ) -> ExecutionReport:
+         reopt: Reoptimizer | None = None, bases: dict[str, Any] | None = None,
+         load_owner: dict[str, Any] | None = None) -> ExecutionReport:
     start = time.perf_counter()
     ckpt = checkpoint_dir(catalog) / f"exec-{exec_id}.pt"
     owner = {"catalog_id": catalog.catalog_id, "exec_id": int(exec_id)}
     try:  # a setup failure (data that cannot be partitioned, ...) is recorded, not left running
         trainer = _trainer(w, spec, config)
-        trainer.checkpoint_owner = owner
         ckpt.parent.mkdir(parents=True, exist_ok=True)
         if resume_from:
+            trainer.checkpoint_owner = load_owner or owner
             if reopt is not None:
-                reopt.restore(trainer, _checkpoint_state(resume_from, owner), bases)
+                reopt.restore(trainer, _checkpoint_state(resume_from, trainer.checkpoint_owner),
+                              bases)
             trainer.load(resume_from)
+        trainer.checkpoint_owner = owner
     except BaseException as exc:
         _finish_failed(catalog, exec_id, exc)
         raise
@@ -304,26 +322,47 @@ def _run(catalog: Catalog, exec_id: int, plan_id: int, w, spec: TopologySpec, co
         "SELECT round FROM airplan.round_stats WHERE exec_id = ?", [exec_id])}
     pending: list[dict[str, Any]] = []
     progress = _Progress(config.rounds, quiet)
+    state = {"last": time.monotonic(), "ckpt_recorded": False, "ckpt_saved": False}
 
-    def flush() -> None:
+    def flush(force: bool = False) -> None:
+        """Write the pending rounds and the run's progress in one short transaction; when
+        another process holds the file past FLUSH_WAIT, keep them for the next write."""
+        if not force:
+            try:
+                catalog.reacquire(FLUSH_WAIT)
+            except CatalogLockedError:
+                state["last"] = time.monotonic()
+                return
         rows = [r for r in pending if r["round"] not in written]
-        if rows:
-            catalog.insert_rows("round_stats", _round_rows(exec_id, rows))
-            written.update(r["round"] for r in rows)
+        record_ckpt = state["ckpt_saved"] and not state["ckpt_recorded"]
+        with catalog.transaction():
+            if rows:
+                catalog.insert_rows("round_stats", _round_rows(exec_id, rows))
+            _claim(catalog, exec_id, {
+                "actual_rounds": trainer.round,
+                **({"checkpoint_path": str(ckpt)} if record_ckpt else {})})
+        written.update(r["round"] for r in rows)
         pending.clear()
+        state["ckpt_recorded"] = state["ckpt_recorded"] or record_ckpt
+        state["last"] = time.monotonic()
 
     def on_round(row: dict[str, Any]) -> None:
         pending.append(row)
         progress.update(row)
-        event = reopt.after_round(row, trainer) if reopt is not None else None
-        if event is not None and not quiet:
-            sys.stderr.write(f"\nre-optimisation: {event.text}\n")
-        if len(pending) >= FLUSH_EVERY or event is not None:
-            flush()
-        if row["round"] % CHECKPOINT_EVERY == 0 or event is not None:
-            trainer.save(ckpt)   # after a rewiring: a resumed run must start on the new topology
-            catalog.update_row("executions", exec_id, {"checkpoint_path": str(ckpt)})
+        try:
+            event = reopt.after_round(row, trainer) if reopt is not None else None
+            if event is not None and not quiet:
+                sys.stderr.write(f"\nre-optimisation: {event.text}\n")
+            if row["round"] % CHECKPOINT_EVERY == 0 or event is not None:
+                trainer.save(ckpt)  # after a rewiring: a resumed run must start on the new topology
+                state["ckpt_saved"] = True
+            if (event is not None or (state["ckpt_saved"] and not state["ckpt_recorded"])
+                    or time.monotonic() - state["last"] >= FLUSH_SECONDS):
+                flush(force=event is not None)
+        finally:
+            catalog.release()   # between writes, other processes may open the file
 
+    catalog.release()
     try:
         run = trainer.run(on_round, checkpoint_path=ckpt)
     except BaseException as exc:
@@ -333,21 +372,45 @@ def _run(catalog: Catalog, exec_id: int, plan_id: int, w, spec: TopologySpec, co
     progress.close()
     elapsed_ms = (time.perf_counter() - start) * 1e3
     rewired = reopt is not None and reopt.rewired
+    catalog.reacquire(max(RECORD_WAIT, catalog.wait), quiet=False)
     feedback = _record_outcome(catalog, exec_id, plan_id, run, basis, written=written,
-                               ckpt=ckpt, rewired=rewired)
+                               ckpt=ckpt, rewired=rewired, claim=True)
     events = tuple(e.text for e in reopt.events) if reopt is not None else ()
     return ExecutionReport(exec_id, plan_id, run, tuple(feedback), elapsed_ms, events)
 
 
+def _claim(catalog: Catalog, exec_id: int, values: dict[str, Any]) -> None:
+    """Write ``values`` and a heartbeat to the execution row, inside the caller's transaction,
+    provided this process still owns the row; a row another open took for abandoned
+    (``interrupted``) is taken back. ExecutionError when another process has resumed or given
+    up the execution since."""
+    owner = this_owner()
+    names = list(values)
+    assign = "".join(f", \"{n}\" = ?" for n in names)
+    found = catalog.query(
+        f"UPDATE airplan.executions SET status = 'running', reason = NULL, heartbeat_at = ?"
+        f"{assign} WHERE exec_id = ? AND owner_pid = ? AND owner_host = ? "
+        f"AND status IN ('running', 'interrupted') RETURNING exec_id",
+        [_now(), *(values[n] for n in names), int(exec_id), owner["owner_pid"],
+         owner["owner_host"]])
+    if not found:
+        raise ExecutionError(
+            f"execution {exec_id} is no longer this process's to record: another process "
+            "resumed or gave it up while it ran; this run stops without writing more")
+
+
 def _record_outcome(catalog: Catalog, exec_id: int, plan_id: int, run: RunResult,
                     basis: dict[str, Any], *, written: set[int], ckpt: Path | None,
-                    rewired: bool) -> list[dict[str, Any]]:
+                    rewired: bool, claim: bool = False) -> list[dict[str, Any]]:
     """The end of every execution, in one transaction: the ``round_stats`` rows not yet
     ``written``, the execution's outcome, and its ``feedback`` rows (none for an aborted or
-    rewired run). Returns the feedback rows."""
+    rewired run). With ``claim``, only if this process still owns the execution row (see
+    :func:`_claim`). Returns the feedback rows."""
     rows = [r for r in run.history if r["round"] not in written]
     feedback = [] if rewired else _feedback(basis, run, exec_id, plan_id)
     with catalog.transaction():
+        if claim:
+            _claim(catalog, exec_id, {})
         if rows:
             catalog.insert_rows("round_stats", _round_rows(exec_id, rows))
             written.update(r["round"] for r in rows)
@@ -375,13 +438,21 @@ def _checkpoint_state(path: str, owner: dict[str, Any]) -> dict[str, Any]:
 
 
 def _finish_failed(catalog: Catalog, exec_id: int, exc: BaseException) -> None:
+    """Record a run that stopped on an exception: ``aborted`` for Ctrl-C, else ``failed``; left
+    alone when the row is not this process's any more, or the catalog stays locked (then the
+    next open finds it running without its process and marks it ``interrupted``)."""
     status = "aborted" if isinstance(exc, KeyboardInterrupt) else "failed"
     if status == "aborted":
         exc.exec_id = exec_id  # type: ignore[attr-defined]  # so the CLI can name it
+    owner = this_owner()
     try:
-        catalog.update_row("executions", exec_id, {
-            "status": status, "finished_at": _now(),
-            "reason": f"{type(exc).__name__}: {exc}"[:500]})
+        with catalog.transaction():
+            catalog.query(
+                "UPDATE airplan.executions SET status = ?, finished_at = ?, reason = ? "
+                "WHERE exec_id = ? AND owner_pid = ? AND owner_host = ? "
+                "AND status IN ('running', 'interrupted') RETURNING exec_id",
+                [status, _now(), f"{type(exc).__name__}: {exc}"[:500], int(exec_id),
+                 owner["owner_pid"], owner["owner_host"]])
     except Exception:  # the original error matters more than a failed status update
         pass
 
@@ -446,15 +517,19 @@ RESUMABLE = ("aborted", "interrupted", "failed")
 
 
 def _execution_row(catalog: Catalog, exec_id: int) -> dict[str, Any]:
+    catalog.recover()   # a row whose process died since the catalog was opened: interrupted
     rows = catalog.query("SELECT * FROM airplan.executions WHERE exec_id = ?", [exec_id])
     if not rows:
         raise ExecutionError(f"no execution {exec_id} in catalog {catalog.path}")
     ex = rows[0]
-    if ex["status"] == "running":
-        # a read-write open marks rows left by dead processes interrupted, so this process
-        # is the one running it
-        raise ExecutionError(f"execution {exec_id} is running in this process; wait for it to "
-                             "finish or interrupt it first")
+    if ex["status"] == "running" and owner_alive(ex):
+        if ex["owner_pid"] == os.getpid() and ex["owner_host"] == this_owner()["owner_host"]:
+            raise ExecutionError(f"execution {exec_id} is running in this process; wait for it "
+                                 "to finish or interrupt it first")
+        raise ExecutionError(
+            f"execution {exec_id} is running in {describe_owner(ex['owner_pid'], ex['owner_host'])}"
+            "; wait for it to finish, or stop that process (Ctrl-C records it aborted) and "
+            "then resume or abandon it")
     return ex
 
 
@@ -475,11 +550,16 @@ def resume(catalog: Catalog, exec_id: int, *, quiet: bool = False) -> ExecutionR
     if path and not os.path.exists(path):
         path = None  # deleted (pruned, or never written): start again from round 0
     options = json.loads(ex["options"]) if isinstance(ex["options"], str) else ex["options"]
+    load_owner = {"catalog_id": catalog.catalog_id, "exec_id": exec_id}
     if path:  # refuse another catalog's, execution's or configuration's checkpoint up front
         from .checkpoint import check_config, check_owner, read
 
         state = read(path)
-        check_owner(state, path, {"catalog_id": catalog.catalog_id, "exec_id": exec_id})
+        saved = str((state.get("owner") or {}).get("catalog_id"))
+        if saved in catalog.ancestors:
+            # written for this execution before the catalog was copied: the same run
+            load_owner["catalog_id"] = saved
+        check_owner(state, path, load_owner)
         check_config(state, path, RunConfig(**options["run_config"]).as_dict())
     from ..plans.workload import Workload
 
@@ -489,9 +569,10 @@ def resume(catalog: Catalog, exec_id: int, *, quiet: bool = False) -> ExecutionR
     config = RunConfig(**options["run_config"])
     reopt, bases = _resumed_reoptimizer(catalog, exec_id, options, w, plan_row, spec)
     catalog.update_row("executions", exec_id, {"status": "running", "reason": None,
-                                               "finished_at": None, **this_owner()})
+                                               "finished_at": None, "heartbeat_at": _now(),
+                                               **this_owner()})
     return _run(catalog, exec_id, ex["plan_id"], w, spec, config, options["feedback_basis"],
-                quiet=quiet, resume_from=path, reopt=reopt, bases=bases)
+                quiet=quiet, resume_from=path, reopt=reopt, bases=bases, load_owner=load_owner)
 
 
 def _resumed_reoptimizer(catalog: Catalog, exec_id: int, options: dict[str, Any], w,

@@ -4,6 +4,7 @@ the same result as an uninterrupted run, and ``abandon`` gives it up."""
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -13,6 +14,7 @@ import duckdb
 import pytest
 
 import airplan_qo as aq
+from airplan_qo.catalog.store import now_utc
 from airplan_qo.cli import main
 
 # dsgd keeps this run going past its checkpoint at round 10 (its target is out of reach in 12
@@ -61,10 +63,11 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def _kill_during(path, point, tmp_path, statement=TRAIN):
+def _start_until(point, tmp_path, args, script=CHILD):
+    """A child running ``script`` with ``args``, once it has reached ``point`` (and hangs)."""
     marker = tmp_path / f"{point}.marker"
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(path), point, str(marker),
-                              statement], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    child = subprocess.Popen([sys.executable, "-c", script, args[0], point, str(marker),
+                              *args[1:]], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 240
         while not marker.exists():
@@ -73,6 +76,15 @@ def _kill_during(path, point, tmp_path, statement=TRAIN):
             if time.monotonic() > deadline:
                 pytest.fail("child never reached the kill point")
             time.sleep(0.05)
+    except BaseException:
+        child.kill()
+        child.wait()
+        raise
+    return child
+
+
+def _kill(child):
+    try:
         os.kill(child.pid, signal.SIGKILL)
         child.wait(timeout=60)
     finally:
@@ -83,13 +95,21 @@ def _kill_during(path, point, tmp_path, statement=TRAIN):
     return child.pid
 
 
-def _raw_statuses(path):
+def _kill_during(path, point, tmp_path, statement=TRAIN):
+    return _kill(_start_until(point, tmp_path, [str(path), statement]))
+
+
+def _raw(path, sql):
     con = duckdb.connect(str(path), read_only=True)
     try:
-        return con.execute("SELECT exec_id, status, owner_pid, checkpoint_path "
-                           "FROM executions ORDER BY exec_id").fetchall()
+        return con.execute(sql).fetchall()
     finally:
         con.close()
+
+
+def _raw_statuses(path):
+    return _raw(path, "SELECT exec_id, status, owner_pid, checkpoint_path "
+                      "FROM executions ORDER BY exec_id")
 
 
 def _curve(db, exec_id):
@@ -158,6 +178,115 @@ def test_running_row_of_this_process_is_not_recovered_by_a_second_open(tmp_path,
         monkeypatch.setattr(Trainer, "step", patched)
         assert db.execute(plan, stop_at_target=False).result.status == "succeeded"
     assert seen == [((), "running")] * 2
+
+
+def test_a_live_training_in_another_process_is_left_running_and_a_killed_one_recovered(
+        tmp_path, caplog):
+    path = tmp_path / "c.duckdb"
+    child = _start_until("mid_run", tmp_path, [str(path), TRAIN])
+    try:
+        # the child is alive, between writes: the file is free, and its run is not touched
+        with aq.connect(path, wait=30) as db:
+            assert db.catalog.recovered == ()
+            ex = db.catalog.query("SELECT exec_id, status, owner_pid FROM airplan.executions")
+            assert ex == [{"exec_id": 1, "status": "running", "owner_pid": child.pid}]
+            with pytest.raises(aq.ExecutionError, match=f"running in the process PID "
+                                                        f"{child.pid}"):
+                db.resume(1)
+            with pytest.raises(aq.ExecutionError, match="running in the process PID"):
+                db.abandon(1)
+    finally:
+        pid = _kill(child)
+    with caplog.at_level("WARNING", logger="airplan_qo"), aq.connect(path) as db:
+        assert [r["exec_id"] for r in db.catalog.recovered] == [1]
+        ex = db.catalog.query("SELECT status, reason FROM airplan.executions")[0]
+        assert ex["status"] == "interrupted" and f"PID {pid}" in ex["reason"]
+        assert db.resume(1).result.status == "succeeded"
+
+
+def test_a_row_whose_pid_now_names_another_process_is_recovered(tmp_path):
+    """A PID reused by a later process (a sleeping child here) is not the row's owner: the
+    recorded start time differs."""
+    from airplan_qo.catalog.owners import pid_alive, process_started
+
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert pid_alive(other.pid) and pid_alive(other.pid, process_started(other.pid))
+        if process_started(other.pid) is None:
+            pytest.skip("this system does not tell when a process started")
+        with aq.connect(tmp_path / "c.duckdb") as db:
+            db.catalog.insert_row("executions", {
+                "plan_id": 1, "status": "running", "data_seed": 1, "train_seed": 1,
+                "channel_seed": 1, "owner_pid": other.pid, "owner_host": socket.gethostname(),
+                "owner_started": "an earlier process", "heartbeat_at": now_utc()})
+            db.catalog.insert_row("executions", {
+                "plan_id": 1, "status": "running", "data_seed": 1, "train_seed": 1,
+                "channel_seed": 1, "owner_pid": other.pid, "owner_host": socket.gethostname(),
+                "owner_started": process_started(other.pid), "heartbeat_at": now_utc()})
+        with aq.connect(tmp_path / "c.duckdb") as db:
+            assert [r["exec_id"] for r in db.catalog.recovered] == [1]
+            assert [r["status"] for r in db.catalog.query(
+                "SELECT status FROM airplan.executions ORDER BY exec_id")] == \
+                ["interrupted", "running"]
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_a_row_of_another_host_is_recovered_only_when_its_heartbeat_is_stale(tmp_path):
+    import datetime as dt
+
+    from airplan_qo.catalog import owners
+
+    path = tmp_path / "c.duckdb"
+    fresh = now_utc()
+    stale = fresh - dt.timedelta(seconds=owners.STALE_AFTER_S + 60)
+    with aq.connect(path) as db:
+        for beat in (fresh, stale, None):
+            db.catalog.insert_row("executions", {
+                "plan_id": 1, "status": "running", "data_seed": 1, "train_seed": 1,
+                "channel_seed": 1, "owner_pid": os.getpid(), "owner_host": "elsewhere.invalid",
+                "heartbeat_at": beat})
+    with aq.connect(path) as db:
+        assert [r["exec_id"] for r in db.catalog.recovered] == [2, 3]
+        assert [r["status"] for r in db.catalog.query(
+            "SELECT status FROM airplan.executions ORDER BY exec_id")] == \
+            ["running", "interrupted", "interrupted"]
+
+
+EVALUATE = textwrap.dedent("""
+    import sys, time
+    import airplan_qo as aq
+    from airplan_qo.evaluation import harness, load_grid
+
+    path, point, marker, out = sys.argv[1:5]
+
+    def hang(*args, **kwargs):
+        open(marker, "w").close()
+        time.sleep(600)
+
+    harness.measure = hang
+    with aq.connect(path) as db:
+        harness.run_evaluation(db, load_grid("quick"), out_dir=out, figures=False)
+""")
+
+
+def test_a_killed_evaluation_is_marked_interrupted(tmp_path, caplog):
+    path = tmp_path / "c.duckdb"
+    pid = _kill(_start_until("measuring", tmp_path, [str(path), str(tmp_path / "out")],
+                             script=EVALUATE))
+    raw = _raw(path, "SELECT evaluation_id, status, owner_pid FROM evaluations")
+    assert raw == [(1, "running", pid)]   # nothing recorded the death
+    with caplog.at_level("WARNING", logger="airplan_qo"), aq.connect(path) as db:
+        assert [r["evaluation_id"] for r in db.catalog.recovered_evaluations] == [1]
+        assert db.catalog.recovered == ()
+        row = db.catalog.query("SELECT status, reason, finished_at FROM airplan.evaluations")[0]
+        assert row["status"] == "interrupted" and row["finished_at"] is None
+        assert f"PID {pid}" in row["reason"] and "killed or crashed" in row["reason"]
+        assert "evaluation 1 was left running" in caplog.text
+        assert "airplan evaluate again" in caplog.text
+    with aq.connect(path) as db:
+        assert db.catalog.recovered_evaluations == ()
 
 
 def test_abandon_and_cli(tmp_path, capsys):
