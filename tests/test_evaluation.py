@@ -416,6 +416,7 @@ def test_policy_table_rates_and_ratios():
     by = {r["policy"]: r for r in table}
     assert by["complete k=1"]["sla_met_rate"] == 1.0
     assert by["complete k=1"]["median_cost_ratio"] == pytest.approx(1.5)
+    assert by["complete k=1"]["gmean_cost_ratio"] == pytest.approx(math.sqrt(2.0))  # 2 and 1
     assert by["ring k=1"]["sla_met_rate"] == 0.5
     assert table[0]["policy"] == "complete k=1"
 

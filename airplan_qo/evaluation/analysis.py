@@ -27,8 +27,8 @@ from ..plans.topology import TopologySpec
 from . import advisor, time_to_target
 from .grid import Grid, WorkloadSpec
 from .metrics import (Comparison, PairedTest, PlanSummary, RunOutcome, assign_folds, compare,
-                      family_scores, mape, measured_target, oracle, paired_test, policy_table, rate,
-                      stats_of, summarize)
+                      family_scores, geometric_mean, mape, measured_target, oracle, paired_test,
+                      policy_table, rate, stats_of, summarize)
 from .runner import Measured, RunRecord, _matches, client_variance
 
 
@@ -547,6 +547,7 @@ def _comparison_block(cmps: list[Comparison], preds: list[tuple[float | None, fl
         "family_match_rate": fam_match, "advisor_meets_sla_rate": meets,
         "within_noise_rate": noise,
         "median_cost_ratio": float(np.median(ratios)) if ratios else None,
+        "gmean_cost_ratio": geometric_mean(ratios),
         "regret_acc_pts": stats_of(c.regret_acc_pts for c in cmps),
         "regret_cost_pct": stats_of(c.regret_cost_pct for c in cmps),
         "rounds_mape_pct": m, "rounds_mape_n": n_used, "rounds_unpredicted": never,

@@ -246,11 +246,18 @@ def compare(workload: str, advisor_plan: str, by_plan: Mapping[str, PlanSummary]
                       noise, adv.cost / orc.cost if orc.cost > 0 else None)
 
 
+def geometric_mean(ratios: Sequence[float]) -> float | None:
+    """exp(mean(log r)) over positive ratios (None when there are none): the typical cost
+    ratio, which, unlike the median, moves when a minority of workloads gets cheaper."""
+    pos = [float(r) for r in ratios if r is not None and r > 0]
+    return float(np.exp(np.mean(np.log(pos)))) if pos else None
+
+
 def policy_table(per_workload: Mapping[str, tuple[Mapping[str, PlanSummary], PlanSummary | None]]
                  ) -> list[dict[str, Any]]:
     """Every fixed single-plan policy ("always this plan label"): over the workloads where that
-    plan was measured, the fraction whose SLA it meets and its median cost ratio to the oracle
-    (over workloads with an oracle). Sorted by SLA-met rate (high first), then median ratio."""
+    plan was measured, the fraction whose SLA it meets and its median and geometric-mean cost
+    ratio to the oracle (over workloads with an oracle). Sorted by SLA-met rate (high first), then median ratio."""
     labels = sorted({p for by_plan, _ in per_workload.values() for p in by_plan})
     out = []
     for label in labels:
@@ -264,7 +271,8 @@ def policy_table(per_workload: Mapping[str, tuple[Mapping[str, PlanSummary], Pla
                 ratios.append(s.cost / orc.cost)
         out.append({"policy": label, "workloads": len(met),
                     "sla_met_rate": sum(met) / len(met) if met else None,
-                    "median_cost_ratio": float(np.median(ratios)) if ratios else None})
+                    "median_cost_ratio": float(np.median(ratios)) if ratios else None,
+                    "gmean_cost_ratio": geometric_mean(ratios)})
     return sorted(out, key=lambda r: (-(r["sla_met_rate"] or 0.0),
                                       r["median_cost_ratio"] or math.inf, r["policy"]))
 
@@ -377,5 +385,5 @@ def stats_of(values: Iterable[float | None]) -> dict[str, Any]:
 
 __all__ = ["RunOutcome", "PlanSummary", "Comparison", "FamilyScore", "PairedTest",
            "outcome_from_curve", "measured_target", "summarize", "oracle", "compare",
-           "within_noise", "policy_table",
+           "within_noise", "policy_table", "geometric_mean",
            "family_scores", "mape", "paired_test", "assign_folds", "rate", "stats_of"]
