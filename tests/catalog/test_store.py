@@ -267,6 +267,95 @@ def test_close_releases_the_lock_for_other_processes(tmp_path):
     cat.close()
 
 
+def test_release_gives_the_file_to_other_processes_until_the_next_use(tmp_path):
+    path = tmp_path / "released.duckdb"
+    cat = Catalog.open(path)
+    _workload(cat, "mine")
+    with cat.transaction():
+        with pytest.raises(CatalogError, match="cannot be released inside a transaction"):
+            cat.release()
+    cat.release()
+    assert cat.released and not cat.closed
+    code = ("import sys; from airplan_qo.catalog.store import Catalog\n"
+            "with Catalog(sys.argv[1]) as c:\n"
+            "    c.insert_row('workloads', {'dataset': 'digits', 'n_clients': 8, "
+            "'partition_scheme': 'iid', 'partition_seed': 1, 'data_seed': 2, "
+            "'fingerprint': 'theirs'})")
+    subprocess.run([sys.executable, "-c", code, str(path)], check=True, timeout=120)
+    # the next use reopens the file and sees what the other process wrote
+    assert cat.find_workload("theirs") is not None and not cat.released
+    cat.release()
+    with _held(path, "rw") as proc:
+        with pytest.raises(CatalogLockedError) as info:
+            cat.reacquire(0)
+        assert info.value.holder_pid == proc.pid and cat.released
+    cat.reacquire(0)
+    assert _count(cat, "workloads") == 2
+    cat.release()
+    cat.close()
+    assert cat.closed and not cat.released
+    with pytest.raises(CatalogError, match="closed"):
+        cat.query("SELECT 1")
+
+
+def test_a_released_catalog_refuses_a_file_migrated_meanwhile(tmp_path, monkeypatch):
+    from airplan_qo.catalog import store as store_mod
+
+    path = tmp_path / "migrated.duckdb"
+    cat = Catalog.open(path)
+    cat.release()
+    con = duckdb.connect(str(path))
+    con.execute("INSERT INTO schema_version (version, description) VALUES (?, 'later')",
+                [store_mod.SCHEMA_VERSION + 1])
+    con.close()
+    with pytest.raises(CatalogError, match="changed schema version .* while this process had "
+                                           "it released"):
+        cat.query("SELECT 1")
+    cat.close()
+
+
+def _catalog_id(path):
+    with Catalog.open(path) as cat:
+        return cat.catalog_id, cat.ancestors
+
+
+def test_a_copied_catalog_gets_its_own_id_and_the_original_keeps_its_own(tmp_path, caplog):
+    import shutil
+
+    original = tmp_path / "a.duckdb"
+    first, _ = _catalog_id(original)
+    shutil.copyfile(original, tmp_path / "b.duckdb")
+    with caplog.at_level("WARNING", logger="airplan_qo.catalog"):
+        copy, ancestors = _catalog_id(tmp_path / "b.duckdb")
+    assert copy != first and ancestors == (first,)
+    assert f"{tmp_path / 'b.duckdb'} is a copy of {original}" in caplog.text
+    assert _catalog_id(original) == (first, ())
+    assert _catalog_id(tmp_path / "b.duckdb") == (copy, (first,))   # stable from now on
+    # a copy of the copy remembers both
+    shutil.copyfile(tmp_path / "b.duckdb", tmp_path / "c.duckdb")
+    third, ancestors = _catalog_id(tmp_path / "c.duckdb")
+    assert third not in (first, copy) and ancestors == (copy, first)
+    # read-only opens see the file as it is and change nothing
+    shutil.copyfile(original, tmp_path / "d.duckdb")
+    with Catalog.open(tmp_path / "d.duckdb", read_only=True) as cat:
+        assert cat.catalog_id == first
+
+
+def test_a_moved_or_restored_catalog_keeps_its_id(tmp_path):
+    import shutil
+
+    path = tmp_path / "a.duckdb"
+    first, _ = _catalog_id(path)
+    moved = tmp_path / "moved.duckdb"
+    os.rename(path, moved)
+    assert _catalog_id(moved) == (first, ())
+    # restored from a backup at its own path: a new file (inode) where it was
+    shutil.copyfile(moved, tmp_path / "backup.duckdb")
+    os.remove(moved)
+    os.rename(tmp_path / "backup.duckdb", moved)
+    assert _catalog_id(moved) == (first, ())
+
+
 def test_catalogs_in_one_process_share_the_file(tmp_path):
     path = tmp_path / "twice.duckdb"
     with Catalog.open(path) as first, Catalog.open(path) as second:

@@ -359,6 +359,49 @@ def test_catalogs_in_one_folder_keep_their_own_checkpoints(tmp_path, monkeypatch
         assert a.catalog.query("SELECT status FROM airplan.executions")[0]["status"] == "aborted"
 
 
+def test_a_copied_catalog_resumes_from_the_originals_checkpoint_and_writes_its_own(
+        tmp_path, monkeypatch, reference):
+    import hashlib
+    import shutil
+
+    from airplan_qo.runtime import execution
+    from airplan_qo.runtime.engine import Trainer
+
+    monkeypatch.setattr(execution, "CHECKPOINT_EVERY", 2)
+    step = Trainer.step
+
+    def interrupted_at_5(self):
+        row = step(self)
+        if self.round == 5:
+            os.kill(os.getpid(), signal.SIGINT)
+        return row
+
+    original = tmp_path / "a.duckdb"
+    with monkeypatch.context() as m, aq.connect(original) as db:
+        m.setattr(Trainer, "step", interrupted_at_5)
+        [res] = db.sql(TRAIN)
+        assert dict(zip(res.columns, res.rows[0]))["status"] == "aborted"
+        first = db.catalog.catalog_id
+        [(ckpt,)] = [tuple(r.values()) for r in db.catalog.query(
+            "SELECT checkpoint_path FROM airplan.executions")]
+    digest = hashlib.sha256(open(ckpt, "rb").read()).hexdigest()
+    shutil.copyfile(original, tmp_path / "b.duckdb")
+    with aq.connect(tmp_path / "b.duckdb") as db:
+        assert db.catalog.catalog_id != first and db.catalog.ancestors == (first,)
+        report = db.resume(1)   # from the original's checkpoint of this very run
+        ref_row, ref_curve = reference
+        assert report.result.final_accuracy == ref_row["final_accuracy"]
+        assert _curve(db, 1) == ref_curve
+        own = db.catalog.query("SELECT checkpoint_path FROM airplan.executions")[0]
+        assert own["checkpoint_path"] == str(tmp_path / "airplan-checkpoints" /
+                                             db.catalog.catalog_id / "exec-1.pt")
+    # the original's checkpoint is untouched, and the original still resumes from it
+    assert hashlib.sha256(open(ckpt, "rb").read()).hexdigest() == digest
+    with aq.connect(original) as db:
+        assert db.catalog.catalog_id == first
+        assert db.resume(1).result.final_accuracy == reference[0]["final_accuracy"]
+
+
 def test_resume_refuses_another_executions_or_configurations_checkpoint(tmp_path, monkeypatch):
     import json
 
