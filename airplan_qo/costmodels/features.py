@@ -156,8 +156,8 @@ def survival_factor(plan: PhysicalPlan, stats: TopologyStats) -> float:
     A ratio rather than p_random itself, so that it multiplies whatever p the statistics carry
     (cached, or supplied by hand in tests). Exact up to :data:`RANDOM_P_DENSE_MAX_N` clients,
     cached per (topology, dropout, link survival) for the life of the process; beyond, for the
-    complete graph (where it is exact) and for user-supplied graphs,
-    :func:`approximate_survival_factor`.
+    complete graph (where it is exact), for user-supplied graphs and for periodic topologies
+    (from their per-round p and mean degree), :func:`approximate_survival_factor`.
     """
     ch = plan.channel
     q, r = float(ch.dropout), float(ch.active_probability)
@@ -166,7 +166,7 @@ def survival_factor(plan: PhysicalPlan, stats: TopologyStats) -> float:
     spec = plan.topology
     s = stats.spectra
     if (s.n_nodes <= RANDOM_P_DENSE_MAX_N and spec.family not in ("from_edges", "complete")
-            and spec.n == s.n_nodes):
+            and spec.n == s.n_nodes and s.period == 1):
         try:
             return _exact_survival_factor(spec, round(q, 12), round(r, 12))
         except PlanningError:       # a graph that needs inputs the spec lacks (d_cliques)

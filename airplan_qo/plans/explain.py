@@ -74,6 +74,7 @@ def build_tree(result, analyze: dict[str, Any] | None = None) -> Node:
         "edges": s.n_edges, "max_degree": s.max_degree,
         "lambda2": s.lambda2_laplacian, "lambda2_normalized": s.lambda2_normalized,
         "mixing_gap": s.mixing_gap, "p": s.mixing_p, "slots_per_round": stats.slots_per_round,
+        **_period(stats),
         "statistics": "sketch broadcast " + _num(cost.startup) + " channel uses",
         **getattr(c, "topology_details", {})},
         startup_cost=0.0, total_cost=startup)
@@ -117,6 +118,18 @@ def build_tree(result, analyze: dict[str, Any] | None = None) -> Node:
                 actual={k: v for k, v in act.items() if k in (
                     "actual_rounds", "actual_accuracy", "actual_total_cost", "status")},
                 children=(loop, setup))
+
+
+def _period(stats) -> dict[str, Any]:
+    """The period of a time-varying topology (nothing for a static one): its rounds, how much
+    one period contracts the disagreement, and the slots of each round."""
+    if stats.period <= 1:
+        return {}
+    rho = stats.spectra.period_rho
+    return {"period": stats.period,
+            "period_contraction": ("exact averaging" if rho is not None and rho < 1e-12
+                                   else rho),
+            "slots_by_round": " ".join(str(ph.slots) for ph in stats.phases)}
 
 
 def _interval(lo, hi):

@@ -44,6 +44,9 @@ class Family:
     build: Callable[..., nx.Graph]
     params: tuple[Param, ...]
     doc: str
+    #: A periodic family builds one graph and mixing matrix per round of its period
+    #: (:mod:`.periodic`) instead of one graph; its weights are its own (``prescribed``).
+    periodic: bool = False
 
     def resolve(self, n: int, params: dict[str, Any] | None = None) -> dict[str, Any]:
         """Fill defaults, coerce types and validate ranges; unknown keys are an error."""
@@ -87,11 +90,13 @@ def _coerce(family: str, p: Param, value: Any) -> Any:
 FAMILIES: Registry[Family] = Registry("topology family")
 
 
-def family(name: str, *params: Param):
-    """Register a generator function as a family with declared parameters."""
+def family(name: str, *params: Param, periodic: bool = False):
+    """Register a generator function as a family with declared parameters; a ``periodic``
+    family's generator returns the rounds of its period (:class:`.periodic.Round` values)."""
 
     def wrap(fn: Callable[..., nx.Graph]) -> Callable[..., nx.Graph]:
-        FAMILIES.register(name, Family(name, fn, params, (fn.__doc__ or "").strip().split("\n")[0]))
+        FAMILIES.register(name, Family(name, fn, params, (fn.__doc__ or "").strip().split("\n")[0],
+                                       periodic))
         return fn
 
     return wrap
@@ -104,14 +109,43 @@ def validate_n(n: Any) -> int:
 
 
 def build_graph(name: str, n: int, *, seed: int = 0, **params: Any) -> nx.Graph:
-    """Build a connected graph of the named family with nodes 0..n-1."""
+    """Build a connected graph of the named family with nodes 0..n-1 (for a periodic family, the
+    union of its rounds' graphs)."""
     fam = FAMILIES.get(name)
+    if fam.periodic:
+        return union_graph(build_rounds(name, n, seed=seed, **params))
     n = validate_n(n)
     resolved = fam.resolve(n, params)
     graph = fam.build(n, seed=seed, **resolved)
     if graph.number_of_nodes() != n or not _connected(graph):
         raise ValidationError(f"topology '{name}' produced a disconnected graph for n={n}")
     return graph
+
+
+def build_rounds(name: str, n: int, *, seed: int = 0, **params: Any) -> tuple[Any, ...]:
+    """The rounds of one period of a periodic family (:class:`.periodic.Round` values: each
+    round's graph and W_t); the union of the rounds' graphs must be connected."""
+    fam = FAMILIES.get(name)
+    if not fam.periodic:
+        raise ValidationError(f"topology '{fam.name}' is static (one graph); build_graph builds it")
+    n = validate_n(n)
+    rounds = fam.build(n, seed=seed, **fam.resolve(n, params))
+    if not _connected(union_graph(rounds)):
+        raise ValidationError(f"topology '{name}' produced a disconnected graph for n={n}")
+    return rounds
+
+
+def union_graph(rounds) -> nx.Graph:
+    """The graph of every edge some round of a period uses (cached on the first round)."""
+    first = rounds[0].graph
+    cached = first.graph.get("_union")
+    if cached is not None and cached[0] == len(rounds):
+        return cached[1]
+    g = nx.empty_graph(first.number_of_nodes())
+    for r in rounds:
+        g.add_edges_from(r.graph.edges())
+    first.graph["_union"] = (len(rounds), g)
+    return g
 
 
 def _rng(seed: int | np.random.Generator) -> np.random.Generator:
@@ -439,6 +473,34 @@ def d_cliques(n: int, *, seed: int = 0, size: int | None = None, inter: str = "r
         used[b] += 1
         g.add_edge(u, v)
     return g
+
+
+def _max_degree_k(v, n):
+    return None if 1 <= v <= max(1, n - 1) else f"must be in [1, n - 1 = {n - 1}]"
+
+
+@family("one_peer_exponential", periodic=True)
+def one_peer_exponential(n: int, *, seed: int = 0) -> tuple:
+    """Time-varying one-peer exponential graph (Ying et al. 2021): in round t client i averages
+    with client i + 2^(t mod ceil(log2 n)) mod n, W_t = (I + P_t)/2; exact averaging after
+    log2 n rounds when n is a power of two."""
+    from .periodic import check_exact, one_peer_exponential_rounds
+
+    rounds = one_peer_exponential_rounds(n)
+    if n & (n - 1) == 0:
+        check_exact(rounds, f"one_peer_exponential with n={n}")
+    return rounds
+
+
+@family("base_k", Param("k", int, 1, "maximum degree per round", _max_degree_k), periodic=True)
+def base_k(n: int, *, seed: int = 0, k: int = 1) -> tuple:
+    """Time-varying Base-(k+1) graph (Takezawa et al. 2023): at most k neighbours per round and
+    exact averaging after one period, for every n."""
+    from .periodic import base_k_rounds, check_exact
+
+    rounds = base_k_rounds(n, k)
+    check_exact(rounds, f"base_k(k={k}) with n={n}")
+    return rounds
 
 
 @family("from_edges", Param("edges", object, None, "edge-list file path or networkx graph"))

@@ -78,6 +78,13 @@ def expected_edges(family: str, n: int, params: dict[str, Any]) -> float:
         inter = m * max(2.0, math.log2(max(m, 2))) / 2 if params.get("inter") == "small_world" \
             else float(m)
         return n * (s - 1) / 2 + inter
+    if family in ("one_peer_exponential", "base_k"):
+        # every round's graph, plus their union: n links per one-peer round; at most n k / 2
+        # edges per base_k round over about 2 log_(k+1) n + 2 rounds
+        k = params.get("k", 1)
+        rounds = (math.ceil(math.log2(max(n, 2))) if family == "one_peer_exponential"
+                  else 2 * math.log(max(n, 2), k + 1) + 2)
+        return 2.0 * rounds * (n if family == "one_peer_exponential" else n * k / 2)
     if family == "from_edges":
         edges = params.get("edges")
         return float(edges.number_of_edges()) if hasattr(edges, "number_of_edges") else float(n)

@@ -49,6 +49,32 @@ def from_edge_weights(n: int, u: np.ndarray, v: np.ndarray, w: np.ndarray) -> sp
     return (sp.identity(n, format="csr") - csgraph.laplacian(off)).tocsr()
 
 
+#: The weights "rule" of families that define their own mixing matrices (the periodic families
+#: ``one_peer_exponential`` and ``base_k``): not a rule that can be applied to a graph.
+PRESCRIBED = "prescribed"
+
+
+def directed_links(graph: nx.Graph, w: sp.spmatrix
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The links one gossip round uses on (G, W): (receivers, senders, edge index into
+    :func:`edge_arrays`, weight W[receiver, sender]).
+
+    A symmetric W gossips over both directions of every edge of G. An asymmetric W (a directed
+    round, e.g. a one-peer round) gossips only over the directions it weights: a receiver hears
+    a sender only where W[receiver, sender] != 0.
+    """
+    w = sp.csr_matrix(w, dtype=np.float64)
+    u, v = edge_arrays(graph)
+    recv = np.concatenate([u, v])
+    send = np.concatenate([v, u])
+    edge = np.concatenate([np.arange(u.size), np.arange(u.size)])
+    vals = np.asarray(w[recv, send]).ravel() if u.size else np.zeros(0)
+    if u.size and abs(w - w.T).sum() > 1e-9:
+        keep = vals != 0
+        recv, send, edge, vals = recv[keep], send[keep], edge[keep], vals[keep]
+    return recv, send, edge, vals
+
+
 def adjacency(graph: nx.Graph) -> sp.csr_matrix:
     """0/1 adjacency matrix (CSR) of an undirected graph with nodes 0..n-1.
 

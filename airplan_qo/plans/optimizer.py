@@ -377,8 +377,10 @@ class Optimizer:
             topo = [(f, parameter_variants(f, w.clients)) for f in DEFAULT_FAMILIES]
         specs: list[TopologySpec] = []
         for family, variants in topo:
-            # every registered rule gives W = 11^T/N on the complete graph: one candidate suffices
-            rules = weights[:1] if family == "complete" else weights
+            # every registered rule gives W = 11^T/N on the complete graph, and periodic families
+            # prescribe their own W_t: one candidate suffices
+            rules = weights[:1] if family == "complete" or FAMILIES.get(family).periodic \
+                else weights
             for params in variants:
                 if family == "d_cliques":
                     params = _d_cliques_params(params, w, labels)
@@ -627,7 +629,8 @@ def _finite(terms: dict[str, Any]) -> dict[str, Any]:
 
 
 def _cacheable(spec: TopologySpec) -> bool:
-    return spec.family != "from_edges"
+    # periodic topologies carry per-round figures the topologies table does not hold
+    return spec.family != "from_edges" and not spec.periodic
 
 
 def _cache_key(spec: TopologySpec) -> tuple:

@@ -36,6 +36,11 @@ Cost accounting (shared by every estimator; estimators only predict rounds and a
   Count-Min sketch, whichever ``ANALYZE WORKLOAD`` chooses: ``cells / 2`` channel uses per
   client, one slot each), the ``cost=startup..total`` of EXPLAIN.
 
+* periodic topologies (one graph and W_t per round, :mod:`.periodic`): every figure above is
+  computed for each round of the period from that round's own links, slots and receivers (a
+  round's links are the directions its W_t weights; only clients that receive occupy slots), and
+  the per-round cost is the mean over the period.
+
 Costs are ordered by (reaches the target, objective total, rounds, plan label): a plan that never
 reaches the SLA target sorts after every plan that does; "unknown" (None) is not "infinite" and is
 shown as such.
@@ -109,7 +114,7 @@ class RoundCost:
 
     coords: int
     channel_uses: float
-    slots: int
+    slots: int | float          # the mean over the period for a periodic topology
     airtime_s: float
     energy_j: float
     bits: float
@@ -135,7 +140,25 @@ def live_slot_probability(plan: PhysicalPlan, stats: TopologyStats) -> float:
     return 1.0 - silent ** (n / max(stats.slots_per_round, 1))
 
 
+def phase_live_slot_probability(plan: PhysicalPlan, phase) -> float:
+    """:func:`live_slot_probability` of one round of a periodic topology (a
+    :class:`~.topology.PhaseStats`): its receivers' in-degrees are known exactly, and only the
+    clients that receive something that round occupy slots."""
+    ch = plan.channel
+    online = 1.0 - ch.dropout
+    link_down = 1.0 - ch.active_probability * online
+    receivers = max(phase.receivers, 1)
+    silent = ch.dropout + online * sum(c * link_down ** g for g, c in phase.in_degrees) / receivers
+    if silent <= 0.0:
+        return 1.0
+    return 1.0 - silent ** (receivers / max(phase.slots, 1))
+
+
 def round_cost(plan: PhysicalPlan, stats: TopologyStats, d: int) -> RoundCost:
+    """Per-round resources; for a periodic topology the mean over its period of each round's
+    own figures (its slots, links and receivers)."""
+    if stats.phases:
+        return _periodic_round_cost(plan, stats, d)
     coords = max(1, math.ceil(plan.k_ratio * d))
     uses_per_payload = math.ceil(coords / 2)
     slots = stats.slots_per_round
@@ -180,6 +203,24 @@ def averaged_cliques(spec: TopologySpec) -> list[int]:
     else:
         sizes = clique_sizes(spec.n, int(p.get("size") or spec.n))
     return sizes if len(sizes) > 1 else []
+
+
+def _periodic_round_cost(plan: PhysicalPlan, stats: TopologyStats, d: int) -> RoundCost:
+    coords = max(1, math.ceil(plan.k_ratio * d))
+    uses_per_payload = math.ceil(coords / 2)
+    symbol_s = 1.0 / plan.channel.bandwidth_hz
+    delivered = plan.channel.active_probability * (1 - plan.channel.dropout) ** 2
+    index_bits = math.ceil(math.log2(d)) if plan.k_ratio < 1 and d > 1 else 0
+    phases = stats.phases
+    channel_uses = sum(ph.slots * uses_per_payload * phase_live_slot_probability(plan, ph)
+                       for ph in phases) / len(phases)
+    links = sum(ph.links for ph in phases) / len(phases)
+    symbols = links * delivered * uses_per_payload
+    return RoundCost(coords=coords, channel_uses=channel_uses,
+                     slots=sum(ph.slots for ph in phases) / len(phases),
+                     airtime_s=channel_uses * symbol_s,
+                     energy_j=plan.channel.tx_power_w * symbol_s * symbols,
+                     bits=float(links * coords * (BITS_PER_COORD + index_bits)), symbols=symbols)
 
 
 @attrs.frozen

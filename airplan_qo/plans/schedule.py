@@ -89,7 +89,55 @@ def ota_schedule(graph: nx.Graph) -> Schedule:
         return Schedule(slots=tuple((i,) for i in range(n)), lower_bound=lower)
     a2 = square_adjacency(graph)
     hub = int(np.argmax(deg))
-    clique = _clique(a2, [hub, *a.indices[a.indptr[hub]:a.indptr[hub + 1]].tolist()])
+    best = _staged_colouring(a2, [hub, *a.indices[a.indptr[hub]:a.indptr[hub + 1]].tolist()])
+    slots = tuple(tuple(np.flatnonzero(best == k).tolist()) for k in range(_colours(best)))
+    return Schedule(slots=slots, lower_bound=lower)
+
+
+def directed_conflicts(n: int, recv: np.ndarray, send: np.ndarray) -> sp.csr_matrix:
+    """Conflict graph of the receivers of directed links ``send -> recv`` (0/1, no diagonal):
+    two receivers conflict when one transmits to the other (half-duplex) or they share a
+    transmitter (one channel inversion per transmitter per slot). On a symmetric link set this
+    is G^2, the undirected rule."""
+    a = sp.coo_matrix((np.ones(len(recv)), (recv, send)), shape=(n, n)).tocsr()  # a[r, s]
+    c = (a + a.T + a @ a.T).tocsr()
+    c.setdiag(0)
+    c.eliminate_zeros()
+    c.data[:] = 1
+    return c
+
+
+def directed_schedule(n: int, recv: np.ndarray, send: np.ndarray) -> Schedule:
+    """A slot schedule of a round whose links are directed (``send -> recv``; an asymmetric
+    mixing matrix, e.g. one-peer rounds): the staged colouring of :func:`directed_conflicts`
+    over the nodes that receive. Nodes that receive nothing this round need no slot of their own
+    and are listed in slot 0 (they hear nothing there, so it costs nothing). ``lower_bound`` is
+    the size of the clique the colouring starts from: a transmitter of most receivers with those
+    receivers (and itself when it receives too)."""
+    recv = np.asarray(recv, dtype=np.int64)
+    send = np.asarray(send, dtype=np.int64)
+    receivers = np.unique(recv)
+    if receivers.size == 0:
+        return Schedule(slots=(tuple(range(n)),), lower_bound=1)
+    conflicts = directed_conflicts(n, recv, send)[receivers][:, receivers].tocsr()
+    local = np.full(n, -1, dtype=np.int64)
+    local[receivers] = np.arange(receivers.size)
+    out_deg = np.bincount(send, minlength=n)
+    hub = int(np.argmax(out_deg))
+    seed = sorted({int(local[r]) for r in recv[send == hub]}
+                  | ({int(local[hub])} if local[hub] >= 0 else set()))
+    colour = _staged_colouring(conflicts, seed)
+    full = np.zeros(n, dtype=np.int64)
+    full[receivers] = colour
+    slots = tuple(tuple(np.flatnonzero(full == k).tolist()) for k in range(_colours(colour)))
+    return Schedule(slots=slots, lower_bound=len(_clique(conflicts, seed)))
+
+
+def _staged_colouring(a2: sp.csr_matrix, seed: list[int]) -> np.ndarray:
+    """The staged colouring (module doc) of the conflict graph ``a2``, stopping at the size of a
+    clique grown from ``seed`` (a clique of ``a2``)."""
+    n = a2.shape[0]
+    clique = _clique(a2, seed)
     best = _greedy(a2, np.argsort(-np.diff(a2.indptr), kind="stable"))
     if _colours(best) > len(clique):
         best = _iterated_greedy(a2, best)
@@ -108,8 +156,7 @@ def ota_schedule(graph: nx.Graph) -> Schedule:
                 best = colours
     if _colours(best) > len(clique) and n <= EXACT_NODE_LIMIT:
         best = _exact_improve(a2, best, clique, EXACT_STEP_BUDGET)
-    slots = tuple(tuple(np.flatnonzero(best == k).tolist()) for k in range(_colours(best)))
-    return Schedule(slots=slots, lower_bound=lower)
+    return best
 
 
 def _colours(colour: np.ndarray) -> int:

@@ -41,6 +41,11 @@ class SpectralStats:
     mixing_gap: float
     mixing_p: float
     method: str
+    #: Rounds in one period of a time-varying topology (1: static).
+    period: int = 1
+    #: ||W_{period-1} ... W_0 - 11^T/n||_2, the contraction of one period (None when static;
+    #: 0 when one period averages exactly).
+    period_rho: float | None = None
 
 
 def spectral_stats(graph: nx.Graph, w: sp.spmatrix, *, family: str | None = None,
@@ -189,3 +194,103 @@ def _largest(m: sp.spmatrix) -> float:
 def _residual(m, x, lam) -> float:
     x = x / np.linalg.norm(x)
     return float(np.linalg.norm(m @ x - lam * x))
+
+
+def periodic_spectral_stats(rounds) -> SpectralStats:
+    """Spectra of a periodic topology (rounds with ``graph`` and ``weights``, W_t doubly
+    stochastic, possibly asymmetric), as per-round figures the cost models read like a static
+    topology's:
+
+    * ``mixing_p`` = (1 - ||W_{tau-1} ... W_0 - 11^T/n||_2^2) / tau. Koloskova et al. 2020
+      ("A Unified Theory of Decentralized SGD with Changing Topology and Local Updates",
+      Assumption 4) describe a changing topology by (tau, p): one block of tau rounds contracts
+      the disagreement by 1 - p; their rates depend on p / tau wherever a static graph's depend
+      on p, so p / tau is the per-round p (for tau = 1 it is the static 1 - rho^2). A period
+      that averages exactly (one_peer_exponential at n = 2^tau, base_k) has p = 1 / tau.
+    * ``mixing_rho`` = sqrt(1 - p) and ``mixing_gap`` = 1 - rho: the static topology with the
+      same per-round p (so p = gap (2 - gap) holds as for static topologies);
+      ``period_rho`` is the contraction of one period itself.
+    * ``n_edges`` = half the directed links per round, ``mean_degree`` = links per round / n and
+      ``max_degree`` = the largest in-degree of any round (averages over the period; a
+      one-peer round has n links, in-degree 1).
+    * ``lambda2_laplacian`` / ``lambda2_normalized``: of the period's average graph (each edge
+      weighted by the fraction of rounds that use it).
+    """
+    from .mixing import directed_links
+    from .periodic import is_exact
+
+    tau = len(rounds)
+    n = rounds[0].weights.shape[0]
+    links, max_in = [], 0
+    avg = sp.csr_matrix((n, n))
+    for r in rounds:
+        recv, _send, _edge, _vals = directed_links(r.graph, r.weights)
+        links.append(recv.size)
+        if recv.size:
+            max_in = max(max_in, int(np.bincount(recv, minlength=n).max()))
+        u, v = edge_arrays(r.graph)
+        avg = avg + sp.coo_matrix((np.ones(2 * u.size), (np.concatenate([u, v]),
+                                                          np.concatenate([v, u]))),
+                                  shape=(n, n)).tocsr()
+    avg = (avg / tau).tocsr()
+    lam2, lam2n, method = _weighted_lambda2(avg)
+    rho_period = 0.0 if is_exact(rounds) else _product_norm(rounds)
+    p = (1.0 - rho_period ** 2) / tau
+    rho = math.sqrt(max(0.0, 1.0 - p))
+    mean_links = float(np.mean(links))
+    return SpectralStats(
+        n_nodes=n, n_edges=int(round(mean_links / 2)), max_degree=max_in,
+        mean_degree=mean_links / n, lambda2_laplacian=lam2, lambda2_normalized=lam2n,
+        mixing_rho=rho, mixing_gap=1.0 - rho, mixing_p=p, method=f"periodic+{method}",
+        period=tau, period_rho=rho_period)
+
+
+def _weighted_lambda2(adj: sp.csr_matrix) -> tuple[float, float, str]:
+    from scipy.sparse import csgraph
+
+    n = adj.shape[0]
+    lap = sp.csr_matrix(csgraph.laplacian(adj))
+    norm = sp.csr_matrix(csgraph.laplacian(adj, normed=True))
+    deg = np.asarray(adj.sum(axis=1)).ravel()
+    if n <= DENSE_LIMIT:
+        return (float(np.linalg.eigvalsh(lap.toarray())[1]),
+                float(np.linalg.eigvalsh(norm.toarray())[1]), "dense")
+    lam2, m1 = second_smallest(lap, np.ones(n))
+    lam2n, m2 = second_smallest(norm, np.sqrt(deg))
+    return lam2, lam2n, m1 if m1 == m2 else f"{m1}+{m2}"
+
+
+#: Up to this many nodes the period product is formed densely for its norm (an SVD); above,
+#: ARPACK on the chain of sparse products (faster from a few hundred nodes).
+PRODUCT_DENSE_MAX_N = 300
+
+
+def _product_norm(rounds) -> float:
+    """||W_{tau-1} ... W_0 - 11^T/n||_2: dense up to :data:`PRODUCT_DENSE_MAX_N` nodes, else
+    ARPACK's largest singular value of the product applied as a chain of sparse products."""
+    n = rounds[0].weights.shape[0]
+    if n <= PRODUCT_DENSE_MAX_N:
+        m = np.eye(n)
+        for r in rounds:
+            m = r.weights @ m
+        return float(np.linalg.norm(m - 1.0 / n, 2))
+
+    def fwd(x):
+        x = np.asarray(x, dtype=np.float64).reshape(n, -1)
+        x = x - x.mean(axis=0)
+        for r in rounds:
+            x = r.weights @ x
+        return x - x.mean(axis=0)
+
+    def back(y):
+        y = np.asarray(y, dtype=np.float64).reshape(n, -1)
+        y = y - y.mean(axis=0)
+        for r in reversed(rounds):
+            y = r.weights.T @ y
+        return y - y.mean(axis=0)
+
+    op = sla.LinearOperator((n, n), matvec=fwd, rmatvec=back, matmat=fwd, rmatmat=back,
+                            dtype=np.float64)
+    s = sla.svds(op, k=1, tol=1e-10, return_singular_vectors=False,
+                 v0=np.random.default_rng(0).standard_normal(n))
+    return float(s[0])

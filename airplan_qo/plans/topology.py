@@ -17,6 +17,7 @@ import networkx as nx
 import numpy as np
 import scipy.sparse as sp
 
+from ..errors import ValidationError
 from .families import FAMILIES, build_graph, build_rounds, union_graph, validate_n
 from .mixing import DEFAULT_WEIGHTS, PRESCRIBED, WEIGHTS, directed_links, edge_arrays
 from .schedule import Schedule, directed_schedule, ota_schedule
@@ -32,6 +33,50 @@ _UNLABELLED = frozenset({"cliques", "residual", "stats"})
 
 def _freeze_params(params: Any) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted(dict(params or {}).items()))
+
+
+def parse_topology(item: Any) -> tuple[str, tuple[tuple[str, Any], ...]]:
+    """``"small_world(k=4)"``, ``"ring"`` or ``{"family": "small_world", "k": 4}`` (a grid's
+    TOML table) to ``(family, ((param, value), ...))``: how grids and the Python API name a
+    topology with its parameters."""
+    if isinstance(item, dict):
+        params = dict(item)
+        family = params.pop("family", None)
+        if not isinstance(family, str):
+            raise ValidationError(f"a topology table needs a 'family' string, got {item!r}")
+        return family.strip().lower(), tuple(sorted(params.items()))
+    if not isinstance(item, str):
+        raise ValidationError(f"a topology is a string like 'small_world(k=4)' or a table, got "
+                              f"{item!r}")
+    name, sep, rest = item.strip().partition("(")
+    params: dict[str, Any] = {}
+    if sep:
+        if not rest.endswith(")"):
+            raise ValidationError(f"topology {item!r}: expected NAME or NAME(key=value, ...)")
+        for part in rest[:-1].split(","):
+            if not part.strip():
+                continue
+            key, eq, value = part.partition("=")
+            if not eq or not key.strip():
+                raise ValidationError(f"topology {item!r}: parameter {part.strip()!r} is not "
+                                      "key=value")
+            params[key.strip()] = _literal(value.strip())
+    if not name.strip():
+        raise ValidationError(f"topology {item!r} has no family name")
+    return name.strip().lower(), tuple(sorted(params.items()))
+
+
+def _literal(text: str) -> Any:
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text.strip("'\"")
+
 
 
 @attrs.frozen
