@@ -44,6 +44,7 @@ PLAN_FEATURES = (
     "log_inv_k_log_inv_p",  # compression x topology
     "dropout_log_inv_p",    # dropout x topology
     "log_n_log_inv_p",      # network size x topology
+    "averaged_log_inv_p",   # Clique Averaging x topology (d_cliques: cliques joined sparsely)
 )
 #: Features whose coefficients are shrunk harder (interactions).
 PLAN_INTERACTIONS = frozenset(PLAN_FEATURES[4:])
@@ -53,8 +54,12 @@ FC_FEATURES = ("zeta2", "log_n", "noise", "dropout")
 
 
 def plan_features(p_random: float, k: float, zeta2: float, sigma_c2: float, dropout: float,
-                  n: int) -> dict[str, float]:
-    """The plan features of :data:`PLAN_FEATURES` (absolute; subtract the FC's to use them)."""
+                  n: int, averaged: bool = False) -> dict[str, float]:
+    """The plan features of :data:`PLAN_FEATURES` (absolute; subtract the FC's to use them).
+    ``zeta2`` is the heterogeneity the clients train on (scaled for Clique Averaging,
+    :func:`airplan_qo.costmodels.features.plan_heterogeneity`); ``averaged``: the plan runs
+    Clique Averaging, whose clique-mean updates make the sparse joins between cliques matter
+    less than a graph's p alone says."""
     lp = math.log(1.0 / max(p_random, 1e-12))
     lk = math.log(1.0 / max(min(k, 1.0), 1e-12))
     return {
@@ -63,6 +68,7 @@ def plan_features(p_random: float, k: float, zeta2: float, sigma_c2: float, drop
         "zeta2_log_inv_p": zeta2 * lp, "zeta2_log_inv_k": zeta2 * lk,
         "log_inv_k_log_inv_p": lk * lp, "dropout_log_inv_p": dropout * lp,
         "log_n_log_inv_p": math.log(max(n, 1)) * lp,
+        "averaged_log_inv_p": float(averaged) * lp,
     }
 
 
@@ -252,10 +258,13 @@ def load_reference() -> dict:
 
 
 def flatten(plan_fit: "TobitFit", fc_fit: "TobitFit",
-            ceiling_fit: "TobitFit | None" = None) -> dict[str, float]:
-    """The (plan, fc, ceiling) fits as the estimator's flat named constants."""
+            ceiling_fit: "TobitFit | None" = None,
+            joint_fit: "TobitFit | None" = None) -> dict[str, float]:
+    """The (plan, fc, ceiling, joint) fits as the estimator's flat named constants (``joint``:
+    only ``joint.sd``, the spread of log T about the end-to-end prediction)."""
     out: dict[str, float] = {}
-    for prefix, f in (("plan", plan_fit), ("fc", fc_fit), ("ceil", ceiling_fit)):
+    for prefix, f in (("plan", plan_fit), ("fc", fc_fit), ("ceil", ceiling_fit),
+                      ("joint", joint_fit)):
         if f is None:
             continue
         out.update({f"{prefix}.{n}": float(v) for n, v in f.coef.items()})
@@ -301,6 +310,7 @@ class TimeToTargetEstimator:
         return _curve(self.terms(ctx, plan, stats)["mu"], self.ceiling(ctx, plan, stats), rounds)
 
     def terms(self, ctx, plan, stats) -> dict[str, float]:
+        from ..plans.plan import averaged_cliques
         from .features import (approximate_survival_factor, channel_noise, channel_noise_at,
                                heterogeneity, plan_heterogeneity, survival_factor)
 
@@ -311,7 +321,8 @@ class TimeToTargetEstimator:
         zeta2 = heterogeneity(ctx.alpha, ctx.n_classes)
         x = plan_features(p_random, plan.k_ratio, plan_heterogeneity(ctx.alpha, ctx.n_classes,
                                                                      plan),
-                          channel_noise(plan, stats), ch.dropout, n)
+                          channel_noise(plan, stats), ch.dropout, n,
+                          averaged=bool(averaged_cliques(plan.topology)))
         fc_p = approximate_survival_factor(1.0, n - 1, ch.dropout, ch.active_probability)
         fc_noise = channel_noise_at(ch, n - 1)
         x_fc = plan_features(fc_p, 1.0, zeta2, fc_noise, ch.dropout, n)
@@ -324,7 +335,8 @@ class TimeToTargetEstimator:
         delta = sum(c.get(f"plan.{f}", 0.0) * (x[f] - x_fc[f]) for f in PLAN_FEATURES)
         return {"p_random": p_random, "zeta2": zeta2, "log_t_fc": log_t_fc,
                 "relative_log_t": delta, "mu": log_t_fc + delta,
-                "sd": math.hypot(c.get("plan.sd", 0.3), c.get("fc.sd", 0.0))}
+                "sd": c.get("joint.sd") or math.hypot(c.get("plan.sd", 0.3),
+                                                      c.get("fc.sd", 0.0))}
 
     def notes(self, ctx, plan, stats) -> tuple[str, ...]:
         r = self.fitted_range

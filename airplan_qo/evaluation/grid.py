@@ -22,7 +22,7 @@ import attrs
 
 from ..errors import AirPlanError, ValidationError
 from ..plans.sla import parse_sla
-from ..plans.topology import TopologySpec
+from ..plans.topology import TopologySpec, parse_topology
 from ..plans.workload import WORKLOAD_PARAMS, Workload, coerce_param
 from ..registry import suggest
 
@@ -303,48 +303,6 @@ def _expand(entry: dict[str, Any], where: _Where, label: str) -> list[dict[str, 
         values.update(zip(names, combo))
         out.append(values)
     return out
-
-
-def parse_topology(item: Any) -> tuple[str, tuple[tuple[str, Any], ...]]:
-    """``"small_world(k=4)"``, ``"ring"`` or ``{family = "small_world", k = 4}`` to
-    ``(family, ((param, value), ...))``."""
-    if isinstance(item, dict):
-        params = dict(item)
-        family = params.pop("family", None)
-        if not isinstance(family, str):
-            raise ValidationError(f"a topology table needs a 'family' string, got {item!r}")
-        return family.strip().lower(), tuple(sorted(params.items()))
-    if not isinstance(item, str):
-        raise ValidationError(f"a topology is a string like 'small_world(k=4)' or a table, got "
-                              f"{item!r}")
-    name, sep, rest = item.strip().partition("(")
-    params: dict[str, Any] = {}
-    if sep:
-        if not rest.endswith(")"):
-            raise ValidationError(f"topology {item!r}: expected NAME or NAME(key=value, ...)")
-        for part in rest[:-1].split(","):
-            if not part.strip():
-                continue
-            key, eq, value = part.partition("=")
-            if not eq or not key.strip():
-                raise ValidationError(f"topology {item!r}: parameter {part.strip()!r} is not "
-                                      "key=value")
-            params[key.strip()] = _literal(value.strip())
-    if not name.strip():
-        raise ValidationError(f"topology {item!r} has no family name")
-    return name.strip().lower(), tuple(sorted(params.items()))
-
-
-def _literal(text: str) -> Any:
-    low = text.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text.strip("'\"")
 
 
 def _topology_text(family: str, params: tuple[tuple[str, Any], ...]) -> str:

@@ -26,6 +26,7 @@ import numpy as np
 from ..costmodels.time_to_target import (PLAN_FEATURES, PLAN_INTERACTIONS, Candidate, choose,
                                          expected_rounds, fc_features, fit_ceiling, fit_tobit,
                                          meets_probability, pilot_update, plan_features)
+from ..plans.plan import averaged_cliques
 from ..plans.sla import first_crossing
 from ..errors import ValidationError
 from ..costmodels.dsgd import DSGDEstimator
@@ -44,7 +45,8 @@ RACE_CONTENDERS = 3
 def _features(sp, cand) -> dict[str, float]:
     t = DSGDEstimator().terms(sp.result.context, cand.plan, cand.stats)
     return plan_features(t["p_random"], cand.plan.k_ratio, t["zeta2"], t["sigma_c2"],
-                         cand.plan.channel.dropout, cand.stats.spectra.n_nodes)
+                         cand.plan.channel.dropout, cand.stats.spectra.n_nodes,
+                         averaged=bool(averaged_cliques(cand.plan.topology)))
 
 
 def _fc_row(m, sp) -> dict[str, float]:
@@ -103,7 +105,12 @@ def fit(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                    penalty={n: 0.1 for n in names if not n.startswith("dataset:")})
     ceiling = fit_ceiling([r["fc_row"] for r in fc_rows],
                           [r["final_accuracy"] for r in fc_rows], names)
-    return {"plan": plan, "fc": fc, "ceiling": ceiling}
+    # the spread of log T about the end-to-end prediction (predicted reference + plan effect):
+    # the plan model's s was fitted about the *measured* reference, whose seed noise it already
+    # holds, so adding the reference model's s to it (in quadrature) counts that noise twice
+    joint = fit_tobit([{} for _ in use], [r["log_t"] for r in use], [r["censored"] for r in use],
+                      [], offset=[plan.mean(r["x"], fc.mean(r["fc_row"])) for r in use])
+    return {"plan": plan, "fc": fc, "ceiling": ceiling, "joint": joint}
 
 
 def evaluate(measured, outcome_of, summaries: Mapping[str, Mapping[str, Any]],
@@ -149,7 +156,7 @@ def evaluate(measured, outcome_of, summaries: Mapping[str, Mapping[str, Any]],
                                    float(c.cost.per_round.channel_uses),
                                    float(c.cost.startup))
                          for c, rel in zip(sp.candidates, relative)]
-                sd = plan.sd if variant == "measured_fc" else math.hypot(plan.sd, fcm.sd)
+                sd = plan.sd if variant == "measured_fc" else models["joint"].sd
                 pick, p, feasible = choose(cands, sd, budget, confidence)
                 comparisons[variant].append(
                     compare(key, pick.label, summaries[key], cand_labels, seed_costs))
@@ -168,7 +175,7 @@ def evaluate(measured, outcome_of, summaries: Mapping[str, Mapping[str, Any]],
                     continue
                 mu = plan.mean(r["x"], offsets["predicted_fc"])
                 mu_m = plan.mean(r["x"], offsets["measured_fc"])
-                held_errors.append((r, mu, mu_m, math.hypot(plan.sd, fcm.sd), plan.sd))
+                held_errors.append((r, mu, mu_m, models["joint"].sd, plan.sd))
     full = fit(rows)
     return {"comparisons": comparisons, "errors": held_errors, "fit": full,
             "confidence": confidence, "ceiling_errors_pts": ceiling_errors,
@@ -267,7 +274,8 @@ def reference(fit_pair: Mapping[str, Any], measured, source: str) -> dict[str, A
         "version": 1, "source": source,
         "observations": {"plan": fit_pair["plan"].n_obs, "censored": fit_pair["plan"].n_censored,
                          "fc": fit_pair["fc"].n_obs},
-        "constants": flatten(fit_pair["plan"], fit_pair["fc"], fit_pair.get("ceiling")),
+        "constants": flatten(fit_pair["plan"], fit_pair["fc"], fit_pair.get("ceiling"),
+                             fit_pair.get("joint")),
         "range": {
             "clients": [min(s.workload.clients for s in specs),
                         max(s.workload.clients for s in specs)],

@@ -161,3 +161,33 @@ def test_confidence_with_an_estimator_without_a_distribution_is_flagged():
     assert not any("CONFIDENCE" in x for x in db.plan(w, estimator="ttt",
                                                      confidence=0.8).warnings)
     assert not any("CONFIDENCE" in x for x in db.plan(w, estimator="dsgd").warnings)
+
+
+def test_predictive_sd_is_fitted_end_to_end_not_added_in_quadrature():
+    """Each workload's reference has its own seed noise; the plan model's sd, fitted about the
+    measured reference, already holds it. The end-to-end sd must match the real spread of
+    log T about the end-to-end prediction, below the quadrature sum of the two sds."""
+    from airplan_qo.evaluation.time_to_target import fit
+
+    rng = np.random.default_rng(3)
+    rows = []
+    for w in range(40):
+        level = 2.5 + 0.5 * rng.normal()                 # the reference's true log T
+        zeta2 = float(rng.uniform(0, 0.5))
+        fc_row = {"dataset:d": 1.0, "zeta2": zeta2}
+        for seed in range(6):
+            fc_log_t = level + 0.25 * rng.normal() + 1.0 * zeta2
+            rows.append({"workload": f"w{w}", "plan": "fc", "seed": seed, "family": "complete",
+                         "is_fc": True, "x": {"log_inv_p": 0.0}, "fc_row": fc_row,
+                         "log_t": fc_log_t, "censored": False, "final_accuracy": 0.9})
+            for lp in (0.5, 1.0, 2.0):
+                log_t = level + 1.0 * zeta2 + 0.4 * lp + 0.25 * rng.normal()
+                rows.append({"workload": f"w{w}", "plan": f"p{lp}", "seed": seed,
+                             "family": "ring", "is_fc": False, "x": {"log_inv_p": lp},
+                             "fc_row": fc_row, "log_t": log_t, "censored": False,
+                             "final_accuracy": 0.85})
+    fits = fit(rows)
+    quadrature = math.hypot(fits["plan"].sd, fits["fc"].sd)
+    true_sd = math.hypot(0.5, 0.25)          # the reference's unexplained level + seed noise
+    assert fits["joint"].sd == pytest.approx(true_sd, rel=0.15)
+    assert fits["joint"].sd < quadrature
