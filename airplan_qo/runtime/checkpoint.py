@@ -6,8 +6,9 @@ owner (the catalog's identity and the execution id, ``Trainer.checkpoint_owner``
 for another owner is refused. Stored: the stacked models and momentum buffers, the rule's state
 (CHOCO public copies, receiver aggregates and reference; error-feedback memory), the
 states of the data, training and channel generators, the round counter and history, and the
-mixing matrix and schedule in use (a run that was rewired must be loaded into a trainer rewired
-the same way). Resuming gives bit-identical rounds to an uninterrupted run with the same seeds,
+mixing matrix and schedule in use, every round's for a periodic topology (a run that was rewired
+must be loaded into a trainer rewired the same way; the round counter decides which round of the
+period comes next). Resuming gives bit-identical rounds to an uninterrupted run with the same seeds,
 configuration and thread count.
 """
 
@@ -24,21 +25,36 @@ import torch
 
 from ..errors import ExecutionError
 
-__all__ = ["FORMAT", "RESUMABLE_CHANGES", "check_config", "check_owner", "load", "read", "save", "state_dict"]
+__all__ = ["FORMAT", "RESUMABLE_CHANGES", "check_config", "check_owner", "load", "read",
+           "same_schedule", "save", "state_dict"]
 
 FORMAT = 1
 #: Config fields that may differ between the saved run and the trainer it is loaded into.
 RESUMABLE_CHANGES = frozenset({"rounds", "threads", "target_accuracy", "eval_every"})
 
 
-def _links(trainer: Any) -> dict[str, torch.Tensor]:
-    coo = trainer.links.weights.tocoo()
+def _link_dict(links: Any) -> dict[str, torch.Tensor]:
+    coo = links.weights.tocoo()
     return {
         "rows": torch.from_numpy(coo.row.astype(np.int64)),
         "cols": torch.from_numpy(coo.col.astype(np.int64)),
         "vals": torch.from_numpy(coo.data.astype(np.float64)),
-        "slot_of": torch.from_numpy(np.asarray(trainer.links.slot_of, dtype=np.int64)),
+        "slot_of": torch.from_numpy(np.asarray(links.slot_of, dtype=np.int64)),
     }
+
+
+def _schedule(trainer: Any) -> tuple[Any, ...]:
+    return tuple(getattr(trainer, "link_schedule", None) or (trainer.links,))
+
+
+def _links(trainer: Any) -> dict[str, torch.Tensor]:
+    """The first round's mixing matrix and schedule (the only one of a static topology)."""
+    return _link_dict(_schedule(trainer)[0])
+
+
+def _phases(trainer: Any) -> list[dict[str, torch.Tensor]]:
+    """Every round's mixing matrix and schedule (one for a static topology), in phase order."""
+    return [_link_dict(links) for links in _schedule(trainer)]
 
 
 def state_dict(trainer: Any) -> dict[str, Any]:
@@ -64,6 +80,7 @@ def state_dict(trainer: Any) -> dict[str, Any]:
         "channel": trainer.channel.state(),
         "history": [dict(row) for row in trainer.history],
         "links": _links(trainer),
+        "link_phases": _phases(trainer),
         "owner": dict(getattr(trainer, "checkpoint_owner", None) or {}) or None,
     }
 
@@ -128,8 +145,16 @@ def check_owner(state: dict[str, Any], path: str | os.PathLike,
                 f"{owner.get(key)}; refusing to resume from it")
 
 
-def _same_links(trainer: Any, saved: dict[str, torch.Tensor]) -> bool:
-    mine = _links(trainer)
+def same_schedule(trainer: Any, state: dict[str, Any]) -> bool:
+    """Whether ``trainer`` mixes over the topology the checkpoint ``state`` was taken on: the
+    same W and slots in every round of the period (a checkpoint that lists no rounds was
+    written for a static topology)."""
+    saved = state.get("link_phases") or [state["links"]]
+    mine = _phases(trainer)
+    return len(saved) == len(mine) and all(_same_link_dict(a, b) for a, b in zip(mine, saved))
+
+
+def _same_link_dict(mine: dict[str, torch.Tensor], saved: dict[str, torch.Tensor]) -> bool:
     if any(mine[k].shape != saved[k].shape for k in mine):
         return False
     order_a = np.lexsort((mine["cols"].numpy(), mine["rows"].numpy()))
@@ -172,7 +197,7 @@ def load(trainer: Any, path: str | os.PathLike, owner: dict[str, Any] | None = N
             f"checkpoint {path} holds models of shape {tuple(state['x'].shape)}, this trainer "
             f"has {tuple(trainer.x.shape)}"
         )
-    if not _same_links(trainer, state["links"]):
+    if not same_schedule(trainer, state):
         raise ExecutionError(
             f"checkpoint {path} was taken on a different topology or mixing matrix; build the "
             f"trainer on the topology in use at that time (rewire first if the run was rewired)"

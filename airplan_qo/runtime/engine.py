@@ -36,7 +36,8 @@ from .clique_averaging import CliqueAveraging, clique_averaging_enabled
 from .compression import MASKS, k_from_ratio
 from .flat import STRATEGIES, GradientEngine, ParamLayout, chunks, client_logits, \
     resolve_strategy, single_logits
-from .gossip import ALGORITHMS, DSGD, Choco, LinkSet, PaperLiteral, round_traffic
+from .gossip import ALGORITHMS, DSGD, Choco, PaperLiteral, check_schedule, link_schedule, \
+    round_traffic
 from ..plans.sla import TARGET_METRICS, first_crossing
 from .metrics import consensus_distance, consensus_exploded, diverged, jain_index, \
     stuck_after_explosion
@@ -293,10 +294,14 @@ class Trainer:
             )
         self.n = n
         self.topology = topology
-        self.links = LinkSet(topology)
+        #: One link set per round of the topology's period (one for a static topology): round
+        #: t (0-based) mixes over ``link_schedule[t % period]``; ``links`` is the current one.
+        self.link_schedule = link_schedule(topology)
+        self.links = self.link_schedule[0]
         self.clique_averaging = (CliqueAveraging(topology, self.links)
                                  if clique_averaging_enabled(topology) else None)
         self.algorithm = config.resolved_algorithm
+        check_schedule(self.algorithm, config.mask, len(self.link_schedule))
         self.gamma = config.resolved_gamma
         self.warnings: tuple[str, ...] = ()
         if self.algorithm == "paper_literal":
@@ -421,6 +426,7 @@ class Trainer:
         start = time.perf_counter()
         self._in_round = True
         with torch_threads(cfg.threads):
+            self.links = self.link_schedule[self.round % len(self.link_schedule)]
             links = self.channel.draw(self.n, self.links.u, self.links.v)
             trainable = links.active & self.has_data
             x_prev = self.x.clone() if self.algorithm == "paper_literal" \
@@ -619,17 +625,22 @@ class Trainer:
     def rewire(self, topology: Any, k_ratio: float | None = None) -> None:
         """Switch to a new topology (and its W and schedule) between rounds, keeping every
         client model, and so the average model, unchanged. CHOCO's receiver aggregates are
-        re-synchronised to the new weights. ``k_ratio`` (re-optimisation may only raise it)
-        changes the compression too: CHOCO keeps its public replicas and sends more coordinates
-        with the matching default step, or gives way to D-SGD at k = 1. The run's configuration
-        records the new k, so a checkpoint written after the change resumes with it."""
+        re-synchronised to the new weights (a periodic topology's: those of the next round,
+        whose phase is the run's round index modulo the period). ``k_ratio`` (re-optimisation
+        may only raise it) changes the compression too: CHOCO keeps its public replicas and
+        sends more coordinates with the matching default step, or gives way to D-SGD at k = 1.
+        The run's configuration records the new k, so a checkpoint written after the change
+        resumes with it."""
         n = topology.graph.number_of_nodes()
         if n != self.n:
             raise ExecutionError(f"cannot rewire {self.n} clients onto a topology of {n} nodes")
+        schedule = link_schedule(topology)
+        check_schedule(self.algorithm, self.config.mask, len(schedule))
         if k_ratio is not None and float(k_ratio) != self.config.k_ratio:
             self._recompress(float(k_ratio))
-        links = LinkSet(topology)
+        links = schedule[self.round % len(schedule)]      # the next round's
         self.topology = topology
+        self.link_schedule = schedule
         self.links = links
         self.clique_averaging = (CliqueAveraging(topology, links)
                                  if clique_averaging_enabled(topology) else None)

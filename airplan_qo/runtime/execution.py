@@ -48,8 +48,8 @@ from ..costmodels import ESTIMATORS
 from ..plans.topology import TopologySpec, build
 from .engine import RunConfig, RunResult, Trainer
 from ..plans.sla import TARGET_METRICS, first_crossing
-from .monitor import MonitorConfig, Reoptimizer, request_from_json, request_to_json, \
-    spec_from_plan_row
+from .monitor import MonitorConfig, Reoptimizer, plan_mixing_p, request_from_json, \
+    request_to_json, spec_from_plan_row
 
 #: Seconds between writes of round statistics (and the execution's progress) during a run.
 FLUSH_SECONDS = 1.0
@@ -584,10 +584,7 @@ def _resumed_reoptimizer(catalog: Catalog, exec_id: int, options: dict[str, Any]
         return None, None
     request = (request_from_json(section["request"], w) if section.get("request") is not None
                else None)
-    topo = (catalog.query("SELECT mixing_p FROM airplan.topologies WHERE topology_id = ?",
-                          [plan_row["topology_id"]])
-            if plan_row.get("topology_id") is not None else [])
-    mixing_p = topo[0]["mixing_p"] if topo and topo[0]["mixing_p"] is not None else 0.0
+    mixing_p = plan_mixing_p(catalog, plan_row, spec)
     reopt = Reoptimizer(catalog, exec_id, request, plan_id=plan_row["plan_id"], spec=spec,
                         k_ratio=plan_row["k_ratio"], mixing_p=mixing_p,
                         basis=options["feedback_basis"],

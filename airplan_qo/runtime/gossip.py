@@ -40,6 +40,18 @@ link the coordinates carried and those needing index bits, and the tensor now ho
     so the noiseless mean is preserved exactly; with top-k, refresh sets differ between the ends
     of a dropped link and the mean can move slightly. Offline clients skip the consensus step.
 
+Periodic topologies (W_t = W_{t mod period}; :func:`link_schedule` gives one :class:`LinkSet`
+per round and the trainer passes each round its own). An asymmetric W_t (a directed round, e.g.
+one-peer) has links only where it weights them; a dropped link's weight goes to the receiver's
+self-weight, which keeps rows but not columns summing to one, so under drops the mean can move
+slightly in a directed round. CHOCO's aggregates need nothing more: s_i is overwritten on the
+round's common mask with W_t, and a replica coordinate only changes in a round that refreshes it
+at every receiver, so each coordinate of s_i is always sum_j W^{t'}_ij xhat_j of the current
+replicas for the round t' that last refreshed it (a doubly stochastic mix: the mean is kept and
+consensus is the fixed point), and no receiver ever needs the replica of a client it has not
+heard. Top-k supports differ between receivers, so an aggregate would keep stale replicas of
+former neighbours: :func:`check_schedule` refuses CHOCO with top-k masks on a periodic topology.
+
 ``paper_literal`` (reproduction only; does NOT average models)
     The paper's w_i <- w_i^{t+1/2} + gamma * y_i, y_i = sum_{j in N(i)} (C(g_j) + n), with
     g_j = w_j^t - w_j^{t+1/2} as the paper defines it (its own step, sign included). Transmitted:
@@ -54,11 +66,12 @@ import scipy.sparse as sp
 import torch
 
 from ..errors import ExecutionError
-from ..plans.mixing import edge_arrays
+from ..plans.mixing import directed_links, edge_arrays
 from .channel import Channel, RoundLinks, Traffic, traffic
 from .compression import ErrorFeedback, common_mask, compress
 
-__all__ = ["ALGORITHMS", "Choco", "DSGD", "LinkSet", "Operator", "PaperLiteral", "dsgd_mix"]
+__all__ = ["ALGORITHMS", "Choco", "DSGD", "LinkSet", "Operator", "PaperLiteral", "check_schedule",
+           "dsgd_mix", "link_schedule"]
 
 ALGORITHMS = ("auto", "dsgd", "choco", "paper_literal")
 
@@ -71,33 +84,43 @@ SPARSE_ADVANTAGE = 8
 
 
 class LinkSet:
-    """Static link structure of a topology: directed links (receiver, sender), their base
-    weights W_ij, self-weights W_ii, and each receiver's slot."""
+    """Link structure of one topology (or of one round of a periodic topology): directed links
+    (receiver, sender), their base weights W_ij, self-weights W_ii, and each receiver's slot.
+
+    A symmetric W uses both directions of every edge of the graph; an asymmetric W (a directed
+    round, e.g. one-peer) only the directions it weights (:func:`~..plans.mixing.directed_links`).
+    Either way W must be doubly stochastic, so that noiseless gossip preserves the average.
+    Channel draws stay per undirected edge (``u``, ``v``): a link is up when its edge is.
+    """
 
     def __init__(self, topology):
         graph = topology.graph
         n = graph.number_of_nodes()
         if sorted(graph.nodes()) != list(range(n)):
             raise ExecutionError("topology nodes must be 0..N-1")
+        if topology.weights is None:
+            raise ExecutionError(
+                f"topology '{topology.spec.family}' changes every round (period "
+                f"{topology.period}): build its links per round with link_schedule()")
         w = sp.csr_matrix(topology.weights, dtype=np.float64)
         if w.shape != (n, n):
             raise ExecutionError(f"mixing matrix has shape {w.shape}, expected ({n}, {n})")
         u, v = edge_arrays(graph)
         self.n = n
         self.u, self.v = u, v
-        self.recv = np.concatenate([u, v])
-        self.send = np.concatenate([v, u])
-        self.edge = np.concatenate([np.arange(u.size), np.arange(u.size)])
-        self.w = np.asarray(w[self.recv, self.send]).ravel() if u.size else np.zeros(0)
+        self.recv, self.send, self.edge, self.w = directed_links(graph, w)
         self.diag = w.diagonal().astype(np.float64)
         off = w - sp.diags(self.diag)
         off.eliminate_zeros()
         covered = np.abs(self.w).sum()
         if not np.isclose(np.abs(off).sum(), covered, rtol=1e-9, atol=1e-12):
             raise ExecutionError("mixing matrix has weight outside the graph's edges")
-        if abs(off - off.T).sum() > 1e-9 or not np.allclose(np.asarray(w.sum(axis=1)).ravel(),
-                                                            1.0, atol=1e-9):
-            raise ExecutionError("mixing matrix must be symmetric with rows summing to one")
+        if not (np.allclose(np.asarray(w.sum(axis=1)).ravel(), 1.0, atol=1e-9)
+                and np.allclose(np.asarray(w.sum(axis=0)).ravel(), 1.0, atol=1e-9)):
+            raise ExecutionError("mixing matrix must be doubly stochastic (rows and columns "
+                                 "summing to one)")
+        #: False for a directed round (an asymmetric W)
+        self.symmetric = bool(abs(off - off.T).sum() <= 1e-9)
         self.complete_uniform = bool(u.size == n * (n - 1) // 2
                                      and np.allclose(self.w, 1.0 / n)
                                      and np.allclose(self.diag, 1.0 / n))
@@ -153,6 +176,27 @@ class Operator:
         if self.dense:
             return torch.mm(self.matrix, y) if out is None else torch.mm(self.matrix, y, out=out)
         return torch.from_numpy(np.ascontiguousarray(self.matrix @ y.contiguous().numpy()))
+
+
+def link_schedule(topology) -> tuple[LinkSet, ...]:
+    """One :class:`LinkSet` per round of the topology's period (W_t = W_{t mod period}); a
+    static topology has one."""
+    rounds = getattr(topology, "rounds", ())
+    if not rounds:
+        return (LinkSet(topology),)
+    return tuple(LinkSet(r) for r in rounds)
+
+
+def check_schedule(algorithm: str, mask: str, period: int) -> None:
+    """Refuse a rule that cannot follow a topology that changes every round: CHOCO with top-k
+    masks. Its receivers refresh only the coordinates their current transmitters send, so an
+    aggregate would keep replica values of clients that are no longer its neighbours (and that
+    changed them since); with the common rand-k mask every client refreshes the same
+    coordinates every round and the replicas stay consistent (docs/runtime.md)."""
+    if period > 1 and algorithm == "choco" and mask == "topk":
+        raise ExecutionError(
+            f"CHOCO with top-k masks needs a static topology; this one changes every round "
+            f"(period {period}): use mask 'common_randk'")
 
 
 def dsgd_mix(x: torch.Tensor, links: LinkSet, up: np.ndarray,

@@ -33,7 +33,7 @@ import numpy as np
 from ..catalog.store import Catalog
 from ..errors import AirPlanError, ExecutionError, ValidationError
 from ..plans.families import FAMILIES
-from ..plans.topology import TopologySpec, build
+from ..plans.topology import TopologySpec, build, describe
 
 __all__ = ["MonitorConfig", "Trigger", "Prediction", "Monitor", "Event", "Reoptimizer",
            "TRIGGERS", "observed_workload", "request_to_json", "request_from_json",
@@ -285,6 +285,19 @@ def request_from_json(doc: Mapping[str, Any], workload: Any) -> Any:
         statement=doc.get("statement") or "")
 
 
+def plan_mixing_p(catalog: Catalog, row: Mapping[str, Any], spec: TopologySpec) -> float:
+    """The mixing p the planner saw for a recorded plan: its cached topology's, or recomputed
+    for a topology the cache does not hold (a periodic one); 0 when neither is known."""
+    if row.get("topology_id") is not None:
+        found = catalog.query("SELECT mixing_p FROM airplan.topologies WHERE topology_id = ?",
+                              [row["topology_id"]])
+        if found and found[0]["mixing_p"] is not None:
+            return float(found[0]["mixing_p"])
+    if spec.periodic:
+        return float(describe(spec)[1].spectra.mixing_p)
+    return 0.0
+
+
 def spec_from_plan_row(row: Mapping[str, Any], n: int) -> TopologySpec:
     """The topology of a ``plans`` row."""
     params = row["topology_params"]
@@ -481,10 +494,7 @@ class Reoptimizer:
             plan_row = self.catalog.query("SELECT * FROM airplan.plans WHERE plan_id = ?",
                                           [ev["new_plan_id"]])[0]
             spec = spec_from_plan_row(plan_row, n)
-            mixing = self.catalog.query(
-                "SELECT mixing_p FROM airplan.topologies WHERE topology_id = ?",
-                [plan_row["topology_id"]]) if plan_row.get("topology_id") is not None else []
-            p = mixing[0]["mixing_p"] if mixing and mixing[0]["mixing_p"] is not None else 0.0
+            p = plan_mixing_p(self.catalog, plan_row, spec)
             self.current = _InForce(int(ev["new_plan_id"]), spec, float(plan_row["k_ratio"]),
                                     float(p))
             basis = bases.get(str(ev["event_id"]))
@@ -493,9 +503,9 @@ class Reoptimizer:
                 if basis else None, trig.round)
         if self.rewired:
             trainer.rewire(build(self.current.spec), k_ratio=self.current.k_ratio)
-        from .checkpoint import _same_links
+        from .checkpoint import same_schedule
 
-        if not _same_links(trainer, state["links"]):
+        if not same_schedule(trainer, state):
             raise ExecutionError(
                 f"execution {self.exec_id}: the checkpoint's topology does not match the plan "
                 f"in force at round {ckpt_round} ({_label(self.current.spec)}) recorded in "
