@@ -101,6 +101,19 @@ def _parse_topology(text: str) -> tuple[str, dict[str, Any]]:
     return name.strip(), params
 
 
+def _planning_progress(args: argparse.Namespace):
+    """Where the steps of a long planning call go: stderr, when it is a terminal (unless
+    --quiet) or --progress asks for them; else nowhere."""
+    if not (getattr(args, "progress", False) or
+            (sys.stderr.isatty() and not getattr(args, "quiet", False))):
+        return None
+
+    def say(message: str) -> None:
+        print(f"planning: {message}", file=sys.stderr, flush=True)
+
+    return say
+
+
 def cmd_explain(args: argparse.Namespace) -> int:
     from .session import connect
 
@@ -111,7 +124,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         if not text.upper().startswith("EXPLAIN"):
             text = "EXPLAIN " + text
         return run_script(text, catalog=args.catalog, fmt=args.format, read_only=False,
-                          quiet=True)
+                          quiet=True, progress=_planning_progress(args))
     if args.clients is None:
         raise ValidationError("airplan explain needs a statement (\"TRAIN ...\") or --clients N")
     budgets = {}
@@ -122,7 +135,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
             _workload(args), sla=args.sla,
             topologies=[_parse_topology(t) for t in args.topology] if args.topology else None,
             weights=args.weights, sparsity=args.sparsity, budgets=budgets,
-            estimator=args.estimator, objective=args.objective)
+            estimator=args.estimator, objective=args.objective,
+            progress=_planning_progress(args))
         print(result.explain(format=args.format, verbose=args.verbose,
                              alternatives=args.alternatives))
     return 0
@@ -144,7 +158,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
     else:
         raise ValidationError("airplan sql needs statements (\"...\") or -f FILE")
     return run_script(text, catalog=args.catalog, fmt=args.format, read_only=args.read_only,
-                      quiet=args.quiet, **_sql_limits(args))
+                      quiet=args.quiet, progress=_planning_progress(args), **_sql_limits(args))
 
 
 def _sql_limits(args: argparse.Namespace) -> dict[str, Any]:
@@ -326,6 +340,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--objective", help="channel_uses (default), energy_j, airtime_s, c_ours")
     p.add_argument("--verbose", action="store_true", help="show the estimator's terms")
     p.add_argument("--alternatives", type=int, default=0, help="list the best N rejected plans")
+    p.add_argument("--progress", action="store_true",
+                   help="report each planning step on stderr once planning runs about a second "
+                        "(on by default when stderr is a terminal)")
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.set_defaults(func=cmd_explain)
 
@@ -339,7 +356,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--read-only", action="store_true",
                    help="open the catalog read-only (queries and EXPLAIN without recording)")
     p.add_argument("--quiet", action="store_true",
-                   help="no training progress bar (it is shown only on a terminal anyway)")
+                   help="no training progress bar nor planning steps (both are shown only on a "
+                        "terminal anyway)")
+    p.add_argument("--progress", action="store_true",
+                   help="report each planning step on stderr once planning runs about a second "
+                        "(on by default when stderr is a terminal)")
     p.add_argument("--resume", type=int, metavar="EXEC_ID", dest="resume",
                    help="continue an aborted execution from its last checkpoint instead")
     p.set_defaults(func=cmd_sql)

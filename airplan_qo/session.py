@@ -79,13 +79,17 @@ class Session:
              weights: Iterable[str] | None = None, sparsity: Iterable[float] | None = None,
              budgets: Mapping[str, float] | None = None, estimator: str | None = None,
              objective: str | None = None, statement: str = "",
-             confidence: float | None = None):
+             confidence: float | None = None, progress=None):
         """Enumerate, cost and choose a plan; returns a PlanResult (``.explain()``).
 
         ``confidence`` (default 0.9): with an estimator that predicts a distribution of rounds
         (``ttt``), the chosen plan must meet the SLA with at least this probability (a chance
         constraint). Given with an estimator that does not (``dsgd``, ``paper``), it has no
         effect and the result says so in a warning.
+
+        ``progress``: a callable given one line per step (``building topology 3/14: ...``,
+        ``costing 7/14: ...``) once planning has run about a second (many clients); it may be
+        called from a timer thread. None (the default): silent.
         """
         from .plans.optimizer import DEFAULT_SLA, Optimizer, PlanRequest
         from .plans.sla import SLA, parse_sla
@@ -101,7 +105,7 @@ class Session:
             budgets=tuple(sorted((budgets or {}).items())), estimator=estimator,
             objective=objective, statement=statement,
             confidence=0.9 if confidence is None else _confidence(confidence))
-        result = Optimizer(self.catalog).plan(request)
+        result = Optimizer(self.catalog, progress=progress).plan(request)
         if confidence is not None and result.chosen.cost.estimate.p_meets is None:
             import attrs
 
@@ -110,16 +114,17 @@ class Session:
                 "estimator, which predicts no distribution of rounds (use COST MODEL ttt)",))
         return result
 
-    def sql(self, text: str, *, format: str = "text", timeout: float | None = SESSION_DEFAULT
-            ) -> list:
+    def sql(self, text: str, *, format: str = "text", timeout: float | None = SESSION_DEFAULT,
+            progress=None) -> list:
         """Run a script of statements (EXPLAIN/TRAIN/ANALYZE WORKLOAD or catalog queries).
 
         ``timeout``: seconds each catalog query of the script may run (None or 0: no limit);
-        by default the session's. TRAIN and ANALYZE WORKLOAD are not timed.
+        by default the session's. TRAIN and ANALYZE WORKLOAD are not timed. ``progress``: where
+        the steps of a long planning call go, as for :meth:`plan`.
         """
         from .sql.executor import execute_script
 
-        return execute_script(self, text, fmt=format, timeout=timeout)
+        return execute_script(self, text, fmt=format, timeout=timeout, progress=progress)
 
     def execute(self, result, *, quiet: bool = True, stop_at_target: bool = True,
                 reoptimize: bool | None = None, monitor=None):
@@ -181,12 +186,12 @@ class Session:
 
         return abandon(self.catalog, int(exec_id), reason)
 
-    def run_bound(self, bound, fmt: str = "text", *, quiet: bool = True):
+    def run_bound(self, bound, fmt: str = "text", *, quiet: bool = True, progress=None):
         """TRAIN / EXPLAIN ANALYZE TRAIN: plan, then execute the chosen plan; returns a
         ``TrainResult`` (``airplan_qo.sql.results``)."""
         plan = self.plan(bound.workload, sla=bound.sla, topologies=bound.topologies,
                          weights=bound.weights, sparsity=bound.sparsity, budgets=bound.budgets,
-                         estimator=bound.estimator, statement=bound.text,
+                         estimator=bound.estimator, statement=bound.text, progress=progress,
                          **({"confidence": bound.confidence} if bound.confidence else {}))
         report = self.execute(plan, quiet=quiet, reoptimize=True)
         fields = report.analyze_fields()

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -284,11 +286,83 @@ def _placeholder(spec: TopologySpec) -> TopologySpec:
     return attrs.evolve(spec, params={**spec.param_dict, "cliques": encode_cliques(groups)})
 
 
-class Optimizer:
-    """Plans workloads against one catalog."""
+#: Seconds a planning call runs before it reports its steps to its ``progress`` callback.
+PROGRESS_AFTER = 1.0
+#: Seconds between two reported steps at most: quicker steps are folded into the next line.
+PROGRESS_EVERY = 0.5
 
-    def __init__(self, catalog: Catalog):
+
+class PlanningProgress:
+    """The steps of one planning call (``building topology 3/14: ring ...``, ``costing 7/14:
+    ...``, ``recording ...``) passed to ``callback(message)`` once the call has run ``after``
+    seconds (default :data:`PROGRESS_AFTER`), at most one line every ``every`` seconds (default
+    :data:`PROGRESS_EVERY`): a step that starts sooner after the last line is reported by a
+    timer thread if it is still under way then, so every step that takes longer than that is
+    shown while it runs and a burst of quick steps gives one line. Nothing is reported after
+    :meth:`close`, nor without a callback; with both times 0 every step is reported at once."""
+
+    def __init__(self, callback: Callable[[str], Any] | None, after: float | None = None,
+                 every: float | None = None):
+        self.callback = callback
+        self.after = PROGRESS_AFTER if after is None else float(after)
+        self.every = PROGRESS_EVERY if every is None else float(every)
+        self.start = time.perf_counter()
+        self._current: str | None = None
+        self._shown: str | None = None
+        self._last = -math.inf
+        self._lock = threading.Lock()
+        self._open = callback is not None
+        self._stop = threading.Event()
+        if self._open and (self.after > 0 or self.every > 0):
+            threading.Thread(target=self._watch, name="airplan-planning-progress",
+                             daemon=True).start()
+
+    def step(self, message: str) -> None:
+        """A new step starts: report it when the call has run long enough."""
+        if not self._open:
+            return
+        with self._lock:
+            self._current = message
+            now = time.perf_counter()
+            if now - self.start >= self.after and now - self._last >= self.every:
+                self._emit(message, now)
+
+    def _watch(self) -> None:
+        if self._stop.wait(self.after):
+            return
+        while True:
+            with self._lock:
+                if self._current is not None and self._current != self._shown:
+                    self._emit(self._current, time.perf_counter())
+            if self._stop.wait(max(self.every, 0.05)):
+                return
+
+    def _emit(self, message: str, now: float) -> None:
+        if self._open:
+            self._shown, self._last = message, now
+            self.callback(message)
+
+    def close(self) -> None:
+        with self._lock:
+            self._open = False
+        self._stop.set()
+
+
+class Optimizer:
+    """Plans workloads against one catalog.
+
+    ``progress``: a callable given a one-line message at each step of a planning call that runs
+    longer than :data:`PROGRESS_AFTER` seconds (see :class:`PlanningProgress`; it may be called
+    from a timer thread); None (the default) reports nothing.
+    """
+
+    def __init__(self, catalog: Catalog, progress: Callable[[str], Any] | None = None):
         self.catalog = catalog
+        self.progress = progress
+        self._steps = PlanningProgress(None)
+
+    def _step(self, message: str) -> None:
+        self._steps.step(message)
 
     # ---- statistics --------------------------------------------------------------------------
 
@@ -321,7 +395,15 @@ class Optimizer:
                 spec, spectra, row["slots_per_round"], row["slots_lower_bound"],
                 row["compute_ms"] or 0.0), row["topology_id"])
         if missing:
-            computed = describe_many(missing, max_edges_kept=MAX_CACHED_EDGES)
+            graphs: dict[tuple, list[TopologySpec]] = {}   # one graph, several weight rules
+            for spec in missing:
+                graphs.setdefault((spec.family, spec.params, spec.seed), []).append(spec)
+            computed = []
+            for i, members in enumerate(graphs.values(), 1):
+                self._step(f"building topology {i}/{len(graphs)}: {members[0].label()} on "
+                           f"{n} clients (graph, OTA schedule, spectra; weights "
+                           f"{', '.join(s.weights for s in members)})")
+                computed += describe_many(members, max_edges_kept=MAX_CACHED_EDGES)
             cacheable = [c for c in computed if _cacheable(c[0].spec)]
             ids = self._cache(cacheable) if cacheable and not self.catalog.read_only else []
             for (stats, _), tid in zip(cacheable, ids):
@@ -392,6 +474,14 @@ class Optimizer:
         return specs
 
     def plan(self, request: PlanRequest) -> PlanResult:
+        """Enumerate, cost and choose; the steps go to ``progress`` when the call is long."""
+        self._steps = PlanningProgress(self.progress)
+        try:
+            return self._plan(request)
+        finally:
+            self._steps.close()
+
+    def _plan(self, request: PlanRequest) -> PlanResult:
         start = time.perf_counter()
         w = request.workload
         est_name = (request.estimator or DEFAULT_ESTIMATOR).lower()
@@ -452,7 +542,9 @@ class Optimizer:
                 consts, ids_f = resolve_constants(estimator, rows, w.dataset, family)
                 family_ctx[family] = attrs.evolve(ctx, constants=consts, calibration_ids=ids_f)
         candidates: list[Candidate] = []
-        for spec in specs:
+        for i, spec in enumerate(specs, 1):
+            self._step(f"costing {i}/{len(specs)}: {spec.label()} [{spec.weights}] x "
+                       f"{len(sparsity)} values of k")
             st, tid = stats_of[spec]
             for k in sparsity:
                 plan = PhysicalPlan(st.spec, k, channel)
@@ -556,6 +648,7 @@ class Optimizer:
             "tx_power_dbm", "est_rounds", "reaches_target", "est_accuracy", "est_accuracy_lo",
             "est_accuracy_hi", "channel_uses", "slots", "airtime_s", "energy_j", "bits",
             "privacy_epsilon", "total_cost", "pruned_reason", "calibration_ids", "terms")}
+        self._step(f"recording {len(cands)} candidates in the catalog")
         with self.catalog.transaction():
             run_id = self.catalog.insert_row("planning_runs", {
                 "workload_id": register_workload(self.catalog, w),

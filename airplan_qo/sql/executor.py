@@ -86,15 +86,16 @@ def prepare(text: str) -> list[tuple[Any, Any]]:
 
 
 def execute_script(session, text: str, *, fmt: str = "text",
-                   timeout: float | None = SESSION_DEFAULT) -> list[Result]:
+                   timeout: float | None = SESSION_DEFAULT, progress=None) -> list[Result]:
     """Run every statement of ``text``; the first failure raises (earlier results are lost)."""
-    return list(iter_script(session, text, fmt=fmt, timeout=timeout))
+    return list(iter_script(session, text, fmt=fmt, timeout=timeout, progress=progress))
 
 
 def iter_script(session, text: str, *, fmt: str = "text", quiet: bool = True,
-                timeout: float | None = SESSION_DEFAULT):
+                timeout: float | None = SESSION_DEFAULT, progress=None):
     """Yield one Result per statement as it completes; ``quiet=False`` shows training progress
-    (on a terminal). ``timeout`` limits each catalog query (default: the session's)."""
+    (on a terminal). ``timeout`` limits each catalog query (default: the session's).
+    ``progress``: a callable given the steps of a long planning call (``Session.plan``)."""
     for stmt, bound in prepare(text):
         if bound is None:
             yield _run_catalog_sql(session, stmt, timeout)
@@ -103,16 +104,17 @@ def iter_script(session, text: str, *, fmt: str = "text", quiet: bool = True,
             data = attrs.asdict(stats)
             yield Result("table", tuple(data), (tuple(data.values()),))
         else:
-            yield _run_train(session, bound, fmt, quiet)
+            yield _run_train(session, bound, fmt, quiet, progress)
 
 
-def _run_train(session, bound: BoundTrain, fmt: str, quiet: bool = True) -> Result:
+def _run_train(session, bound: BoundTrain, fmt: str, quiet: bool = True,
+               progress=None) -> Result:
     opts = bound.options
     out_fmt = opts.format if opts.format != "text" else ("json" if fmt == "json" else "text")
     if bound.runs_training:
-        return session.run_bound(bound, out_fmt, quiet=quiet)
+        return session.run_bound(bound, out_fmt, quiet=quiet, progress=progress)
     result = session.plan(
-        bound.workload, sla=bound.sla, topologies=bound.topologies, weights=bound.weights,
+        bound.workload, progress=progress, sla=bound.sla, topologies=bound.topologies, weights=bound.weights,
         sparsity=bound.sparsity, budgets=bound.budgets, estimator=bound.estimator,
         statement=bound.text, **({"confidence": bound.confidence} if bound.confidence else {}))
     rendered = result.explain(format=out_fmt, verbose=opts.verbose, costs=opts.costs,
@@ -176,13 +178,14 @@ def format_result(result: Result, fmt: str) -> str:
 def run_script(text: str, *, catalog: str | None, fmt: str = "text",
                read_only: bool = False, quiet: bool = False, allow_external_access: bool = False,
                timeout: float | None = DEFAULT_TIMEOUT, memory_limit: int | str | None = None,
-               threads: int | None = None) -> int:
-    """Run a script from the CLI and print each result; returns the exit status."""
+               threads: int | None = None, progress=None) -> int:
+    """Run a script from the CLI and print each result; returns the exit status.
+    ``progress``: where the steps of a long planning call go (None: nowhere)."""
     from ..session import connect
 
     with connect(catalog, read_only=read_only, allow_external_access=allow_external_access,
                  timeout=timeout, memory_limit=memory_limit, threads=threads) as session:
-        for result in iter_script(session, text, fmt=fmt, quiet=quiet):
+        for result in iter_script(session, text, fmt=fmt, quiet=quiet, progress=progress):
             print(format_result(result, fmt), flush=True)
             note = aborted_note(result)
             if note is not None:  # Ctrl-C: stop the script, as the user asked
