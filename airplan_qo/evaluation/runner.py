@@ -140,7 +140,7 @@ def _tag(catalog, exec_id: int, key: str, grid: str, client_acc, wall_s: float) 
 
 #: Parameters the planner fills in from the catalog's statistics (d_cliques: the cliques and the
 #: statistics version); a grid names the family without them.
-_FILLED_BY_PLANNER = ("cliques", "stats")
+_FILLED_BY_PLANNER = ("cliques", "stats", "residual")
 
 
 def _matches(grid_spec, spec) -> bool:
