@@ -424,12 +424,15 @@ class Catalog:
                         "wait until it exits.")
             elif self.read_only:
                 hint = ("That process holds it for writing, and while it does DuckDB lets no "
-                        "other process open the file, not even with --read-only. Wait for it to "
-                        "finish or stop it.")
+                        "other process open the file, not even with --read-only. A training run "
+                        "holds it only for its short writes, so waiting (--wait SECONDS) gets "
+                        "in between them; other holders: wait for them to finish or stop them.")
             else:
-                hint = ("DuckDB allows one read-write process per file. Wait for that process "
-                        "to finish or stop it; once it is gone, readers can also use --read-only "
-                        "(Catalog.open(path, read_only=True)) to share the file.")
+                hint = ("DuckDB allows one read-write process per file. A training run holds it "
+                        "only for its short writes, so waiting (--wait SECONDS) gets in between "
+                        "them; other holders: wait for them to finish or stop them. Readers that "
+                        "only query can share the file with --read-only (Catalog.open(path, "
+                        "read_only=True)) when no writer holds it.")
             return _locked(f"catalog file {self.path} is locked by another process: {exe} "
                            f"(PID {pid}). {hint}", exe, pid)
         if "Unique file handle conflict" in msg:

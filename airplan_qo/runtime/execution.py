@@ -51,8 +51,9 @@ from ..plans.sla import TARGET_METRICS, first_crossing
 from .monitor import MonitorConfig, Reoptimizer, plan_mixing_p, request_from_json, \
     request_to_json, spec_from_plan_row
 
-#: Seconds between writes of round statistics (and the execution's progress) during a run.
-FLUSH_SECONDS = 1.0
+#: Seconds between writes of round statistics (and the execution's progress) during a run:
+#: each costs a reopen and a release of the file (tens of ms, benchmarks/bench_flush.py).
+FLUSH_SECONDS = 2.0
 #: Seconds a write during a run waits for another process's lock before it keeps its rows for
 #: the next write.
 FLUSH_WAIT = 2.0
