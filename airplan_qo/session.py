@@ -25,15 +25,17 @@ from .plans.workload import Workload
 def _topologies(items: Iterable[Any] | None):
     if items is None:
         return None
+    from .plans.topology import parse_topology
+
     out = []
     for item in items:
         if isinstance(item, str):
-            out.append((item, ()))
+            out.append(parse_topology(item))     # "ring" or "small_world(k=4)"
         elif isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[1], Mapping):
             out.append((str(item[0]), tuple(sorted(item[1].items()))))
         else:
-            raise ValidationError(f"a topology is a family name or (name, params dict), "
-                                  f"got {item!r}")
+            raise ValidationError(f"a topology is a family name, 'name(key=value, ...)' or "
+                                  f"(name, params dict), got {item!r}")
     return tuple(out)
 
 

@@ -43,6 +43,12 @@ def test_candidate_space_and_narrowing(db):
     assert len(r2.candidates) == 4
     assert {c.plan.topology.label() for c in r2.candidates} == {
         "ring", "small_world(beta=0.3, k=4)"}
+    # the Python API also takes the SQL-like text form
+    r3 = db.plan(W, topologies=["ring", "small_world(k=4)"], sparsity=[0.1, 1.0],
+                 weights=["metropolis_hastings"])
+    assert [c.plan.label() for c in r3.candidates] == [c.plan.label() for c in r2.candidates]
+    with pytest.raises(ValidationError, match="expected NAME or NAME"):
+        db.plan(W, topologies=["small_world(k=4"])
 
 
 def test_topology_cache_is_used(db):
