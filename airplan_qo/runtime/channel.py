@@ -95,9 +95,10 @@ class Channel:
     """Draws dropout and fading per round and the receivers' noise.
 
     Two generators, both seeded from ``seed``: a numpy Generator for the per-node and per-edge
-    draws, a torch Generator for the noise tensors. The dropout and fading draws have the same
-    size every round (whatever the outcomes), so which links are up never depends on the model
-    or the data; the noise draws cover exactly the coordinates received.
+    draws, a torch Generator for the noise tensors. The dropout and fading draws have a size set
+    by the round's graph alone (N clients and its edges; the same every round of a static
+    topology), so which links are up never depends on the model or the data; the noise draws
+    cover exactly the coordinates received.
     """
 
     def __init__(self, kind: str, *, snr_db: float, g_th: float, dropout: float, seed: int):

@@ -119,8 +119,6 @@ class LinkSet:
                 and np.allclose(np.asarray(w.sum(axis=0)).ravel(), 1.0, atol=1e-9)):
             raise ExecutionError("mixing matrix must be doubly stochastic (rows and columns "
                                  "summing to one)")
-        #: False for a directed round (an asymmetric W)
-        self.symmetric = bool(abs(off - off.T).sum() <= 1e-9)
         self.complete_uniform = bool(u.size == n * (n - 1) // 2
                                      and np.allclose(self.w, 1.0 / n)
                                      and np.allclose(self.diag, 1.0 / n))
