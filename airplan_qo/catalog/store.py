@@ -425,12 +425,13 @@ class Catalog:
             elif self.read_only:
                 hint = ("That process holds it for writing, and while it does DuckDB lets no "
                         "other process open the file, not even with --read-only. A training run "
-                        "holds it only for its short writes, so waiting (--wait SECONDS) gets "
-                        "in between them; other holders: wait for them to finish or stop them.")
+                        "holds it only for its short writes, so a --wait SECONDS of a few "
+                        "seconds gets in between them; other holders: wait for them to finish "
+                        "or stop them.")
             else:
                 hint = ("DuckDB allows one read-write process per file. A training run holds it "
-                        "only for its short writes, so waiting (--wait SECONDS) gets in between "
-                        "them; other holders: wait for them to finish or stop them. Readers that "
+                        "only for its short writes, so a --wait SECONDS of a few seconds gets in "
+                        "between them; other holders: wait for them to finish or stop them. Readers that "
                         "only query can share the file with --read-only (Catalog.open(path, "
                         "read_only=True)) when no writer holds it.")
             return _locked(f"catalog file {self.path} is locked by another process: {exe} "
