@@ -248,16 +248,22 @@ class Watchdog:
 
 
 def run_query(con: duckdb.DuckDBPyConnection, sql: str, *, limits: SqlLimits,
-              timeout: float | None) -> tuple[list[str], list[tuple[Any, ...]]]:
+              timeout: float | None, types: bool = False
+              ) -> tuple[list[str], list[tuple[Any, ...]]] | tuple[list[str], list[tuple[Any, ...]],
+                                                                 list[Any]]:
     """Run one checked query on ``con`` under the time limit; the rows count against the memory
     limit as they are fetched. Raises CatalogError subclasses for the limits and the fence,
-    and lets other ``duckdb.Error``s through."""
+    and lets other ``duckdb.Error``s through.
+
+    Returns (column names, rows); with ``types``, (column names, rows, column types): the
+    DuckDB types of the columns (``duckdb.DuckDBPyType``) from the cursor's description."""
     check_query(con, sql)
     watchdog = Watchdog(con, timeout)
     try:
         with watchdog:
             cur = con.execute(sql)
             names = [d[0] for d in cur.description or ()]
+            column_types = [d[1] for d in cur.description or ()]
             nested = [i for i, d in enumerate(cur.description or ()) if _is_nested(d[1])]
             rows: list[tuple[Any, ...]] = []
             if names:
@@ -276,7 +282,7 @@ def run_query(con: duckdb.DuckDBPyConnection, sql: str, *, limits: SqlLimits,
                             "with --memory-limit SIZE (connect(..., memory_limit=...))")
                     if watchdog.expired():
                         raise _timeout(timeout)
-            return names, rows
+            return (names, rows, column_types) if types else (names, rows)
     except duckdb.Error as exc:
         raise translate(exc, limits=limits, timeout=timeout, timed_out=watchdog.fired) from None
 

@@ -863,9 +863,10 @@ class Catalog:
                 raise CatalogError(f"query_arrow needs a statement that returns rows: {sql!r}")
             return rel.to_arrow_table()
 
-    def execute_user_sql(self, sql: str, *, timeout: float | None = SESSION_DEFAULT
-                         ) -> tuple[list[str], list[tuple[Any, ...]]]:
-        """Run a user's query on the catalog connection; return (column names, rows).
+    def execute_user_sql(self, sql: str, *, timeout: float | None = SESSION_DEFAULT,
+                         types: bool = False) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """Run a user's query on the catalog connection; return (column names, rows), and with
+        ``types`` the columns' DuckDB types as a third item.
 
         Only one read-only query is run (checked by DuckDB's parser), inside a transaction that
         is always rolled back, so user SQL can never change the catalog (the engine is its only
@@ -879,7 +880,7 @@ class Catalog:
         with self._errors("SQL"):
             con.execute("BEGIN TRANSACTION")
             try:
-                return run_query(con, sql, limits=self.limits, timeout=seconds)
+                return run_query(con, sql, limits=self.limits, timeout=seconds, types=types)
             finally:
                 with contextlib.suppress(duckdb.Error):
                     con.execute("ROLLBACK")

@@ -126,10 +126,11 @@ def _run_train(session, bound: BoundTrain, fmt: str, quiet: bool = True,
 def _run_catalog_sql(session, stmt: PassThrough, timeout: float | None = SESSION_DEFAULT
                      ) -> Result:
     try:
-        columns, rows = session.catalog.execute_user_sql(stmt.sql, timeout=timeout)
+        columns, rows, types = session.catalog.execute_user_sql(stmt.sql, timeout=timeout,
+                                                                types=True)
     except CatalogError as exc:
         raise _positioned(exc, stmt) from None
-    return Result("table", tuple(columns), tuple(tuple(r) for r in rows))
+    return Result("table", tuple(columns), tuple(tuple(r) for r in rows), types=tuple(types))
 
 
 def _positioned(exc: Exception, stmt: PassThrough) -> CatalogError:

@@ -10,7 +10,8 @@ and with the fetched rows counted against the memory limit (``catalog/sandbox.py
 handed back to the caller would be re-run lazily on every ``.df()`` or ``.fetchall()``, outside
 that transaction, after the time limit's timer has stopped and without the memory accounting, and
 it would read whatever the engine has written since. The rows the sandbox fetched are the
-statement's answer; ``.arrow()`` and ``.df()`` convert those.
+statement's answer; ``.arrow()`` and ``.df()`` convert those, to the column types DuckDB gave the
+query (``types``, from the cursor's description) where they have an Arrow counterpart.
 
 TRAIN and EXPLAIN ANALYZE TRAIN give a :class:`TrainResult`: the same ``.text`` / ``.rows`` as
 before, and typed fields for the execution (see its docstring and docs/sql.md, Python API).
@@ -38,6 +39,9 @@ class Result:
     exec_id: int | None = None
     status: str | None = None
     reason: str | None = None
+    #: For a catalog query: the DuckDB types of the columns (``duckdb.DuckDBPyType``, as a
+    #: relation's ``.types``); empty for tables the engine builds (ANALYZE WORKLOAD, TRAIN).
+    types: tuple[Any, ...] = ()
 
     # ---- DuckDB-relation-like access to a table ---------------------------------------------
 
@@ -55,20 +59,27 @@ class Result:
     def arrow(self):
         """The rows as a ``pyarrow.Table`` with the result's column names.
 
-        Types are inferred from the fetched values; a column pyarrow cannot type (an integer beyond
-        64 bits, a MAP with non-text keys) is converted to text, and a column of
-        NULLs only (or of an empty result) has Arrow's null type."""
+        A catalog query's columns keep the DuckDB type of the query (``types``): an empty
+        result keeps its schema, a column of NULLs only its type, DECIMAL(p,s) is
+        ``decimal128(p, s)``, TIMESTAMP a timestamp (see :func:`arrow_type` for the mapping).
+        A column whose type has no Arrow counterpart here (HUGEINT, UNION, BIT, TIME WITH TIME
+        ZONE, ...), and every column of a table the engine builds, is typed from the fetched
+        values: a column pyarrow cannot type (an integer beyond 64 bits, a MAP with non-text
+        keys) is converted to text, and a column of NULLs only has Arrow's null type."""
         import pyarrow as pa
 
         self._table("arrow()")
         arrays = []
         for i in range(len(self.columns)):
             values = [row[i] for row in self.rows]
-            try:
-                arrays.append(pa.array(values))
-            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
-                arrays.append(pa.array([None if v is None else str(v) for v in values],
-                                       type=pa.string()))
+            array = _typed_array(self.types[i], values) if i < len(self.types) else None
+            if array is None:
+                try:
+                    array = pa.array(values)
+                except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
+                    array = pa.array([None if v is None else str(v) for v in values],
+                                     type=pa.string())
+            arrays.append(array)
         return pa.Table.from_arrays(arrays, names=[str(c) for c in self.columns])
 
     def df(self):
@@ -131,6 +142,104 @@ class TrainResult(Result):
     feedback_note: str | None = None
     #: Re-optimisation events of the run (``Event:`` lines of EXPLAIN ANALYZE).
     events: tuple[str, ...] = ()
+
+
+# ---- DuckDB column types as Arrow types --------------------------------------------------------
+
+_SIMPLE = {
+    "boolean": "bool_", "tinyint": "int8", "smallint": "int16", "integer": "int32",
+    "bigint": "int64", "utinyint": "uint8", "usmallint": "uint16", "uinteger": "uint32",
+    "ubigint": "uint64", "float": "float32", "double": "float64", "varchar": "string",
+    "blob": "binary", "date": "date32", "null": "null",
+}
+_TIMESTAMP_UNITS = {"timestamp": "us", "timestamp_ns": "ns", "timestamp_ms": "ms",
+                    "timestamp_s": "s"}
+
+
+def arrow_type(dtype: Any, tz: str = "UTC"):
+    """The Arrow type of a DuckDB column type and how to convert a fetched Python value to it:
+    ``(pyarrow.DataType, convert or None)``, or None when the type has no Arrow counterpart here.
+
+    BOOLEAN, the signed and unsigned integers, FLOAT, DOUBLE, DECIMAL(p,s), VARCHAR (JSON
+    included), ENUM and UUID (as text), BLOB, DATE, TIME, TIMESTAMP (``_S``, ``_MS``, ``_NS``
+    and WITH TIME ZONE, in ``tz``), INTERVAL (month_day_nano) and LIST, fixed-size ARRAY,
+    STRUCT and MAP of those. ``convert`` (None: the value as fetched) turns a non-NULL value
+    into what pyarrow accepts for the type (a UUID into text, a MAP's dict into pairs)."""
+    import pyarrow as pa
+
+    kind = str(getattr(dtype, "id", "")).lower()
+    children = getattr(dtype, "children", None) if kind in (
+        "decimal", "list", "array", "struct", "map") else None
+    if kind in _SIMPLE:
+        return getattr(pa, _SIMPLE[kind])(), None
+    if kind in ("uuid", "enum"):
+        return pa.string(), str
+    if kind in _TIMESTAMP_UNITS:
+        return pa.timestamp(_TIMESTAMP_UNITS[kind]), None
+    if kind == "timestamp with time zone":
+        return pa.timestamp("us", tz=tz), None
+    if kind == "time":
+        return pa.time64("us"), None
+    if kind == "interval":
+        return pa.month_day_nano_interval(), None
+    if kind == "decimal":
+        fields = dict(children)
+        return pa.decimal128(int(fields["precision"]), int(fields["scale"])), None
+    if kind in ("list", "array"):
+        fields = dict(children)
+        child = arrow_type(fields["child"], tz)
+        if child is None:
+            return None
+        ctype, conv = child
+        listed = pa.list_(ctype, int(fields["size"])) if kind == "array" else pa.list_(ctype)
+        return listed, None if conv is None else (
+            lambda v: [None if x is None else conv(x) for x in v])
+    if kind == "struct":
+        parts = [(name, arrow_type(child, tz)) for name, child in children]
+        if any(part is None for _, part in parts):
+            return None
+        convs = {name: conv for name, (_, conv) in parts if conv is not None}
+        struct = pa.struct([(name, ctype) for name, (ctype, _) in parts])
+        return struct, None if not convs else (
+            lambda v: {k: x if x is None or k not in convs else convs[k](x) for k, x in v.items()})
+    if kind == "map":
+        fields = dict(children)
+        key, value = arrow_type(fields["key"], tz), arrow_type(fields["value"], tz)
+        if key is None or value is None:
+            return None
+        (ktype, kconv), (vtype, vconv) = key, value
+        return pa.map_(ktype, vtype), (
+            lambda v: [(k if kconv is None else kconv(k),
+                        x if x is None or vconv is None else vconv(x)) for k, x in v.items()])
+    return None
+
+
+def _typed_array(dtype: Any, values: list[Any]):
+    """``values`` as an Arrow array of the column's DuckDB type; None when the type has no Arrow
+    counterpart or a value does not convert (the caller then types the column from its values).
+    A TIMESTAMP WITH TIME ZONE column takes the time zone of its values (DuckDB's TimeZone
+    setting), UTC when it has none."""
+    import pyarrow as pa
+
+    tz = next((getattr(v.tzinfo, "key", None) for v in values
+               if v is not None and getattr(v, "tzinfo", None) is not None), None) or "UTC"
+    try:
+        found = arrow_type(dtype, tz)
+    except (KeyError, TypeError, ValueError):
+        return None
+    if found is None:
+        return None
+    atype, convert = found
+    if convert is not None:
+        try:
+            values = [None if v is None else convert(v) for v in values]
+        except (AttributeError, TypeError, ValueError):
+            return None
+    try:
+        return pa.array(values, type=atype)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError,
+            TypeError, ValueError):
+        return None
 
 
 def feedback_note(status: str, feedback: tuple[dict[str, Any], ...],

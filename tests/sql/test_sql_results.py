@@ -29,8 +29,9 @@ def test_select_result_as_arrow_fetchall_columns_and_rows(tmp_path):
     assert list(r) == r.fetchall() and len(r) == 2
     table = r.arrow()
     assert table.column_names == list(r.columns)
-    assert table.schema.types == [pa.int64(), pa.string(), pa.float64(), pa.date32(),
-                                  pa.list_(pa.int64())]
+    # DuckDB types VALUES' integers INTEGER (int32)
+    assert table.schema.types == [pa.int32(), pa.string(), pa.float64(), pa.date32(),
+                                  pa.list_(pa.int32())]
     assert table.to_pylist()[0] == {"i": 1, "s": "a", "x": 0.5, "d": datetime.date(2024, 1, 2),
                                     "l": [1, 2]}
     assert table.column("s").null_count == 1
@@ -45,8 +46,68 @@ def test_catalog_table_and_values_arrow_cannot_type_become_text(tmp_path):
     assert empty.num_rows == 0 and empty.column_names == ["plan_id", "family"]
     assert plans.fetchall() == [] and list(plans) == []
     assert odd.fetchall() == [(1, 170141183460469231731687303715884105727)]
-    assert odd.arrow().schema.types == [pa.int64(), pa.string()]       # beyond 64 bits: text
+    assert odd.arrow().schema.types == [pa.int32(), pa.string()]       # beyond 64 bits: text
     assert odd.arrow().to_pylist() == [{"i": 1, "h": "170141183460469231731687303715884105727"}]
+
+
+def test_arrow_keeps_the_duckdb_column_types(tmp_path):
+    with aq.connect(tmp_path / "c.duckdb") as db:
+        [empty, nulls, typed, nested, other] = db.sql(
+            "SELECT plan_id, family, est_rounds, chosen FROM airplan.plans WHERE false; "
+            "SELECT NULL::INTEGER AS i, NULL::BIGINT AS b, NULL::VARCHAR AS s "
+            "FROM range(2); "
+            "SELECT 12.5::DECIMAL(10,2) AS d, TIMESTAMP '2024-01-02 03:04:05' AS ts, "
+            "TIMESTAMPTZ '2024-01-02 03:04:05+00' AS tz, 200::UTINYINT AS u, "
+            "1.5::FLOAT AS f, INTERVAL 3 DAY AS iv, "
+            "'00000000-0000-0000-0000-000000000001'::UUID AS id, '{\"a\": 1}'::JSON AS j, "
+            "'x'::BLOB AS bl, TIME '10:11:12' AS t, TIMESTAMP_MS '2024-01-02' AS ms; "
+            "SELECT [NULL, 1::SMALLINT] AS l, {'k': 1::TINYINT, 'v': 'a'} AS st, "
+            "MAP([1, 2], ['00000000-0000-0000-0000-000000000002'::UUID, NULL]) AS m, "
+            "[1, 2]::INTEGER[2] AS arr; "
+            "SELECT 1::UNION(a INTEGER, b VARCHAR) AS un")
+    assert empty.rows == ()
+    assert empty.arrow().schema == pa.schema([("plan_id", pa.int64()), ("family", pa.string()),
+                                              ("est_rounds", pa.float64()),
+                                              ("chosen", pa.bool_())])
+    table = nulls.arrow()
+    assert table.schema.types == [pa.int32(), pa.int64(), pa.string()]
+    assert table.column("i").null_count == 2
+    table = typed.arrow()
+    assert table.schema.types == [
+        pa.decimal128(10, 2), pa.timestamp("us"), pa.timestamp("us", tz=table.schema.types[2].tz),
+        pa.uint8(), pa.float32(), pa.month_day_nano_interval(), pa.string(), pa.string(),
+        pa.binary(), pa.time64("us"), pa.timestamp("ms")]
+    row = table.to_pylist()[0]
+    assert row["d"] == typed.rows[0][0] and str(row["d"]) == "12.50"
+    assert row["ts"] == datetime.datetime(2024, 1, 2, 3, 4, 5)
+    assert row["tz"] == datetime.datetime(2024, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
+    assert (row["id"], row["j"], row["bl"]) == ("00000000-0000-0000-0000-000000000001",
+                                                '{"a": 1}', b"x")
+    assert row["iv"].days == 3
+    table = nested.arrow()
+    assert table.schema.types == [
+        pa.list_(pa.int16()), pa.struct([("k", pa.int8()), ("v", pa.string())]),
+        pa.map_(pa.int32(), pa.string()), pa.list_(pa.int32(), 2)]
+    assert table.column("m").to_pylist() == [[(1, "00000000-0000-0000-0000-000000000002"),
+                                              (2, None)]]
+    assert other.arrow().schema.types == [pa.int64()]       # no Arrow counterpart: inferred
+    # the rows are those fetched, untouched
+    assert nested.fetchall()[0][3] == (1, 2) and isinstance(nested.rows[0][2], dict)
+
+
+def test_df_dtypes_follow_the_duckdb_types(tmp_path):
+    pytest.importorskip("pandas")
+    with aq.connect(tmp_path / "c.duckdb") as db:
+        [empty, full] = db.sql(
+            "SELECT 1::INTEGER AS i, TIMESTAMP '2024-01-02' AS ts, 'a' AS s, true AS b LIMIT 0; "
+            "SELECT 1::INTEGER AS i, NULL::INTEGER AS n, TIMESTAMP '2024-01-02' AS ts, "
+            "1.5::FLOAT AS f")
+    frame = empty.df()
+    assert len(frame) == 0 and list(frame.columns) == ["i", "ts", "s", "b"]
+    assert str(frame.dtypes["i"]) == "int32" and str(frame.dtypes["ts"]).startswith("datetime64")
+    assert str(frame.dtypes["b"]) == "bool"
+    frame = full.df()
+    assert [str(t) for t in frame.dtypes] == ["int32", "float64", "datetime64[us]", "float32"]
 
 
 def test_df_needs_pandas_with_a_clear_error(tmp_path, monkeypatch):
