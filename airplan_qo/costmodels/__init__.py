@@ -18,6 +18,8 @@ Shared plan quantities (heterogeneity, channel noise, p of the random mixing mat
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 import attrs
@@ -40,6 +42,10 @@ class EstimationContext:
     calibration_ids: tuple[int, ...] = ()
     privacy_epsilon: float | None = None
     dataset: str = ""
+    #: What the executions behind the calibration rows in use spanned (:func:`recorded_range`):
+    #: ``k`` and ``clients`` as [lo, hi], ``families`` and ``datasets`` as lists, and
+    #: ``unrecorded``, the ids of rows in use that record no range. None: no rows in use.
+    fitted_range: Mapping[str, Any] | None = None
 
 
 class CostEstimator(Protocol):
@@ -86,6 +92,50 @@ def resolve_constants(estimator: CostEstimator, rows: list[dict[str, Any]], data
     return values, tuple(sorted(used.values()))
 
 
+#: Separates a calibration row's ``source`` text from the range of the executions it was fitted
+#: on: ``fit: log-curve least squares on 5 executions; fitted range {"clients": [10, 20], ...}``.
+RANGE_MARK = "; fitted range "
+
+
+def recorded_range(rows: Iterable[Mapping[str, Any]], ids: Iterable[int]
+                   ) -> dict[str, Any] | None:
+    """The union of the fitted ranges recorded in the ``source`` of the calibration rows
+    ``ids`` (of ``rows``, ``calibration`` rows): ``k`` and ``clients`` as [lo, hi],
+    ``families`` and ``datasets`` as sorted lists, ``unrecorded`` the ids whose source records
+    none (rows calibrated before ranges were recorded, or written by hand). None when ``ids``
+    is empty (the constants are the priors)."""
+    wanted = {int(i) for i in ids}
+    if not wanted:
+        return None
+    spans: dict[str, list[float]] = {}
+    sets: dict[str, set[str]] = {"families": set(), "datasets": set()}
+    unrecorded = []
+    for row in rows:
+        cid = int(row["calibration_id"])
+        if cid not in wanted:
+            continue
+        source = str(row.get("source") or "")
+        at = source.find(RANGE_MARK)
+        try:
+            found = json.loads(source[at + len(RANGE_MARK):]) if at >= 0 else None
+        except ValueError:
+            found = None
+        if not isinstance(found, dict):
+            unrecorded.append(cid)
+            continue
+        for key in ("k", "clients"):
+            if isinstance(found.get(key), list) and len(found[key]) == 2:
+                lo, hi = (float(v) for v in found[key])
+                old = spans.get(key)
+                spans[key] = [lo, hi] if old is None else [min(old[0], lo), max(old[1], hi)]
+        for key in sets:
+            sets[key].update(str(v) for v in found.get(key) or ())
+    out: dict[str, Any] = dict(spans)
+    out.update({k: sorted(v) for k, v in sets.items() if v})
+    out["unrecorded"] = sorted(unrecorded)
+    return out
+
+
 def _register() -> None:
     from .dsgd import DSGDEstimator
     from .paper import PaperEstimator
@@ -99,4 +149,4 @@ def _register() -> None:
 _register()
 
 __all__ = ["CostEstimator", "DEFAULT_ESTIMATOR", "ESTIMATORS", "EstimationContext",
-           "resolve_constants"]
+           "RANGE_MARK", "recorded_range", "resolve_constants"]

@@ -27,7 +27,7 @@ from scipy.optimize import least_squares, nnls
 
 from ..catalog.store import Catalog
 from ..errors import ValidationError
-from . import ESTIMATORS, resolve_constants
+from . import ESTIMATORS, RANGE_MARK, resolve_constants
 
 #: dsgd constants a fit may move (``u``, the interval half-width, is not fitted here).
 DSGD_FITTABLE = ("f0", "f1", "f2", "f3", "tau0", "tau1", "beta_k")
@@ -85,6 +85,8 @@ class Observation:
     dataset: str = ""
     exec_id: int | None = None
     plan_id: int | None = None
+    #: Clients (nodes of the plan's graph), when known.
+    clients: int | None = None
 
     def __attrs_post_init__(self) -> None:
         who = f"observation of execution {self.exec_id}" if self.exec_id is not None \
@@ -661,7 +663,9 @@ SELECT f.feedback_id, f.exec_id, f.plan_id, f.actual, f.censored,
        p.family, p.k_ratio, p.snr_db, p.g_th, p.terms::VARCHAR AS terms,
        p.calibration_ids, pr.planning_run_id, pr.sla_threshold,
        coalesce(w.dataset, json_extract_string(e.options, '$.dataset'), '') AS dataset,
-       e.actual_rounds, t.mixing_p AS topo_p, t.lambda2_laplacian AS topo_lambda2
+       e.actual_rounds, t.mixing_p AS topo_p, t.lambda2_laplacian AS topo_lambda2,
+       coalesce(t.n_nodes, w.n_clients,
+                TRY_CAST(json_extract_string(e.options, '$.clients') AS INTEGER)) AS n_clients
 FROM airplan.feedback AS f
 JOIN airplan.plans AS p ON p.plan_id = f.plan_id
 JOIN airplan.planning_runs AS pr ON pr.planning_run_id = p.planning_run_id
@@ -706,7 +710,8 @@ def _load(catalog: Catalog, estimator: str, scope: str, scope_key: str
                       rounds_actual=float(actual), censored=bool(r["censored"]), rounds=t,
                       errors=e, k_ratio=float(r["k_ratio"]), snr_db=r["snr_db"],
                       g_th=r["g_th"], link_drop_rate=drop, exec_id=exec_id,
-                      plan_id=int(r["plan_id"]))
+                      plan_id=int(r["plan_id"]),
+                      clients=None if r["n_clients"] is None else int(r["n_clients"]))
         try:
             if name == "dsgd":
                 p = terms["p"] if terms.get("p") is not None else r["topo_p"]
@@ -784,6 +789,25 @@ def load_observations(catalog: Catalog, estimator: str, *, scope: str = "global"
     terms are left out.
     """
     return _load(catalog, estimator, scope, scope_key)[0]
+
+
+def observed_range(observations: Sequence[Observation]) -> dict[str, Any]:
+    """What a set of observations spans: ``k`` and ``clients`` as [lo, hi] (``clients`` left
+    out when no observation knows it), ``families`` and ``datasets`` as sorted lists. Recorded
+    with a fit in its calibration rows' ``source`` (after :data:`RANGE_MARK`), where the
+    planner reads it back to flag a plan outside it."""
+    if not observations:
+        raise ValidationError("observed_range needs observations; got none")
+    ks = [float(o.k_ratio) for o in observations]
+    out: dict[str, Any] = {"k": [min(ks), max(ks)]}
+    clients = [int(o.clients) for o in observations if o.clients is not None]
+    if clients:
+        out["clients"] = [min(clients), max(clients)]
+    out["families"] = sorted({o.family for o in observations})
+    datasets = sorted({o.dataset for o in observations if o.dataset})
+    if datasets:
+        out["datasets"] = datasets
+    return out
 
 
 def current_constants(catalog: Catalog, estimator: str, scope: str = "global",
@@ -896,7 +920,8 @@ def calibrate(catalog: Catalog, estimator: str = "dsgd", *, scope: str = "global
     old = evaluate(observations, before, name)
     values = {n: result.constants[n] for n in result.fitted}
     source = (f"fit: {'log-curve least squares' if name == 'dsgd' else 'paper procedure'} "
-              f"on {len(observations)} executions")
+              f"on {len(observations)} executions"
+              f"{RANGE_MARK}{json.dumps(observed_range(observations), sort_keys=True)}")
     ids = catalog.supersede_calibration(name, scope, scope_key, values, n_obs=result.n_obs,
                                         source=source, fit_error=result.rounds_mape)
     return CalibrationReport(
@@ -988,5 +1013,5 @@ def _calibrate_ttt(catalog: Catalog, scope: str, scope_key: str, min_obs: int
 
 __all__ = ["Observation", "Prediction", "Evaluation", "Fit", "HoldOutReport",
            "CalibrationReport", "fit_dsgd", "fit_paper", "fit", "evaluate",
-           "leave_one_group_out", "load_observations", "current_constants", "calibrate",
-           "DSGD_FITTABLE", "FEEDBACK_METRICS", "SCOPES"]
+           "leave_one_group_out", "load_observations", "observed_range", "current_constants",
+           "calibrate", "DSGD_FITTABLE", "FEEDBACK_METRICS", "SCOPES"]

@@ -23,6 +23,9 @@ class DSGDEstimator:
     e(t)  = floor + (E0 - floor) exp(-t / tau),  tau = tau0 + tau1 (1/p_eff - 1),  E0 = 1 - 1/C
     T     = tau ln((E0 - floor) / (eps - floor)) for a target error eps; "never" if floor >= eps.
     The interval is T e^{+-u}, accuracy 1 - floor e^{+-u}, with u the calibration's log-error.
+
+    ``notes`` (:meth:`notes`) say where the estimate extrapolates: constants that are still the
+    priors, or a plan outside what the executions behind the calibration spanned.
     """
 
     name: str = "dsgd"
@@ -57,6 +60,40 @@ class DSGDEstimator:
     def accuracy_at(self, ctx, plan, stats, rounds):
         t = self.terms(ctx, plan, stats)
         return self._accuracy(t, rounds)
+
+    def notes(self, ctx: EstimationContext, plan: PhysicalPlan, stats: TopologyStats
+              ) -> tuple[str, ...]:
+        """Where this estimate extrapolates. With no calibration rows in use the constants are
+        the priors, fitted to no run. Otherwise the plan's k, N (clients), family and dataset
+        are checked against the range the calibration rows in use record
+        (``ctx.fitted_range``: what the executions they were fitted on spanned)."""
+        if not ctx.calibration_ids:
+            return ("dsgd constants are the priors, not fitted to any run: airplan calibrate "
+                    "fits them to this catalog's executions planned with COST MODEL dsgd",)
+        r = ctx.fitted_range or {}
+        out = []
+        k = plan.k_ratio
+        ks = r.get("k")
+        if ks and not ks[0] - 1e-12 <= k <= ks[1] + 1e-12:
+            out.append(f"k = {k:g} outside the fitted {ks[0]:g}..{ks[1]:g}")
+        n = stats.spectra.n_nodes
+        ns = r.get("clients")
+        if ns and not ns[0] <= n <= ns[1]:
+            out.append(f"N = {n} outside the fitted {ns[0]:g}..{ns[1]:g}")
+        fams = r.get("families")
+        if fams and plan.topology.family not in fams:
+            out.append(f"family {plan.topology.family} not among the fitted "
+                       f"{', '.join(fams)}")
+        ds = r.get("datasets")
+        if ds and ctx.dataset and ctx.dataset not in ds:
+            out.append(f"dataset {ctx.dataset} not among the fitted {', '.join(ds)}")
+        missing = r.get("unrecorded") if ctx.fitted_range is not None else ctx.calibration_ids
+        if missing:
+            out.append(f"calibration row{'s' if len(missing) > 1 else ''} "
+                       f"{', '.join(map(str, missing))} record{'' if len(missing) > 1 else 's'} "
+                       "no fitted range (written by hand or before ranges were recorded): "
+                       "airplan calibrate records it")
+        return tuple(out)
 
     def accuracy_band_at(self, ctx: EstimationContext, plan: PhysicalPlan, stats: TopologyStats,
                          rounds: float) -> tuple[float, float]:
@@ -95,4 +132,5 @@ class DSGDEstimator:
             rounds=rounds, accuracy=acc, accuracy_lo=acc_lo, accuracy_hi=acc_hi,
             rounds_lo=None if rounds is None else rounds * math.exp(-u),
             rounds_hi=None if rounds is None else rounds * math.exp(u),
-            terms=t, model_term=model_term, calibration_ids=ctx.calibration_ids)
+            terms=t, model_term=model_term, calibration_ids=ctx.calibration_ids,
+            notes=self.notes(ctx, plan, stats))

@@ -25,7 +25,8 @@ from ..catalog.sketch import dimensions
 from ..catalog.store import Catalog
 from ..data import dataset_info
 from ..errors import PlanningError, ValidationError
-from ..costmodels import DEFAULT_ESTIMATOR, ESTIMATORS, EstimationContext, resolve_constants
+from ..costmodels import (DEFAULT_ESTIMATOR, ESTIMATORS, EstimationContext, recorded_range,
+                          resolve_constants)
 from .cliques import (clique_sizes, clique_skew, decode_cliques, encode_cliques, form_cliques,
                       random_cliques, residual_heterogeneity)
 from .families import FAMILIES
@@ -508,7 +509,7 @@ class Optimizer:
         ctx = EstimationContext(n_classes=n_classes, d=d, alpha=alpha, alpha_source=alpha_source,
                                 round_budget=round_budget, constants=constants,
                                 calibration_ids=cal_ids, privacy_epsilon=privacy_eps,
-                                dataset=w.dataset)
+                                dataset=w.dataset, fitted_range=recorded_range(rows, cal_ids))
         channel = ChannelConfig(kind=w.channel, snr_db=w.snr_db, g_th=w.g_th,
                                 tx_power_dbm=w.tx_power_dbm, bandwidth_hz=w.bandwidth_hz,
                                 dropout=w.dropout)
@@ -540,7 +541,8 @@ class Optimizer:
         if any(r["scope"] == "dataset_family" for r in rows):
             for family in {s.family for s in specs}:
                 consts, ids_f = resolve_constants(estimator, rows, w.dataset, family)
-                family_ctx[family] = attrs.evolve(ctx, constants=consts, calibration_ids=ids_f)
+                family_ctx[family] = attrs.evolve(ctx, constants=consts, calibration_ids=ids_f,
+                                                  fitted_range=recorded_range(rows, ids_f))
         candidates: list[Candidate] = []
         for i, spec in enumerate(specs, 1):
             self._step(f"costing {i}/{len(specs)}: {spec.label()} [{spec.weights}] x "
