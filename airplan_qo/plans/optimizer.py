@@ -458,6 +458,11 @@ class Optimizer:
             topo = [(FAMILIES.get(f).name, [dict(p)]) for f, p in request.topologies]
         else:
             topo = [(f, parameter_variants(f, w.clients)) for f in DEFAULT_FAMILIES]
+            if labels is not None and labels.counts.shape[0] == w.clients \
+                    and w.clients > labels.counts.shape[1]:
+                # the workload's statistics allow D-Cliques (with Clique Averaging) of more
+                # than one clique; with one clique it is the complete graph
+                topo.append(("d_cliques", [{}]))
         specs: list[TopologySpec] = []
         for family, variants in topo:
             # every registered rule gives W = 11^T/N on the complete graph, and periodic families
@@ -519,7 +524,8 @@ class Optimizer:
         startup = float(w.clients * math.ceil(release.cells / 2))
 
         labels = None
-        if any(FAMILIES.get(f).name == "d_cliques" for f, _ in request.topologies or ()):
+        if not request.topologies or any(FAMILIES.get(f).name == "d_cliques"
+                                         for f, _ in request.topologies):
             labels = label_statistics(self.catalog, w)
         specs, too_big = _fitting(self.candidate_specs(request, labels), w)
         unanalysed = [s for s in specs

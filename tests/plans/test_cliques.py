@@ -153,3 +153,16 @@ def test_planning_after_analyze_forms_cliques_end_to_end(tmp_path):
         spec2 = next(c for c in again.candidates
                      if c.plan.topology.family == "d_cliques").plan.topology
         assert spec2.param_dict["stats"] == "w1v2" and spec2 != spec
+
+
+def test_default_candidates_include_d_cliques_once_statistics_exist(tmp_path):
+    with aq.connect(tmp_path / "c.duckdb") as db:
+        w = aq.Workload(dataset="digits", clients=30, alpha=0.1)
+        fams = {c.plan.topology.family for c in db.plan(w).candidates}
+        assert "d_cliques" not in fams                        # no statistics yet
+        db.analyze(w)
+        cands = [c for c in db.plan(w).candidates if c.plan.topology.family == "d_cliques"]
+        assert cands and all(c.plan.topology.param_dict["cliques"] for c in cands)
+        small = aq.Workload(dataset="digits", clients=10, alpha=0.1)   # one clique: complete
+        db.analyze(small)
+        assert "d_cliques" not in {c.plan.topology.family for c in db.plan(small).candidates}
