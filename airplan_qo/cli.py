@@ -158,7 +158,8 @@ def cmd_sql(args: argparse.Namespace) -> int:
     else:
         raise ValidationError("airplan sql needs statements (\"...\") or -f FILE")
     return run_script(text, catalog=args.catalog, fmt=args.format, read_only=args.read_only,
-                      quiet=args.quiet, progress=_planning_progress(args), **_sql_limits(args))
+                      quiet=args.quiet, progress=_planning_progress(args), device=args.device,
+                      **_sql_limits(args))
 
 
 def _sql_limits(args: argparse.Namespace) -> dict[str, Any]:
@@ -169,7 +170,7 @@ def _sql_limits(args: argparse.Namespace) -> dict[str, Any]:
 def cmd_shell(args: argparse.Namespace) -> int:
     from .shell import Shell
 
-    return Shell(args.catalog, read_only=args.read_only, fmt=args.format,
+    return Shell(args.catalog, read_only=args.read_only, fmt=args.format, device=args.device,
                  **_sql_limits(args)).run()
 
 
@@ -197,7 +198,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
     exec_id = args.resume if getattr(args, "resume", None) is not None else args.exec_id
     with connect(args.catalog) as db:
-        report = db.resume(exec_id, quiet=args.quiet)
+        report = db.resume(exec_id, quiet=args.quiet, device=args.device)
     r = report.result
     print(f"execution {report.exec_id}: {r.status} after {r.rounds} rounds, "
           f"final accuracy {r.final_accuracy if r.final_accuracy is None else round(r.final_accuracy, 4)}"
@@ -257,6 +258,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                                 executor=executor)
     print(report.render())
     return 0
+
+
+def _device_flag(p: argparse.ArgumentParser, text: str) -> None:
+    # checked by the session, so a bad value is the usual one-line error naming the forms
+    p.add_argument("--device", metavar="DEVICE", help=text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -363,6 +369,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(on by default when stderr is a terminal)")
     p.add_argument("--resume", type=int, metavar="EXEC_ID", dest="resume",
                    help="continue an aborted execution from its last checkpoint instead")
+    _device_flag(p, "where TRAIN statements train unless they say WITH (device = ...): "
+                    "cpu (default), cuda, cuda:N, or auto (CUDA when present)")
     p.set_defaults(func=cmd_sql)
 
     p = sub.add_parser("shell", parents=[common, limits], help="interactive SQL shell",
@@ -370,6 +378,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    ".format text|json|csv .quit")
     p.add_argument("--format", choices=["text", "json", "csv"], default="text")
     p.add_argument("--read-only", action="store_true")
+    _device_flag(p, "where TRAIN statements train unless they say WITH (device = ...): "
+                    "cpu (default), cuda, cuda:N, or auto (CUDA when present)")
     p.set_defaults(func=cmd_shell)
 
     p = sub.add_parser("calibrate", parents=[common],
@@ -423,6 +433,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "result equals an uninterrupted run with the same seeds.")
     p.add_argument("exec_id", type=int)
     p.add_argument("--quiet", action="store_true")
+    _device_flag(p, "where to continue: cpu, cuda, cuda:N or auto (default: the device the "
+                    "execution was asked to use)")
     p.set_defaults(func=cmd_resume)
 
     p = sub.add_parser("abandon", parents=[common],

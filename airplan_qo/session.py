@@ -56,7 +56,12 @@ class Session:
     def __init__(self, path: str | os.PathLike[str] | None = None, *, read_only: bool = False,
                  allow_external_access: bool = False, timeout: float | None = DEFAULT_TIMEOUT,
                  memory_limit: int | str | None = None, threads: int | None = None,
-                 adopt: bool = False, wait: float | None = None):
+                 adopt: bool = False, wait: float | None = None, device: str | None = None):
+        from .runtime.device import check_device
+
+        #: Where this session's trainings run unless a call or a statement says otherwise
+        #: (None: ``cpu``; resume: the execution's own device).
+        self.device = None if device is None else check_device(device)
         self.catalog = Catalog(path, read_only=read_only,
                                allow_external_access=allow_external_access,
                                memory_limit=memory_limit, threads=threads, timeout=timeout,
@@ -129,17 +134,25 @@ class Session:
         return execute_script(self, text, fmt=format, timeout=timeout, progress=progress)
 
     def execute(self, result, *, quiet: bool = True, stop_at_target: bool = True,
-                reoptimize: bool | None = None, monitor=None):
+                reoptimize: bool | None = None, monitor=None, device: str | None = None):
         """Train the chosen plan of a PlanResult; returns an ExecutionReport.
 
         ``reoptimize`` monitors the run and re-plans on a trigger; the default is on for runs
         that stop at the target and off for whole-budget runs (pilots, evaluations).
-        ``monitor`` (a ``runtime.monitor.MonitorConfig``) sets the thresholds.
+        ``monitor`` (a ``runtime.monitor.MonitorConfig``) sets the thresholds. ``device``:
+        ``cpu``, ``cuda``, ``cuda:N`` or ``auto`` (default: the session's, else ``cpu``); the
+        device it resolves to is recorded with the execution (docs/runtime.md, Devices).
         """
         from .runtime.execution import execute
 
         return execute(self.catalog, result, quiet=quiet, stop_at_target=stop_at_target,
-                       reoptimize=reoptimize, monitor=monitor)
+                       reoptimize=reoptimize, monitor=monitor,
+                       device=self._device(device) or "cpu")
+
+    def _device(self, device: str | None) -> str | None:
+        from .runtime.device import check_device
+
+        return check_device(device) if device is not None else self.device
 
     def calibrate(self, estimator: str = "dsgd", *, scope: str = "global", scope_key: str = "",
                   min_obs: int = 3):
@@ -174,12 +187,13 @@ class Session:
 
         return plan_comparison(self.catalog, int(planning_run_id), out, confidence)
 
-    def resume(self, exec_id: int, *, quiet: bool = True):
+    def resume(self, exec_id: int, *, quiet: bool = True, device: str | None = None):
         """Continue an aborted, interrupted or failed execution from its last checkpoint (from
-        round 0 when it has none); returns an ExecutionReport."""
+        round 0 when it has none); returns an ExecutionReport. ``device``: where to continue
+        (default: the session's, else the device the execution was asked to use)."""
         from .runtime.execution import resume
 
-        return resume(self.catalog, int(exec_id), quiet=quiet)
+        return resume(self.catalog, int(exec_id), quiet=quiet, device=self._device(device))
 
     def abandon(self, exec_id: int, reason: str | None = None) -> dict[str, Any]:
         """Give up an execution that did not succeed (status ``abandoned``, its checkpoint
@@ -190,12 +204,17 @@ class Session:
 
     def run_bound(self, bound, fmt: str = "text", *, quiet: bool = True, progress=None):
         """TRAIN / EXPLAIN ANALYZE TRAIN: plan, then execute the chosen plan; returns a
-        ``TrainResult`` (``airplan_qo.sql.results``)."""
+        ``TrainResult`` (``airplan_qo.sql.results``). The statement's ``WITH (device = ...)``
+        wins over the session's device."""
+        from .runtime.device import resolve_device
+
+        device = getattr(bound, "device", None) or self.device or "cpu"
+        resolve_device(device)      # a device this machine lacks fails before planning
         plan = self.plan(bound.workload, sla=bound.sla, topologies=bound.topologies,
                          weights=bound.weights, sparsity=bound.sparsity, budgets=bound.budgets,
                          estimator=bound.estimator, statement=bound.text, progress=progress,
                          **({"confidence": bound.confidence} if bound.confidence else {}))
-        report = self.execute(plan, quiet=quiet, reoptimize=True)
+        report = self.execute(plan, quiet=quiet, reoptimize=True, device=device)
         fields = report.analyze_fields()
         if bound.explain and bound.options.calibrate:
             fields["calibration"] = self._calibrate_text(plan.estimator)
@@ -297,7 +316,8 @@ def _with_execution_line(text: str, outcome: Mapping[str, Any]) -> str:
 def connect(path: str | os.PathLike[str] | None = None, *, read_only: bool = False,
             allow_external_access: bool = False, timeout: float | None = DEFAULT_TIMEOUT,
             memory_limit: int | str | None = None, threads: int | None = None,
-            adopt: bool = False, wait: float | None = None) -> Session:
+            adopt: bool = False, wait: float | None = None,
+            device: str | None = None) -> Session:
     """Open (or create) a catalog: ``path``, else ``$AIRPLAN_CATALOG``, else ./airplan.duckdb.
 
     Catalog queries are fenced (docs/sql.md, Security): they can read only the catalog unless
@@ -308,8 +328,10 @@ def connect(path: str | os.PathLike[str] | None = None, *, read_only: bool = Fal
     unless ``adopt=True`` (then the catalog's tables are added beside them). While another
     process holds the file, the open retries for up to ``wait`` seconds, then raises
     ``CatalogLockedError`` (default None: the process default, 0 unless the CLI's ``--wait``
-    set it; 0 fails at once).
+    set it; 0 fails at once). ``device`` (``cpu``, ``cuda``, ``cuda:N``, ``auto``; default
+    ``cpu``): where the session's trainings run unless a call or a TRAIN statement's
+    ``WITH (device = ...)`` says otherwise (docs/runtime.md, Devices).
     """
     return Session(path, read_only=read_only, allow_external_access=allow_external_access,
                    timeout=timeout, memory_limit=memory_limit, threads=threads, adopt=adopt,
-                   wait=wait)
+                   wait=wait, device=device)

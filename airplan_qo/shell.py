@@ -28,8 +28,9 @@ class Shell:
     def __init__(self, catalog: str | None, *, read_only: bool = False, fmt: str = "text",
                  stdin=None, stdout=None, allow_external_access: bool = False,
                  timeout: float | None = DEFAULT_TIMEOUT, memory_limit: int | str | None = None,
-                 threads: int | None = None):
+                 threads: int | None = None, device: str | None = None):
         self.catalog_path = catalog
+        self.device = device
         self.read_only = read_only
         self.limits = {"allow_external_access": allow_external_access, "timeout": timeout,
                        "memory_limit": memory_limit, "threads": threads}
@@ -66,7 +67,8 @@ class Shell:
         from .sql.executor import aborted_note, format_result, iter_script
 
         save = self._history() if self.interactive else None
-        with connect(self.catalog_path, read_only=self.read_only, **self.limits) as session:
+        with connect(self.catalog_path, read_only=self.read_only, device=self.device,
+                     **self.limits) as session:
             if self.interactive:
                 self._print(f"airplan shell on {session.catalog.path} (.help for help)")
             buffer: list[str] = []

@@ -16,12 +16,19 @@ Prints one JSON document with the load average seen before and after, and both r
 (engine / lower_bound and naive / engine). ``--micro`` adds the top-k, noise and mixing
 kernels at N = 100, d = 95k.
 
+``--device`` (``cpu`` default, ``cuda``, ``cuda:N``, ``auto``) runs all three on that device (the
+engine through ``RunConfig.device``; the naive models, their data and the lower bound's model
+moved there); on a GPU every timed call ends with ``torch.cuda.synchronize()``. On a CUDA device
+the defaults become N in {10, 100, 1000} on random 3x32x32 data:
+
     python benchmarks/bench_runtime.py [--sizes 10 50 100] [--models mlp cnn4] [--shape 3 32 32]
+    python benchmarks/bench_runtime.py --device cuda [--strategy batched]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -38,7 +45,9 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from airplan_qo.data import Dataset, load, partition  # noqa: E402
+from airplan_qo.errors import AirPlanError  # noqa: E402
 from airplan_qo.plans.topology import TopologySpec, build  # noqa: E402
+from airplan_qo.runtime.device import device_name, resolve_device  # noqa: E402
 from airplan_qo.runtime.engine import RunConfig, Trainer  # noqa: E402
 from airplan_qo.runtime.models import build_model  # noqa: E402
 
@@ -62,6 +71,11 @@ def dataset_for(shape: list[int] | None, seed: int) -> Dataset:
         rng.integers(0, 10, n_test), n_classes=10, source="random benchmark data")
 
 
+#: Waits for the device's queued work (set in main for a CUDA device): a GPU call returns before
+#: its kernels finish, so every timed call ends with it.
+SYNC = lambda: None  # noqa: E731
+
+
 def median_time(fn, rounds: int, warmup: int) -> float:
     return interleaved({"fn": fn}, rounds, warmup)["fn"]
 
@@ -74,12 +88,15 @@ def interleaved(fns: dict, rounds: int, warmup: int, block: int = 5) -> dict[str
     for fn in fns.values():
         for _ in range(warmup):
             fn()
+        SYNC()
     while min(len(v) for v in times.values()) < rounds:
         for name, fn in fns.items():
             fn()
+            SYNC()
             for _ in range(block):
                 start = time.perf_counter()
                 fn()
+                SYNC()
                 times[name].append(time.perf_counter() - start)
     return {name: statistics.median(values) for name, values in times.items()}
 
@@ -109,26 +126,28 @@ VARIANTS = {
 def engine_round(ds, part, topo, model: str, args, **options):
     cfg = RunConfig(model=model, rounds=10 ** 6, lr=0.01, batch_size=args.batch_size,
                     local_steps=args.local_steps, eval_every=10 ** 6, threads=args.threads,
-                    strategy=args.strategy, **options)
+                    strategy=args.strategy, device=args.device, **options)
     trainer = Trainer(cfg, ds, part, topo)
     return trainer.step, trainer.strategy
 
 
 def naive_round(ds, part, topo, model: str, args):
     n = topo.graph.number_of_nodes()
+    device = args.torch_device
     torch.manual_seed(0)
     first = build_model(model, ds.input_shape, ds.n_classes)
-    models = [build_model(model, ds.input_shape, ds.n_classes) for _ in range(n)]
+    models = [build_model(model, ds.input_shape, ds.n_classes).to(device) for _ in range(n)]
     for m in models:
         m.load_state_dict(first.state_dict())
     opts = [torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9) for m in models]
     w = topo.weights.tocsr()
-    x_train, y_train = torch.from_numpy(np.array(ds.x_train)), torch.from_numpy(ds.y_train)
+    x_train = torch.from_numpy(np.array(ds.x_train)).to(device)
+    y_train = torch.from_numpy(ds.y_train).to(device)
     draw = sampler(part, args.batch_size, 0)
 
     def round_() -> None:
         for _ in range(args.local_steps):
-            idx = torch.from_numpy(draw())
+            idx = torch.from_numpy(draw()).to(device)
             for i, (m, opt) in enumerate(zip(models, opts)):
                 opt.zero_grad()
                 F.cross_entropy(m(x_train[idx[i]]), y_train[idx[i]]).backward()
@@ -145,15 +164,17 @@ def naive_round(ds, part, topo, model: str, args):
 
 
 def lower_bound_round(ds, part, model: str, args):
+    device = args.torch_device
     torch.manual_seed(0)
-    m = build_model(model, ds.input_shape, ds.n_classes)
+    m = build_model(model, ds.input_shape, ds.n_classes).to(device)
     opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
-    x_train, y_train = torch.from_numpy(np.array(ds.x_train)), torch.from_numpy(ds.y_train)
+    x_train = torch.from_numpy(np.array(ds.x_train)).to(device)
+    y_train = torch.from_numpy(ds.y_train).to(device)
     draw = sampler(part, args.batch_size, 0)
 
     def round_() -> None:
         for _ in range(args.local_steps):
-            idx = torch.from_numpy(draw().reshape(-1))
+            idx = torch.from_numpy(draw().reshape(-1)).to(device)
             opt.zero_grad()
             F.cross_entropy(m(x_train.index_select(0, idx)),
                             y_train.index_select(0, idx)).backward()
@@ -164,14 +185,15 @@ def lower_bound_round(ds, part, model: str, args):
 def micro(args) -> dict:
     """Kernels at N = 100, d = 95k: top-k variants, noise generation, mixing."""
     n, d = 100, 95_000
-    gen = torch.Generator().manual_seed(0)
-    v = torch.randn(n, d, generator=gen)
+    device = args.torch_device
+    gen = torch.Generator(device=device).manual_seed(0)
+    v = torch.randn(n, d, generator=gen, device=device)
     ring = build(TopologySpec.create("ring", n)).weights
     from airplan_qo.runtime.gossip import Operator, LinkSet
 
-    links = LinkSet(build(TopologySpec.create("ring", n)))
-    sparse = Operator(n, links.recv, links.send, links.w, links.diag)
-    dense = torch.from_numpy(ring.toarray().astype(np.float32))
+    links = LinkSet(build(TopologySpec.create("ring", n)), device)
+    sparse = Operator(n, links.recv, links.send, links.w, links.diag, device=device)
+    dense = torch.from_numpy(ring.toarray().astype(np.float32)).to(device)
     out = {}
     for ratio in (0.01, 0.1):
         k = int(ratio * d)
@@ -181,8 +203,9 @@ def micro(args) -> dict:
         out[f"kthvalue_k{ratio}_ms"] = 1e3 * median_time(
             lambda: a >= torch.kthvalue(a, d - k + 1, dim=1, keepdim=True).values, 3, 1)
         out[f"noise_on_k_coords_k{ratio}_ms"] = 1e3 * median_time(
-            lambda: torch.randn(n, k, generator=gen), 3, 1)
-    out["noise_full_nxd_ms"] = 1e3 * median_time(lambda: torch.randn(n, d, generator=gen), 3, 1)
+            lambda: torch.randn(n, k, generator=gen, device=device), 3, 1)
+    out["noise_full_nxd_ms"] = 1e3 * median_time(
+        lambda: torch.randn(n, d, generator=gen, device=device), 3, 1)
     out["sort_ms"] = 1e3 * median_time(lambda: torch.sort(v.abs(), dim=1), 1, 0)
     out["mix_ring_dense_ms"] = 1e3 * median_time(lambda: dense @ v, 3, 1)
     out["mix_ring_sparse_ms"] = 1e3 * median_time(lambda: sparse.apply(v), 3, 1)
@@ -192,10 +215,14 @@ def micro(args) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[10, 50, 100])
+    parser.add_argument("--sizes", type=int, nargs="+", default=None,
+                        help="numbers of clients (default 10 50 100; 10 100 1000 on CUDA)")
     parser.add_argument("--models", nargs="+", default=["mlp", "cnn4"])
     parser.add_argument("--shape", type=int, nargs="+", default=None,
-                        help="random data of this sample shape instead of digits (1x8x8)")
+                        help="random data of this sample shape instead of digits (1x8x8; "
+                             "default 3 32 32 on CUDA)")
+    parser.add_argument("--device", default="cpu",
+                        help="cpu (default), cuda, cuda:N or auto: where all three run")
     parser.add_argument("--topology", default="ring")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--local-steps", type=int, default=1)
@@ -209,10 +236,25 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    global SYNC
+    try:
+        args.torch_device = device = resolve_device(args.device)
+    except AirPlanError as exc:
+        sys.exit(f"bench_runtime.py: {exc}")
+    on_gpu = device.type == "cuda"
+    if on_gpu:
+        SYNC = functools.partial(torch.cuda.synchronize, device)
+    if args.sizes is None:
+        args.sizes = [10, 100, 1000] if on_gpu else [10, 50, 100]
+    if args.shape is None and on_gpu:
+        args.shape = [3, 32, 32]
 
     ds = dataset_for(args.shape, args.seed)
     report = {
         "benchmark": "runtime_seconds_per_round",
+        "device": device_name(device),
+        "device_model": torch.cuda.get_device_name(device) if on_gpu else platform.processor()
+        or platform.machine(),
         "python": sys.version.split()[0], "torch": torch.__version__,
         "machine": platform.machine(), "cpus": os.cpu_count(), "threads": args.threads,
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),

@@ -244,6 +244,8 @@ def _text(result, tree: Node, verbose, costs, alternatives, analyze) -> str:
             lines.extend(f"Calibration: {line}" for line in analyze["calibration"].splitlines())
         for ev in analyze.get("events", []):
             lines.append(f"Event: {ev}")
+        if analyze.get("device"):
+            lines.append(f"Device: {analyze['device']}")
         if "execution_time_ms" in analyze:
             lines.append(f"Execution Time: {analyze['execution_time_ms']:.3f} ms")
     return "\n".join(lines)
@@ -387,6 +389,8 @@ def _json_doc(result, tree: Node, verbose, alternatives, analyze) -> dict[str, A
         doc["alternatives"] = _clean(_alternatives(result, alternatives))
     if analyze:
         doc["execution_time_ms"] = analyze.get("execution_time_ms")
+        if analyze.get("device"):
+            doc["device"] = analyze["device"]
         doc["feedback"] = _clean(analyze.get("feedback", []))
         if analyze.get("events"):
             doc["events"] = list(analyze["events"])

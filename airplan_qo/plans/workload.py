@@ -83,6 +83,9 @@ NOT_SETTINGS = {
     "error_feedback": "compressed plans (k < 1) run CHOCO, whose public replicas already carry "
                       "the compression residual (error feedback is built in); dense plans "
                       "(k = 1) do not compress",
+    "device": "it is an execution option (where training runs, not what is planned): "
+              "WITH (device = ...) in TRAIN, --device on the command line, device= in "
+              "Session.execute or connect",
 }
 
 

@@ -99,9 +99,15 @@ class Channel:
     by the round's graph alone (N clients and its edges; the same every round of a static
     topology), so which links are up never depends on the model or the data; the noise draws
     cover exactly the coordinates received.
+
+    The numpy draws stay on the CPU. The noise generator lives on ``device`` (default the CPU),
+    seeded the same way, so the noise is drawn where it is added: drawing N x d Gaussians on the
+    CPU and copying them over would cost more than a whole GPU round (72 ms for 100 x 95k on one
+    core). A CUDA generator draws other numbers than the CPU one from the same seed.
     """
 
-    def __init__(self, kind: str, *, snr_db: float, g_th: float, dropout: float, seed: int):
+    def __init__(self, kind: str, *, snr_db: float, g_th: float, dropout: float, seed: int,
+                 device: "torch.device | str | None" = None):
         if kind not in CHANNELS:
             raise ValidationError(f"channel must be one of {', '.join(CHANNELS)}, got {kind!r}")
         if not 0.0 <= float(dropout) < 1.0:
@@ -118,8 +124,18 @@ class Channel:
         self.snr = snr_linear(snr_db)
         self.g_th = float(g_th)
         self.dropout = float(dropout)
+        self.seed = int(seed)
         self.rng = np.random.default_rng(seed)
-        self.gen = torch.Generator().manual_seed(int(seed))
+        self.gen = torch.Generator(device=torch.device(device or "cpu")).manual_seed(int(seed))
+
+    @property
+    def device(self) -> torch.device:
+        """Where the noise is drawn (the run's device)."""
+        return self.gen.device
+
+    def randn(self, *size: int) -> torch.Tensor:
+        """Standard Gaussian noise of ``size`` from the noise generator, on its device."""
+        return torch.randn(*size, generator=self.gen, device=self.gen.device)
 
     @property
     def noisy(self) -> bool:
@@ -144,11 +160,20 @@ class Channel:
             else np.zeros_like(power_per_coord)
 
     def state(self) -> dict:
-        return {"rng": self.rng.bit_generator.state, "gen": self.gen.get_state()}
+        return {"rng": self.rng.bit_generator.state, "gen": self.gen.get_state(),
+                "gen_device": self.gen.device.type}
 
-    def set_state(self, state: dict) -> None:
+    def set_state(self, state: dict, round_: int = 0) -> None:
+        """Restore :meth:`state`. A noise-generator state saved on another kind of device
+        (CUDA vs CPU) cannot be continued here: the generator is then re-seeded from the seed
+        and ``round_`` (the checkpoint's round), so the resumed run still draws fresh noise,
+        reproducibly, instead of repeating the noise of its first rounds."""
         self.rng.bit_generator.state = state["rng"]
-        self.gen.set_state(state["gen"])
+        if state.get("gen_device", "cpu") == self.gen.device.type:
+            self.gen.set_state(state["gen"])
+        else:
+            seq = np.random.SeedSequence([self.seed, int(round_), 1])
+            self.gen.manual_seed(int(seq.generate_state(1, dtype=np.uint32)[0]))
 
 
 def noise_std(power_per_coord: np.ndarray, g_min: np.ndarray, snr: float) -> np.ndarray:

@@ -10,6 +10,13 @@ mixing matrix and schedule in use, every round's for a periodic topology (a run 
 must be loaded into a trainer rewired the same way; the round counter decides which round of the
 period comes next). Resuming gives bit-identical rounds to an uninterrupted run with the same seeds,
 configuration and thread count.
+
+Devices: a checkpoint is always read onto the CPU (``map_location="cpu"``), so one written on a
+GPU loads on a machine without CUDA; :func:`load` then moves the models, momentum and rule state
+to the trainer's device (``Trainer.device``). Resuming on another kind of device than the one
+that wrote the checkpoint continues the run (same models, data, masks and link draws) but not
+bit for bit: the arithmetic rounds differently and the channel noise is drawn by that device's
+generator (:meth:`~.channel.Channel.set_state`).
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ __all__ = ["FORMAT", "RESUMABLE_CHANGES", "check_config", "check_owner", "load",
 
 FORMAT = 1
 #: Config fields that may differ between the saved run and the trainer it is loaded into.
-RESUMABLE_CHANGES = frozenset({"rounds", "threads", "target_accuracy", "eval_every"})
+RESUMABLE_CHANGES = frozenset({"rounds", "threads", "target_accuracy", "eval_every", "device"})
 
 
 def _link_dict(links: Any) -> dict[str, torch.Tensor]:
@@ -82,6 +89,7 @@ def state_dict(trainer: Any) -> dict[str, Any]:
         "links": _links(trainer),
         "link_phases": _phases(trainer),
         "owner": dict(getattr(trainer, "checkpoint_owner", None) or {}) or None,
+        "device": str(getattr(trainer, "device", "cpu")),
     }
 
 
@@ -107,11 +115,12 @@ def save(trainer: Any, path: str | os.PathLike) -> None:
 
 
 def read(path: str | os.PathLike) -> dict[str, Any]:
-    """The state saved at ``path``, read safely (no code runs); ExecutionError when it is
-    missing, unreadable, corrupt or not an AirPlan checkpoint."""
+    """The state saved at ``path``, read safely (no code runs) onto the CPU, whatever device
+    wrote it; ExecutionError when it is missing, unreadable, corrupt or not an AirPlan
+    checkpoint."""
     path = Path(path)
     try:
-        state = torch.load(path, weights_only=True)
+        state = torch.load(path, weights_only=True, map_location="cpu")
     except FileNotFoundError:
         raise ExecutionError(f"checkpoint {path} does not exist") from None
     except OSError as exc:
@@ -202,14 +211,16 @@ def load(trainer: Any, path: str | os.PathLike, owner: dict[str, Any] | None = N
             f"checkpoint {path} was taken on a different topology or mixing matrix; build the "
             f"trainer on the topology in use at that time (rewire first if the run was rewired)"
         )
-    trainer.x = state["x"].clone()
-    trainer.m = state["m"].clone()
+    device = getattr(trainer, "device", torch.device("cpu"))
+    trainer.x = _on(state["x"], device)
+    trainer.m = _on(state["m"], device)
     trainer._g = torch.empty_like(trainer.x)
     trainer._scratch = torch.empty_like(trainer.x)
-    trainer.rule.set_state(state["rule"])
+    trainer.rule.set_state({k: v.to(device) if isinstance(v, torch.Tensor) else v
+                            for k, v in state["rule"].items()})      # set_state copies
     trainer.data_rng.bit_generator.state = state["data_rng"]
     trainer.train_gen.set_state(state["train_gen"])
-    trainer.channel.set_state(state["channel"])
+    trainer.channel.set_state(state["channel"], int(state["round"]))
     trainer.round = int(state["round"])
     trainer.initial_loss = state["initial_loss"]
     trainer.rounds_to_target = state["rounds_to_target"]
@@ -218,3 +229,8 @@ def load(trainer: Any, path: str | os.PathLike, owner: dict[str, Any] | None = N
     trainer.test_accuracy = state["test_accuracy"]
     trainer.client_acc = None if state["client_acc"] is None else state["client_acc"].numpy()
     trainer.history = [dict(row) for row in state["history"]]
+
+
+def _on(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A tensor read by :func:`read` (on the CPU) on ``device``: a copy of its own either way."""
+    return tensor.clone() if device.type == "cpu" else tensor.to(device)

@@ -28,6 +28,7 @@ import torch
 
 from ..plans.cliques import decode_cliques
 from .channel import Channel, RoundLinks, Traffic, dbm_to_watt, traffic
+from .device import to_device
 from .gossip import LinkSet, Operator, shrink
 
 
@@ -71,21 +72,23 @@ class CliqueAveraging:
         n_tx = np.bincount(recv, minlength=self.n)
         weight = 1.0 / (1.0 + n_tx)
         delta = x - before
-        mean = Operator(self.n, recv, send, weight[recv], weight).apply(delta)
+        device = x.device
+        mean = Operator(self.n, recv, send, weight[recv], weight,
+                        device=lk.device).apply(delta)
         if channel.noisy and recv.size:
             g_min = np.full(self.n, np.inf)
             np.minimum.at(g_min, recv, rl.h2[lk.edge[up]])
-            norms = (torch.linalg.vector_norm(delta, dim=1).double() ** 2).numpy()
+            norms = (torch.linalg.vector_norm(delta, dim=1).double() ** 2).cpu().numpy()
             power = np.zeros(self.n)
             np.maximum.at(power, recv, weight[recv] ** 2 * norms[send])
             sigma = channel.noise_std(power / d, g_min)
             rows = np.flatnonzero(n_tx > 0)
-            noise = torch.randn(rows.size, d, generator=channel.gen)
-            noise.mul_(torch.from_numpy(sigma[rows]).float().unsqueeze(1))
-            mean.index_add_(0, torch.from_numpy(rows), noise)
+            noise = channel.randn(rows.size, d)
+            noise.mul_(to_device(sigma[rows], device).float().unsqueeze(1))
+            mean.index_add_(0, to_device(rows, device), noise)
             if shrinkage:
                 mean = shrink(mean, delta, sigma)
-        rows = torch.from_numpy(np.flatnonzero(trained))
+        rows = to_device(np.flatnonzero(trained), device)
         x[rows] = before[rows] + mean[rows]
         k_recv = np.full(self.n, d)
         return traffic(k_recv, n_tx, self.slot_of, np.full(recv.size, d), np.zeros(recv.size),

@@ -47,9 +47,13 @@ def topk_indices(v: torch.Tensor, k: int) -> torch.Tensor:
     return torch.topk(v.abs(), k, dim=1, sorted=False).indices
 
 
-def common_mask(d: int, k: int, generator: torch.Generator) -> torch.Tensor:
-    """One shared random support of k coordinates (sorted), drawn from ``generator``."""
-    return torch.randperm(d, generator=generator)[:k].sort().values
+def common_mask(d: int, k: int, generator: torch.Generator,
+                device: torch.device | str | None = None) -> torch.Tensor:
+    """One shared random support of k coordinates (sorted), drawn from ``generator`` on its
+    own device and returned on ``device`` (default: the generator's). The runtime draws it on
+    the CPU for every device, so a run's masks do not depend on where it trains."""
+    indices = torch.randperm(d, generator=generator, device=generator.device)[:k].sort().values
+    return indices if device is None else indices.to(device)
 
 
 @attrs.define
@@ -71,7 +75,8 @@ class Sparse:
 
     def dense(self) -> torch.Tensor:
         """The (N, d) dense tensor with zeros off the support."""
-        out = torch.zeros(self.values.shape[0], self.d, dtype=self.values.dtype)
+        out = torch.zeros(self.values.shape[0], self.d, dtype=self.values.dtype,
+                          device=self.values.device)
         self.add_to(out)
         return out
 
@@ -89,7 +94,8 @@ class Sparse:
 
     def support_mask(self) -> torch.Tensor:
         """Boolean (N, d) mask of each row's support."""
-        mask = torch.zeros(self.values.shape[0], self.d, dtype=torch.bool)
+        mask = torch.zeros(self.values.shape[0], self.d, dtype=torch.bool,
+                           device=self.values.device)
         if self.common:
             mask[:, self.indices] = True
         else:
@@ -112,7 +118,7 @@ def compress(v: torch.Tensor, k: int, mask: str, generator: torch.Generator | No
         if indices is None:
             if generator is None:
                 raise ValidationError("common_randk needs the round's indices or a generator")
-            indices = common_mask(d, k, generator)
+            indices = common_mask(d, k, generator, device=v.device)
         return Sparse(indices, v[:, indices], d)
     raise ValidationError(f"mask must be one of {', '.join(MASKS)}, got {mask!r}")
 
@@ -120,8 +126,8 @@ def compress(v: torch.Tensor, k: int, mask: str, generator: torch.Generator | No
 class ErrorFeedback:
     """Residual memory e (N x d): compress(v + e), then e <- (v + e) - compressed."""
 
-    def __init__(self, n: int, d: int):
-        self.memory = torch.zeros(n, d)
+    def __init__(self, n: int, d: int, device: torch.device | str | None = None):
+        self.memory = torch.zeros(n, d, device=device)
 
     def compress(self, v: torch.Tensor, k: int, mask: str,
                  indices: torch.Tensor | None = None,

@@ -34,6 +34,7 @@ from ..errors import ExecutionError, ValidationError
 from .channel import CHANNELS, Channel, Traffic, dbm_to_watt
 from .clique_averaging import CliqueAveraging, clique_averaging_enabled
 from .compression import MASKS, k_from_ratio
+from .device import DEFAULT_DEVICE, check_device, device_name, resolve_device, to_device
 from .flat import STRATEGIES, GradientEngine, ParamLayout, chunks, client_logits, \
     resolve_strategy, single_logits
 from .gossip import ALGORITHMS, DSGD, Choco, PaperLiteral, check_schedule, link_schedule, \
@@ -148,6 +149,8 @@ class RunConfig:
     ``divergence_factor``: a round whose training loss exceeds this multiple of the first
     minibatch loss (or is not finite) fails the run; :mod:`.metrics` adds the other divergence
     checks (consensus distance, a loss explosion followed by accuracy at chance).
+    ``device``: ``cpu`` (default), ``cuda``, ``cuda:N`` or ``auto`` (:mod:`.device`); it decides
+    where the arithmetic runs, not what is computed, so a checkpoint may resume on another.
     """
 
     model: str = attrs.field(default="mlp", validator=_model_name)
@@ -178,6 +181,7 @@ class RunConfig:
     weight_decay: float = attrs.field(default=0.0, validator=_finite(0.0))
     client_eval_samples: int | None = attrs.field(default=2000)
     divergence_factor: float = attrs.field(default=1e3, validator=_finite(1.0, lo_open=True))
+    device: str = attrs.field(default=DEFAULT_DEVICE, converter=check_device)
 
     def __attrs_post_init__(self) -> None:
         if self.client_eval_samples is not None:
@@ -235,6 +239,7 @@ class RunResult:
     warnings: tuple[str, ...] = ()
     checkpoint_path: str | None = None
     seeds: dict = attrs.field(factory=dict)
+    device: str = DEFAULT_DEVICE
 
 
 @contextlib.contextmanager
@@ -294,9 +299,12 @@ class Trainer:
             )
         self.n = n
         self.topology = topology
+        #: Where the stacked state and the arithmetic live (``config.device`` resolved on this
+        #: machine); the numpy draws (minibatches, dropout, fading) stay on the CPU.
+        self.device = resolve_device(config.device)
         #: One link set per round of the topology's period (one for a static topology): round
         #: t (0-based) mixes over ``link_schedule[t % period]``; ``links`` is the current one.
-        self.link_schedule = link_schedule(topology)
+        self.link_schedule = link_schedule(topology, self.device)
         self.links = self.link_schedule[0]
         self.clique_averaging = (CliqueAveraging(topology, self.links)
                                  if clique_averaging_enabled(topology) else None)
@@ -312,6 +320,8 @@ class Trainer:
             torch.manual_seed(config.train_seed)
             self.model = build_model(config.model, dataset.input_shape, dataset.n_classes)
         self.model.requires_grad_(False)
+        # built on the CPU from the CPU seed, then moved: every device starts from the same model
+        self.model.to(self.device)
         self.layout = ParamLayout(self.model)
         self.d = self.layout.d
         self.k = k_from_ratio(config.k_ratio, self.d)
@@ -320,22 +330,23 @@ class Trainer:
 
         x0 = self.layout.flatten(self.model)
         #: The initial model's norm: the scale a diverging consensus distance is measured by.
-        self.model_scale = float(torch.linalg.vector_norm(x0.double()))
+        self.model_scale = float(torch.linalg.vector_norm(x0.double().cpu()))
         self.x = x0.unsqueeze(0).repeat(n, 1)
         self.m = torch.zeros_like(self.x)
         self._g = torch.empty_like(self.x)
         # persistent buffers: allocating (N x d) tensors every round costs page faults that
         # outweigh the arithmetic for large d
         self._scratch = torch.empty_like(self.x)
-        self._batch_x = torch.empty(n * config.batch_size, *dataset.input_shape)
-        self._batch_y = torch.empty(n * config.batch_size, dtype=torch.int64)
+        self._batch_x = torch.empty(n * config.batch_size, *dataset.input_shape,
+                                    device=self.device)
+        self._batch_y = torch.empty(n * config.batch_size, dtype=torch.int64, device=self.device)
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # read-only arrays, never written
-            self.x_train = torch.from_numpy(dataset.x_train)
-            self.y_train = torch.from_numpy(dataset.y_train)
-            self.x_test = torch.from_numpy(dataset.x_test)
-            self.y_test = torch.from_numpy(dataset.y_test)
+            self.x_train = to_device(dataset.x_train, self.device)
+            self.y_train = to_device(dataset.y_train, self.device)
+            self.x_test = to_device(dataset.x_test, self.device)
+            self.y_test = to_device(dataset.y_test, self.device)
         sizes = np.array([len(ix) for ix in partition.indices], dtype=np.int64)
         self.sizes = sizes
         self.has_data = sizes > 0
@@ -344,13 +355,17 @@ class Trainer:
                            else np.zeros(1, np.int64))
 
         self.data_rng = np.random.default_rng(config.data_seed)
+        # on the CPU whatever the device: the shared masks (d-element permutations, ~2 ms at
+        # d = 200k) are the same draws on every device, and resume across devices keeps them
         self.train_gen = torch.Generator().manual_seed(config.train_seed)
         self.channel = Channel(config.channel, snr_db=config.snr_db, g_th=config.g_th,
-                               dropout=config.dropout, seed=config.channel_seed)
+                               dropout=config.dropout, seed=config.channel_seed,
+                               device=self.device)
         eval_rng = np.random.default_rng([config.data_seed, 1])
         n_test = dataset.n_test
         cap = config.client_eval_samples
-        self.eval_index = (torch.from_numpy(np.sort(eval_rng.choice(n_test, cap, replace=False)))
+        self.eval_index = (to_device(np.sort(eval_rng.choice(n_test, cap, replace=False)),
+                                     self.device)
                            if cap is not None and cap < n_test else None)
 
         if self.algorithm == "dsgd":
@@ -359,7 +374,7 @@ class Trainer:
             self.rule = Choco(n, self.d, self.k, config.mask, self.gamma, x0)
         else:
             self.rule = PaperLiteral(n, self.d, self.k, config.mask, self.gamma,
-                                     config.error_feedback)
+                                     config.error_feedback, device=self.device)
 
         self.round = 0
         self.history: list[dict] = []
@@ -386,7 +401,7 @@ class Trainer:
     def _local_train(self, trainable: np.ndarray) -> float:
         cfg = self.config
         every = bool(trainable.all())
-        rows = None if every else torch.from_numpy(np.flatnonzero(trainable))
+        rows = None if every else to_device(np.flatnonzero(trainable), self.device)
         n_rows = self.n if rows is None else int(rows.numel())
         params = self.x if rows is None else self.x[rows]
         buf = self.m if rows is None else self.m[rows]
@@ -398,7 +413,8 @@ class Trainer:
                 continue
             if rows is not None:
                 idx = idx[trainable]
-            it = torch.from_numpy(idx.reshape(-1))   # index_select: ~4x faster than x[idx2d]
+            # index_select: ~4x faster than x[idx2d]
+            it = to_device(idx.reshape(-1), self.device)
             m = it.numel()
             xb = torch.index_select(self.x_train, 0, it, out=self._batch_x[:m]).view(
                 n_rows, cfg.batch_size, *self.x_train.shape[1:])
@@ -507,13 +523,13 @@ class Trainer:
         """Each client's accuracy on the evaluation subset of the test set, shape (N,)."""
         xs = self.x_test if self.eval_index is None else self.x_test[self.eval_index]
         ys = self.y_test if self.eval_index is None else self.y_test[self.eval_index]
-        correct = torch.zeros(self.n, dtype=torch.int64)
+        correct = torch.zeros(self.n, dtype=torch.int64, device=self.device)
         for cs in chunks(self.n, _EVAL_CLIENTS):
             for sl in chunks(xs.shape[0], _EVAL_SAMPLES):
                 logits = client_logits(self.model, self.layout, self.x[cs], xs[sl],
                                        self.strategy)
                 correct[cs] += (logits.argmax(dim=2) == ys[sl].unsqueeze(0)).sum(dim=1)
-        return (correct.double() / max(1, xs.shape[0])).numpy()
+        return (correct.double() / max(1, xs.shape[0])).cpu().numpy()
 
     def _evaluate(self) -> tuple[float, np.ndarray]:
         self.test_accuracy = self._accuracy(self.average_model())
@@ -617,6 +633,7 @@ class Trainer:
             checkpoint_path=saved,
             seeds={"data_seed": cfg.data_seed, "train_seed": cfg.train_seed,
                    "channel_seed": cfg.channel_seed},
+            device=device_name(self.device),
         )
 
     # ---------------------------------------------------------------------------------------
@@ -634,7 +651,7 @@ class Trainer:
         n = topology.graph.number_of_nodes()
         if n != self.n:
             raise ExecutionError(f"cannot rewire {self.n} clients onto a topology of {n} nodes")
-        schedule = link_schedule(topology)
+        schedule = link_schedule(topology, self.device)
         check_schedule(self.algorithm, self.config.mask, len(schedule))
         if k_ratio is not None and float(k_ratio) != self.config.k_ratio:
             self._recompress(float(k_ratio))

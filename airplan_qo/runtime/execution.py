@@ -46,6 +46,7 @@ from ..data import load, partition
 from ..errors import CatalogLockedError, ExecutionError
 from ..costmodels import ESTIMATORS
 from ..plans.topology import TopologySpec, build
+from .device import DEFAULT_DEVICE, check_device, device_name, resolve_device
 from .engine import RunConfig, RunResult, Trainer
 from ..plans.sla import TARGET_METRICS, first_crossing
 from .monitor import MonitorConfig, Reoptimizer, plan_mixing_p, request_from_json, \
@@ -74,7 +75,7 @@ def derive_seeds(seed: int) -> dict[str, int]:
 
 
 def run_config(workload, plan, rounds: int, target: float | None, seeds: dict[str, int],
-               target_metric: str = "accuracy") -> RunConfig:
+               target_metric: str = "accuracy", device: str = DEFAULT_DEVICE) -> RunConfig:
     ch = plan.channel
     return RunConfig(
         model=workload.model, lr=workload.lr, momentum=workload.momentum,
@@ -82,7 +83,7 @@ def run_config(workload, plan, rounds: int, target: float | None, seeds: dict[st
         k_ratio=plan.k_ratio, algorithm="auto", mask=plan.mask, channel=ch.kind,
         snr_db=ch.snr_db, g_th=ch.g_th, tx_power_dbm=ch.tx_power_dbm,
         bandwidth_hz=ch.bandwidth_hz, dropout=ch.dropout, target_accuracy=target,
-        target_metric=target_metric, **seeds)
+        target_metric=target_metric, device=device, **seeds)
 
 
 @attrs.frozen
@@ -112,6 +113,7 @@ class ExecutionReport:
             "feedback": list(self.feedback),
             "exec_id": self.exec_id,
             "reason": r.reason,
+            "device": r.device,
             **extra,
         }
 
@@ -167,8 +169,8 @@ def _finite(v: Any) -> Any:
 
 
 def execute(catalog: Catalog, result, *, quiet: bool = False, stop_at_target: bool = True,
-            reoptimize: bool | None = None, monitor: MonitorConfig | None = None
-            ) -> ExecutionReport:
+            reoptimize: bool | None = None, monitor: MonitorConfig | None = None,
+            device: str = DEFAULT_DEVICE) -> ExecutionReport:
     """Train the chosen plan of a PlanResult and record everything in the catalog.
 
     By default training stops once the average model reaches the SLA's accuracy target (the
@@ -178,9 +180,12 @@ def execute(catalog: Catalog, result, *, quiet: bool = False, stop_at_target: bo
     ``reoptimize``: monitor the run and re-plan on a trigger (:mod:`.monitor`, thresholds in
     ``monitor``). ``None`` means on for runs that stop at the target (TRAIN) and off for
     whole-budget runs (pilots, evaluations), whose curve must come from one plan.
+
+    ``device``: where to train (``cpu``, ``cuda``, ``cuda:N`` or ``auto``; :mod:`.device`); the
+    device it resolves to is recorded in the execution's ``options`` (``$.device``).
     """
     job, options, reopt_request = prepare(catalog, result, stop_at_target=stop_at_target,
-                                          reoptimize=reoptimize, monitor=monitor)
+                                          reoptimize=reoptimize, monitor=monitor, device=device)
     monitor = monitor or MonitorConfig()
     exec_id = _insert_execution(catalog, job, options)
     reopt = None
@@ -207,24 +212,28 @@ class TrainJob:
 
 
 def prepare(catalog: Catalog, result, *, stop_at_target: bool = True,
-            reoptimize: bool | None = None, monitor: MonitorConfig | None = None
-            ) -> tuple[TrainJob, dict[str, Any], bool]:
+            reoptimize: bool | None = None, monitor: MonitorConfig | None = None,
+            device: str = DEFAULT_DEVICE) -> tuple[TrainJob, dict[str, Any], bool]:
     """Check a PlanResult and build its :class:`TrainJob` and the execution's ``options``
-    (nothing is written). Returns (job, options, whether the run is re-optimised)."""
+    (nothing is written). Returns (job, options, whether the run is re-optimised). The run
+    configuration keeps ``device`` as asked (``auto`` resolves again on resume); ``options``
+    records the device it resolves to here (a device this machine lacks fails now)."""
     if catalog.read_only:
         raise ExecutionError("training needs a writable catalog (it records the execution); "
                              "drop --read-only")
     if result.chosen.plan_id is None:
         raise ExecutionError("the plan was not recorded; cannot execute it")
+    device = check_device(device)
+    resolved = resolve_device(device)
     w = result.request.workload
     seeds = derive_seeds(w.seed)
     config = run_config(w, result.chosen.plan, result.context.round_budget,
                         result.target_accuracy if stop_at_target else None, seeds,
-                        result.request.sla.accuracy_metric)
-    _check_training_memory(w.clients, result.context.d, config.resolved_algorithm)
+                        result.request.sla.accuracy_metric, device=device)
+    _check_training_memory(w.clients, result.context.d, config.resolved_algorithm, resolved)
     options = {"dataset": w.dataset, "clients": w.clients, "workload": w.params(),
                "run_config": config.as_dict(), "planning_run_id": result.planning_run_id,
-               "feedback_basis": feedback_basis(result)}
+               "feedback_basis": feedback_basis(result), "device": device_name(resolved)}
     if reoptimize is None:
         reoptimize = stop_at_target
     if reoptimize:
@@ -287,16 +296,24 @@ def _trainer(w, spec: TopologySpec, config: RunConfig) -> Trainer:
     return Trainer(config, dataset, part, build(spec))
 
 
-def _check_training_memory(n: int, d: int, algorithm: str) -> None:
-    """Refuse, before anything is recorded, a run whose stacked state cannot fit in memory."""
+def _check_training_memory(n: int, d: int, algorithm: str, device=None) -> None:
+    """Refuse, before anything is recorded, a run whose stacked state cannot fit in memory
+    (the GPU's free memory for a CUDA device)."""
     from ..plans.footprint import MEMORY_SHARE, available_memory, gib, training_bytes
 
-    need, available = training_bytes(n, d, algorithm), available_memory()
+    need, where = training_bytes(n, d, algorithm), ""
+    if device is not None and device.type == "cuda":
+        import torch
+
+        available = int(torch.cuda.mem_get_info(device)[0])
+        where = f" on {device_name(device)}"
+    else:
+        available = available_memory()
     if available is not None and need > MEMORY_SHARE * available:
         raise ExecutionError(
             f"training {n} clients of a {d}-parameter model with {algorithm} needs ~{gib(need)} "
             f"for the stacked models and buffers, but only {gib(MEMORY_SHARE * available)} is "
-            "available: use fewer clients or a smaller model")
+            f"available{where}: use fewer clients or a smaller model")
 
 
 def _run(catalog: Catalog, exec_id: int, plan_id: int, w, spec: TopologySpec, config: RunConfig,
@@ -534,10 +551,16 @@ def _execution_row(catalog: Catalog, exec_id: int) -> dict[str, Any]:
     return ex
 
 
-def resume(catalog: Catalog, exec_id: int, *, quiet: bool = False) -> ExecutionReport:
+def resume(catalog: Catalog, exec_id: int, *, quiet: bool = False,
+           device: str | None = None) -> ExecutionReport:
     """Continue an aborted, interrupted or failed execution from its last checkpoint, or from
     round 0 when it has none (a run killed before its first checkpoint). Either way the result
-    equals an uninterrupted run with the same seeds."""
+    equals an uninterrupted run with the same seeds (on the same device).
+
+    ``device``: where to continue; by default the device the execution was asked to use
+    (``auto`` resolves again). Another device continues the run, not bit for bit
+    (docs/runtime.md, Devices); ``options`` then records the new device, and every device the
+    execution trained on under ``$.devices``."""
     if catalog.read_only:
         raise ExecutionError("resuming needs a writable catalog (it records the execution); "
                              "drop --read-only")
@@ -568,9 +591,20 @@ def resume(catalog: Catalog, exec_id: int, *, quiet: bool = False) -> ExecutionR
     plan_row = catalog.query("SELECT * FROM airplan.plans WHERE plan_id = ?", [ex["plan_id"]])[0]
     spec = spec_from_plan_row(plan_row, w.clients)
     config = RunConfig(**options["run_config"])
+    if device is not None:
+        config = attrs.evolve(config, device=check_device(device))
+    resolved = device_name(resolve_device(
+        config.device, hint=f"resume it on the CPU with: airplan resume {exec_id} --device cpu"))
+    previous = options.get("devices") or [options.get("device", "cpu")]
+    options["run_config"] = config.as_dict()
+    options["device"] = resolved
+    if resolved != previous[-1]:
+        options["devices"] = [*previous, resolved]
     reopt, bases = _resumed_reoptimizer(catalog, exec_id, options, w, plan_row, spec)
     catalog.update_row("executions", exec_id, {"status": "running", "reason": None,
                                                "finished_at": None, "heartbeat_at": _now(),
+                                               "options": json.dumps(options, sort_keys=True,
+                                                                     default=str),
                                                **this_owner()})
     return _run(catalog, exec_id, ex["plan_id"], w, spec, config, options["feedback_basis"],
                 quiet=quiet, resume_from=path, reopt=reopt, bases=bases, load_owner=load_owner)

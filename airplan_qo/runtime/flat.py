@@ -212,7 +212,8 @@ def dense_stack_gradients(spec: list[tuple[str, bool]], views: dict[str, torch.T
     total = delta.sum(dim=2, keepdim=True)
     losses = (total.log() + peak - h.gather(2, target)).squeeze(2).mean(dim=1)
     delta.div_(total)
-    delta.scatter_add_(2, target, torch.full(target.shape, -1.0, dtype=delta.dtype))
+    delta.scatter_add_(2, target, torch.full(target.shape, -1.0, dtype=delta.dtype,
+                                             device=delta.device))
     delta.div_(batch)
     for layer in range(len(spec) - 1, -1, -1):
         key, _ = spec[layer]
@@ -269,7 +270,7 @@ class GradientEngine:
             grads, losses = self._vmapped(self.layout.views(params), x, y)
             torch.cat([grads[name].reshape(n, -1) for name in names], dim=1, out=out)
             return losses.detach()
-        losses = torch.empty(n, dtype=params.dtype)
+        losses = torch.empty(n, dtype=params.dtype, device=params.device)
         out.zero_()
         names = self.layout.names
         for i in range(n):

@@ -61,6 +61,8 @@ former neighbours: :func:`check_schedule` refuses CHOCO with top-k masks on a pe
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import scipy.sparse as sp
 import torch
@@ -69,6 +71,7 @@ from ..errors import ExecutionError
 from ..plans.mixing import directed_links, edge_arrays
 from .channel import Channel, RoundLinks, Traffic, traffic
 from .compression import ErrorFeedback, common_mask, compress
+from .device import to_device
 
 __all__ = ["ALGORITHMS", "Choco", "DSGD", "LinkSet", "Operator", "PaperLiteral", "check_schedule",
            "dsgd_mix", "link_schedule"]
@@ -79,7 +82,8 @@ ALGORITHMS = ("auto", "dsgd", "choco", "paper_literal")
 DENSE_MAX_N = 2000
 #: Dense W @ X wins unless W has fewer than N^2 / SPARSE_ADVANTAGE nonzeros (one thread,
 #: d = 4810: ring N = 100 scipy CSR 0.33 ms vs dense 0.66 ms; Erdos-Renyi(0.2) N = 100 2.2 ms
-#: vs 1.1 ms; ring N = 1000 4 ms vs 69 ms; Erdos-Renyi(0.2) N = 1000 257 ms vs 70 ms).
+#: vs 1.1 ms; ring N = 1000 4 ms vs 69 ms; Erdos-Renyi(0.2) N = 1000 257 ms vs 70 ms). The same
+#: rule picks the form on a GPU, where the sparse form is a torch CSR tensor (cuSPARSE).
 SPARSE_ADVANTAGE = 8
 
 
@@ -91,9 +95,10 @@ class LinkSet:
     round, e.g. one-peer) only the directions it weights (:func:`~..plans.mixing.directed_links`).
     Either way W must be doubly stochastic, so that noiseless gossip preserves the average.
     Channel draws stay per undirected edge (``u``, ``v``): a link is up when its edge is.
+    ``device``: where the operators built from it apply (default the CPU).
     """
 
-    def __init__(self, topology):
+    def __init__(self, topology, device: torch.device | str | None = None):
         graph = topology.graph
         n = graph.number_of_nodes()
         if sorted(graph.nodes()) != list(range(n)):
@@ -125,15 +130,18 @@ class LinkSet:
         self.slot_of = topology.schedule.slot_of()
         self.index = {(int(r), int(s)): i for i, (r, s) in enumerate(zip(self.recv, self.send))}
         self.weights = w
+        self.device = torch.device(device or "cpu")
         self._base: Operator | None = None
 
     def operator(self, up: np.ndarray) -> "Operator":
         """W restricted to the up links, with the base self-weights (cached when all are up)."""
         if up.all():
             if self._base is None:
-                self._base = Operator(self.n, self.recv, self.send, self.w, self.diag)
+                self._base = Operator(self.n, self.recv, self.send, self.w, self.diag,
+                                      device=self.device)
             return self._base
-        return Operator(self.n, self.recv[up], self.send[up], self.w[up], self.diag)
+        return Operator(self.n, self.recv[up], self.send[up], self.w[up], self.diag,
+                        device=self.device)
 
     def up(self, links: RoundLinks) -> np.ndarray:
         """Directed-link up mask (2E,) from the round's undirected edge mask."""
@@ -150,39 +158,60 @@ class LinkSet:
 
 class Operator:
     """A per-round N x N linear operator (weights on given links plus a diagonal), applied as
-    dense ``torch.mm`` or scipy CSR by density (see :data:`SPARSE_ADVANTAGE`)."""
+    dense ``torch.mm`` or sparse by density (see :data:`SPARSE_ADVANTAGE`). The sparse form is
+    scipy CSR on the CPU and a torch CSR tensor elsewhere (``torch_sparse=True`` forces the
+    torch form on the CPU too, to test it); the matrix is built in float64 and stored in float32
+    either way."""
 
     def __init__(self, n: int, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray,
-                 diag: np.ndarray | None = None):
+                 diag: np.ndarray | None = None, *, device: torch.device | str | None = None,
+                 torch_sparse: bool | None = None):
+        device = torch.device(device or "cpu")
         nnz = rows.size + (n if diag is not None else 0)
         self.dense = n <= DENSE_MAX_N and nnz * SPARSE_ADVANTAGE >= n * n
+        self.scipy = False
         if self.dense:
             m = np.zeros((n, n), dtype=np.float64)
             np.add.at(m, (rows, cols), vals)
             if diag is not None:
                 m[np.arange(n), np.arange(n)] += diag
-            self.matrix = torch.from_numpy(m.astype(np.float32))
-        else:
-            m = sp.coo_matrix((vals, (rows, cols)), shape=(n, n))
-            if diag is not None:
-                m = m + sp.diags(diag)
-            self.matrix = sp.csr_matrix(m, dtype=np.float32)
+            self.matrix = to_device(m.astype(np.float32), device)
+            return
+        m = sp.coo_matrix((vals, (rows, cols)), shape=(n, n))
+        if diag is not None:
+            m = m + sp.diags(diag)
+        csr = sp.csr_matrix(m, dtype=np.float32)
+        if not (torch_sparse if torch_sparse is not None else device.type != "cpu"):
+            self.scipy = True
+            self.matrix = csr
+            return
+        csr.sort_indices()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)     # "sparse CSR support is in beta"
+            # scipy's canonical CSR is valid by construction: no invariant checks needed
+            self.matrix = torch.sparse_csr_tensor(
+                torch.from_numpy(csr.indptr.astype(np.int64)),
+                torch.from_numpy(csr.indices.astype(np.int64)),
+                torch.from_numpy(csr.data.astype(np.float32)), size=(n, n), device=device,
+                check_invariants=False)
 
     def apply(self, y: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        """operator @ y for y of shape (N, m), float32; the dense form writes into ``out`` when
-        given (the sparse form always returns a new tensor)."""
+        """operator @ y for y of shape (N, m), float32, on ``y``'s device; the dense form
+        writes into ``out`` when given (the sparse forms always return a new tensor)."""
         if self.dense:
             return torch.mm(self.matrix, y) if out is None else torch.mm(self.matrix, y, out=out)
-        return torch.from_numpy(np.ascontiguousarray(self.matrix @ y.contiguous().numpy()))
+        if self.scipy:
+            return torch.from_numpy(np.ascontiguousarray(self.matrix @ y.contiguous().numpy()))
+        return torch.sparse.mm(self.matrix, y.contiguous())
 
 
-def link_schedule(topology) -> tuple[LinkSet, ...]:
+def link_schedule(topology, device: torch.device | str | None = None) -> tuple[LinkSet, ...]:
     """One :class:`LinkSet` per round of the topology's period (W_t = W_{t mod period}); a
-    static topology has one."""
+    static topology has one. ``device``: where their operators apply."""
     rounds = getattr(topology, "rounds", ())
     if not rounds:
-        return (LinkSet(topology),)
-    return tuple(LinkSet(r) for r in rounds)
+        return (LinkSet(topology, device),)
+    return tuple(LinkSet(r, device) for r in rounds)
 
 
 def check_schedule(algorithm: str, mask: str, period: int) -> None:
@@ -209,7 +238,8 @@ def dsgd_mix(x: torch.Tensor, links: LinkSet, up: np.ndarray,
     diag = links.diag.copy()
     down = ~up
     np.add.at(diag, links.recv[down], links.w[down])
-    return Operator(links.n, links.recv[up], links.send[up], links.w[up], diag).apply(x, out)
+    return Operator(links.n, links.recv[up], links.send[up], links.w[up], diag,
+                    device=links.device).apply(x, out)
 
 
 def _received_noise_rows(channel: Channel, power_per_coord: np.ndarray, g_min: np.ndarray,
@@ -238,7 +268,7 @@ def shrink(received: torch.Tensor, own: torch.Tensor, sigma: np.ndarray,
         dev = dev * listen
         energy = (dev.double() ** 2).sum(dim=1)
         m = listen.sum(dim=1).double()
-    noise = m * torch.from_numpy(np.asarray(sigma, dtype=np.float64)) ** 2
+    noise = m * to_device(np.asarray(sigma, dtype=np.float64), energy.device) ** 2
     beta = torch.where(energy > 0, (1.0 - noise / energy.clamp_min(1e-300)).clamp(0.0, 1.0),
                        torch.ones_like(energy))
     return own + beta.float().unsqueeze(1) * dev
@@ -255,20 +285,20 @@ class DSGD:
     def communicate(self, x: torch.Tensor, links: LinkSet, rl: RoundLinks, channel: Channel,
                     scratch: torch.Tensor | None = None, **_: object):
         up, n_tx, g_min = links.receiver_stats(rl)
-        norms = (torch.linalg.vector_norm(x, dim=1).double() ** 2).numpy() if channel.noisy \
-            else None
+        norms = (torch.linalg.vector_norm(x, dim=1).double() ** 2).cpu().numpy() \
+            if channel.noisy else None
         mixed = dsgd_mix(x, links, up, out=scratch)
         if channel.noisy:
             power = np.zeros(self.n)
             np.maximum.at(power, links.recv[up], links.w[up] ** 2 * norms[links.send[up]])
             rows, sigma = _received_noise_rows(channel, power / self.d, g_min, n_tx)
             if rows.size:
-                noise = torch.randn(rows.size, self.d, generator=channel.gen)
-                noise.mul_(torch.from_numpy(sigma[rows]).float().unsqueeze(1))
+                noise = channel.randn(rows.size, self.d)
+                noise.mul_(to_device(sigma[rows], x.device).float().unsqueeze(1))
                 if rows.size == self.n:
                     mixed.add_(noise)
                 else:
-                    mixed.index_add_(0, torch.from_numpy(rows), noise)
+                    mixed.index_add_(0, to_device(rows, x.device), noise)
                 if self.shrinkage:
                     mixed = shrink(mixed, x, sigma)
         k_recv = np.full(self.n, self.d)
@@ -302,8 +332,10 @@ class Choco:
                     train_gen: torch.Generator, scratch: torch.Tensor | None = None,
                     **_: object):
         everyone = bool(rl.active.all())
-        active = torch.from_numpy(rl.active)
-        indices = common_mask(self.d, self.k, train_gen) if self.mask == "common_randk" else None
+        device = x.device
+        active = to_device(rl.active, device)
+        indices = (common_mask(self.d, self.k, train_gen, device=device)
+                   if self.mask == "common_randk" else None)
         q = compress(torch.sub(x, self.xhat, out=scratch), self.k, self.mask, indices=indices)
         if not everyone:
             q.values[~active] = 0.0
@@ -320,7 +352,7 @@ class Choco:
             idx_bits = np.zeros(lids.size)
             fresh += self.ref[idx]
             if channel.noisy:
-                norms = (torch.linalg.vector_norm(sent, dim=1).double() ** 2).numpy()
+                norms = (torch.linalg.vector_norm(sent, dim=1).double() ** 2).cpu().numpy()
                 payload = links.w[lids] ** 2 * norms[links.send[lids]]
                 sigma = self._add_noise(fresh, None, payload, lids, links, k_recv, n_tx, g_min,
                                         channel)
@@ -331,12 +363,13 @@ class Choco:
             support = q.support_mask()
             if not everyone:
                 support[~active] = False
-            adjacency = Operator(self.n, links.recv[lids], links.send[lids], np.ones(lids.size))
+            adjacency = Operator(self.n, links.recv[lids], links.send[lids], np.ones(lids.size),
+                                 device=links.device)
             listen = (adjacency.apply(support.float()) > 0) | support
             listen[~active] = False                             # offline: no refresh
             sent = self.xhat - self.ref
             fresh = dsgd_mix(sent, links, up)
-            k_recv = listen.sum(dim=1).numpy()
+            k_recv = listen.sum(dim=1).cpu().numpy()
             nnz = k_recv[links.recv[lids]].astype(np.float64)
             idx_bits = nnz.copy()
             if channel.noisy:
@@ -344,10 +377,10 @@ class Choco:
                 sq = sent.double() ** 2
                 for lo in range(0, lids.size, 4096):
                     part = lids[lo:lo + 4096]
-                    r = torch.from_numpy(links.recv[part])
-                    s_ = torch.from_numpy(links.send[part])
+                    r = to_device(links.recv[part], device)
+                    s_ = to_device(links.send[part], device)
                     payload[lo:lo + part.size] = (links.w[part] ** 2 * (
-                        listen[r].double() * sq[s_]).sum(dim=1).numpy())
+                        listen[r].double() * sq[s_]).sum(dim=1).cpu().numpy())
             fresh += self.ref
             if channel.noisy:
                 sigma = self._add_noise(fresh, listen, payload, lids, links, k_recv, n_tx,
@@ -374,15 +407,17 @@ class Choco:
         rows = np.flatnonzero(n_tx > 0)
         if not rows.size:
             return sigma
-        scale = torch.from_numpy(sigma).float().unsqueeze(1)
+        device = fresh.device
+        scale = to_device(sigma, device).float().unsqueeze(1)
         if listen is None:
-            noise = torch.randn(rows.size, fresh.shape[1], generator=channel.gen)
-            fresh[torch.from_numpy(rows)] += noise * scale[rows]
+            noise = channel.randn(rows.size, fresh.shape[1])
+            index = to_device(rows, device)
+            fresh[index] += noise * scale[index]
             return sigma
         mask = listen.clone()
-        mask[torch.from_numpy(n_tx == 0)] = False
+        mask[to_device(n_tx == 0, device)] = False
         noise = torch.zeros_like(fresh)
-        noise[mask] = torch.randn(int(mask.sum()), generator=channel.gen)
+        noise[mask] = channel.randn(int(mask.sum()))
         fresh += noise * scale
         return sigma
 
@@ -407,14 +442,17 @@ class PaperLiteral:
 
     name = "paper_literal"
 
-    def __init__(self, n: int, d: int, k: int, mask: str, gamma: float, error_feedback: bool):
+    def __init__(self, n: int, d: int, k: int, mask: str, gamma: float, error_feedback: bool,
+                 device: torch.device | str | None = None):
         self.n, self.d, self.k, self.mask, self.gamma = n, d, k, mask, float(gamma)
-        self.ef = ErrorFeedback(n, d) if error_feedback else None
+        self.ef = ErrorFeedback(n, d, device=device) if error_feedback else None
 
     def communicate(self, x: torch.Tensor, links: LinkSet, rl: RoundLinks, channel: Channel,
                     train_gen: torch.Generator, x_prev: torch.Tensor, **_: object):
-        active = torch.from_numpy(rl.active)
-        indices = common_mask(self.d, self.k, train_gen) if self.mask == "common_randk" else None
+        device = x.device
+        active = to_device(rl.active, device)
+        indices = (common_mask(self.d, self.k, train_gen, device=device)
+                   if self.mask == "common_randk" else None)
         g = x_prev - x
         if self.ef is not None:
             u = self.ef.compress(g, self.k, self.mask, indices=indices, rows=active)
@@ -423,7 +461,7 @@ class PaperLiteral:
             u.values[~active] = 0.0
         up, n_tx, g_min = links.receiver_stats(rl)
         ones = np.ones(int(up.sum()))
-        op = Operator(self.n, links.recv[up], links.send[up], ones)
+        op = Operator(self.n, links.recv[up], links.send[up], ones, device=links.device)
         received = op.apply(u.values if u.common else u.dense())
         lids = np.flatnonzero(up)
         if u.common:
@@ -431,23 +469,22 @@ class PaperLiteral:
             listen = None
         else:
             listen = op.apply(u.support_mask().float()) > 0
-            k_recv = listen.sum(dim=1).numpy()
+            k_recv = listen.sum(dim=1).cpu().numpy()
         if channel.noisy:
-            norms = u.row_norms_sq().numpy()
+            norms = u.row_norms_sq().cpu().numpy()
             power = np.zeros(self.n)
             np.maximum.at(power, links.recv[lids], norms[links.send[lids]])
             rows, sigma = _received_noise_rows(channel, power / np.maximum(k_recv, 1), g_min,
                                                n_tx)
-            sig = torch.from_numpy(sigma).float().unsqueeze(1)
+            sig = to_device(sigma, device).float().unsqueeze(1)
             if u.common:
                 noise = torch.zeros_like(received)
-                noise[torch.from_numpy(rows)] = torch.randn(rows.size, self.k,
-                                                            generator=channel.gen)
+                noise[to_device(rows, device)] = channel.randn(rows.size, self.k)
                 received += noise * sig
             else:
-                listen[torch.from_numpy(n_tx == 0)] = False
+                listen[to_device(n_tx == 0, device)] = False
                 noise = torch.zeros_like(received)
-                noise[listen] = torch.randn(int(listen.sum()), generator=channel.gen)
+                noise[listen] = channel.randn(int(listen.sum()))
                 received += noise * sig
         step = torch.zeros_like(received)
         step[active] = self.gamma * received[active]

@@ -22,6 +22,7 @@ from ..plans.mixing import WEIGHTS
 from ..plans.sla import DEFAULT_SLA, SLA, SLAError, sla_from_expression
 from ..plans.workload import NOT_SETTINGS, WORKLOAD_PARAMS, Workload, coerce_param
 from ..registry import suggest
+from ..runtime.device import check_device
 from .dialect import node_offset
 from .expressions import AnalyzeWorkload, ExplainTrain, Statement, Train
 from .positions import Source
@@ -30,6 +31,9 @@ DEFAULT_ESTIMATORS: tuple[str, ...] = ("paper", "dsgd")
 """Estimator names accepted when the estimator registry cannot be imported."""
 
 _INT_TEXT = re.compile(r"-?[0-9]+\Z")
+#: WITH keys that are execution options, not workload parameters: they say how a TRAIN runs,
+#: not what is planned, so they stay out of the Workload (and of every key derived from it).
+EXECUTION_OPTIONS = ("device",)
 _PARAM_IN_MESSAGE = re.compile(r"parameter '([^']+)'")
 
 
@@ -60,6 +64,8 @@ class BoundTrain:
     budgets: dict[str, float] = attrs.field(factory=dict)
     estimator: str | None = None
     text: str = ""
+    #: ``WITH (device = ...)``, normalised (None: the session's default).
+    device: str | None = None
 
     @property
     def runs_training(self) -> bool:
@@ -82,6 +88,8 @@ class _Binder:
         self.root = root
         self.source = Source(root.source_text)
         self.fallback = root.meta.get("stmt_start", 0)
+        #: execution options found in the WITH clause (see EXECUTION_OPTIONS)
+        self.execution: dict[str, Any] = {}
 
     def error(self, message: str, node: exp.Expr | None, operator: bool = False) -> BindError:
         offset = node_offset(node, operator) if node is not None else None
@@ -116,12 +124,23 @@ class _Binder:
         clause = stmt.args.get("params")
         for setting in clause.expressions if clause else []:
             key = str(setting.this.this).lower()
+            if key in EXECUTION_OPTIONS:
+                if isinstance(stmt, AnalyzeWorkload):
+                    raise self.error(f"'{key}' is an execution option of TRAIN and EXPLAIN "
+                                     "ANALYZE TRAIN; ANALYZE WORKLOAD does not train",
+                                     setting.this)
+                try:
+                    self.execution[key] = check_device(self.value(setting.expression))
+                except ValidationError as e:
+                    raise self.error(str(e), setting.expression) from None
+                continue
             if key in NOT_SETTINGS:
                 raise self.error(f"'{key}' is not a workload setting: {NOT_SETTINGS[key]}",
                                  setting.this)
             if key not in WORKLOAD_PARAMS:
-                raise self.error(f"unknown parameter '{key}'{suggest(key, list(WORKLOAD_PARAMS))}"
-                                 f"; known: {', '.join(sorted(WORKLOAD_PARAMS))}", setting.this)
+                known = [*WORKLOAD_PARAMS, *EXECUTION_OPTIONS]
+                raise self.error(f"unknown parameter '{key}'{suggest(key, known)}"
+                                 f"; known: {', '.join(sorted(known))}", setting.this)
             try:
                 value = coerce_param(key, self.value(setting.expression))
                 if key == "weights":
@@ -311,4 +330,5 @@ def bind(statement: Statement) -> BoundTrain | BoundAnalyze:
         budgets=binder.budgets(train),
         estimator=binder.estimator(train),
         text=text,
+        device=binder.execution.get("device"),
     )

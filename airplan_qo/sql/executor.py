@@ -179,13 +179,15 @@ def format_result(result: Result, fmt: str) -> str:
 def run_script(text: str, *, catalog: str | None, fmt: str = "text",
                read_only: bool = False, quiet: bool = False, allow_external_access: bool = False,
                timeout: float | None = DEFAULT_TIMEOUT, memory_limit: int | str | None = None,
-               threads: int | None = None, progress=None) -> int:
+               threads: int | None = None, progress=None, device: str | None = None) -> int:
     """Run a script from the CLI and print each result; returns the exit status.
-    ``progress``: where the steps of a long planning call go (None: nowhere)."""
+    ``progress``: where the steps of a long planning call go (None: nowhere). ``device``: where
+    its TRAIN statements train unless they say ``WITH (device = ...)`` (None: the CPU)."""
     from ..session import connect
 
     with connect(catalog, read_only=read_only, allow_external_access=allow_external_access,
-                 timeout=timeout, memory_limit=memory_limit, threads=threads) as session:
+                 timeout=timeout, memory_limit=memory_limit, threads=threads,
+                 device=device) as session:
         for result in iter_script(session, text, fmt=fmt, quiet=quiet, progress=progress):
             print(format_result(result, fmt), flush=True)
             note = aborted_note(result)
