@@ -45,6 +45,7 @@ PLAN_FEATURES = (
     "dropout_log_inv_p",    # dropout x topology
     "log_n_log_inv_p",      # network size x topology
     "averaged_log_inv_p",   # Clique Averaging x topology (d_cliques: cliques joined sparsely)
+    "averaged",             # [Clique Averaging]: its own level, as CHOCO has
 )
 #: Features whose coefficients are shrunk harder (interactions).
 PLAN_INTERACTIONS = frozenset(PLAN_FEATURES[4:])
@@ -69,6 +70,7 @@ def plan_features(p_random: float, k: float, zeta2: float, sigma_c2: float, drop
         "log_inv_k_log_inv_p": lk * lp, "dropout_log_inv_p": dropout * lp,
         "log_n_log_inv_p": math.log(max(n, 1)) * lp,
         "averaged_log_inv_p": float(averaged) * lp,
+        "averaged": float(averaged),
     }
 
 
