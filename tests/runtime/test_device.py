@@ -418,8 +418,15 @@ def test_gpu_runs_repeat_within_tolerance(digits, digits_skewed, ring10, kw):
         assert ra["channel_uses"] == rb["channel_uses"]
 
 
+#: Without channel noise a GPU run sees the same data, link draws and masks as the CPU run and
+#: differs only by rounding (with OTA noise it is another noise realisation).
+NOISELESS = [dict(dropout=0.1), dict(k_ratio=0.1, dropout=0.1),
+             dict(k_ratio=0.1, mask="topk", dropout=0.1),
+             dict(model="cnn4", strategy="batched", k_ratio=0.2)]
+
+
 @needs_cuda
-@pytest.mark.parametrize("kw", CASES[:2])
+@pytest.mark.parametrize("kw", NOISELESS)
 def test_gpu_and_cpu_accuracies_are_close(digits, digits_skewed, ring10, kw):
     _, gpu = _run("cuda", digits, digits_skewed, ring10, **kw)
     _, cpu = _run("cpu", digits, digits_skewed, ring10, **kw)
@@ -433,23 +440,28 @@ def test_gpu_sparse_mixing_and_clique_averaging(digits):
     from airplan_qo.data import partition
 
     part = partition("iid", digits.y_train, 60, seed=0)
-    _, gpu = _run("cuda", digits, part, build(TopologySpec.create("ring", 60)), channel="ota",
-                  k_ratio=0.2)
-    _, cpu = _run("cpu", digits, part, build(TopologySpec.create("ring", 60)), channel="ota",
-                  k_ratio=0.2)
+    ring = build(TopologySpec.create("ring", 60))
+    trainer, gpu = _run("cuda", digits, part, ring, k_ratio=0.2, dropout=0.1)
+    assert trainer.links.operator(np.ones(trainer.links.recv.size, bool)).matrix.is_sparse_csr
+    _, cpu = _run("cpu", digits, part, ring, k_ratio=0.2, dropout=0.1)
     assert gpu.final_accuracy == pytest.approx(cpu.final_accuracy, abs=GPU_VS_CPU_ACC_TOL)
+    _, noisy = _run("cuda", digits, part, ring, channel="ota", dropout=0.1)
+    assert noisy.status == "succeeded" and noisy.final_accuracy > 0.5
     cliques = encode_cliques([[0, 2, 4, 6], [1, 3, 5, 7]])
     topo = build(TopologySpec.create("d_cliques", 8, cliques=cliques))
     part = partition("dirichlet", digits.y_train, 8, seed=0, alpha=0.1)
-    _, gpu = _run("cuda", digits, part, topo, channel="ota", dropout=0.1)
-    _, cpu = _run("cpu", digits, part, topo, channel="ota", dropout=0.1)
-    assert gpu.status == "succeeded"
+    _, gpu = _run("cuda", digits, part, topo, dropout=0.1)
+    _, cpu = _run("cpu", digits, part, topo, dropout=0.1)
     assert gpu.final_accuracy == pytest.approx(cpu.final_accuracy, abs=GPU_VS_CPU_ACC_TOL)
+    _, noisy = _run("cuda", digits, part, topo, channel="ota", dropout=0.1)
+    assert noisy.status == "succeeded"
 
 
 @needs_cuda
-def test_gpu_checkpoint_resumes_on_the_cpu_and_back(tmp_path, digits, digits_skewed, ring10):
-    kw = dict(rounds=10, k_ratio=0.1, channel="ota", eval_every=2)
+@pytest.mark.parametrize("channel", ["ideal", "ota"])
+def test_gpu_checkpoint_resumes_on_the_cpu_and_back(tmp_path, digits, digits_skewed, ring10,
+                                                    channel):
+    kw = dict(rounds=10, k_ratio=0.1, channel=channel, dropout=0.1, eval_every=2)
     gpu_full = Trainer(RunConfig(device="cuda", **kw), digits, digits_skewed, ring10).run()
     first = Trainer(RunConfig(device="cuda", **kw), digits, digits_skewed, ring10)
     for _ in range(4):
@@ -468,5 +480,6 @@ def test_gpu_checkpoint_resumes_on_the_cpu_and_back(tmp_path, digits, digits_ske
     assert back.x.device.type == "cuda" and torch.equal(back.x.cpu(), on_cpu.x)
     result = back.run()
     assert result.status == "succeeded" and result.rounds == 10
-    assert result.final_accuracy == pytest.approx(gpu_full.final_accuracy,
-                                                  abs=GPU_VS_CPU_ACC_TOL)
+    if channel == "ideal":      # with noise, the resumed rounds draw another realisation
+        assert result.final_accuracy == pytest.approx(gpu_full.final_accuracy,
+                                                      abs=GPU_VS_CPU_ACC_TOL)
