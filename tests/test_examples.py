@@ -45,3 +45,12 @@ def test_every_example_has_a_docstring(script):
 def test_dropout_reoptimization(tmp_path):
     out = _run("dropout_reoptimization.py", cwd=tmp_path)
     assert "Event: round" in out and "rewired" in out
+
+
+def test_neighbourhood_heterogeneity(tmp_path):
+    out = _run("neighbourhood_heterogeneity.py", cwd=tmp_path)
+    rows = {line.split()[0]: line.split() for line in out.splitlines()[1:]}
+    complete = next(v for k, v in rows.items() if k.startswith("complete"))
+    assert float(complete[-2]) == 30.0 and float(complete[-1]) == 0.0
+    cliques = [v for k, v in rows.items() if k.startswith("d_cliques")]
+    assert cliques and all(float(v[-1]) < 0.05 for v in cliques)     # what the cliques leave

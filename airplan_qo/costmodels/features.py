@@ -47,6 +47,42 @@ def plan_heterogeneity(alpha: float, n_classes: int, plan: PhysicalPlan) -> floa
     return zeta2
 
 
+def label_distributions(label_counts) -> tuple[np.ndarray, np.ndarray]:
+    """(per-client label distributions q (N x C), their mean p) of released counts: p is what
+    averaging with a doubly stochastic W preserves (every client weighs the same in the
+    decentralized objective); a client without counts gets the pooled distribution."""
+    counts = np.asarray(label_counts, dtype=np.float64)
+    pooled = counts.sum(axis=0)
+    pooled = pooled / pooled.sum() if pooled.sum() > 0 else np.full(counts.shape[1],
+                                                                    1.0 / counts.shape[1])
+    tot = counts.sum(axis=1, keepdims=True)
+    q = np.divide(counts, tot, out=np.tile(pooled, (counts.shape[0], 1)), where=tot > 0)
+    return q, q.mean(axis=0)
+
+
+def neighbourhood_heterogeneity(weights, label_counts) -> float:
+    """zeta^2_W / zeta^2: the label heterogeneity left after one mixing step,
+    ``(1/N) sum_i ||sum_j W_ij q_j - p||^2`` over ``(1/N) sum_i ||q_i - p||^2`` (q_j client j's
+    label distribution from the released counts, p their mean). 0 on the complete graph,
+    1 without mixing; about 1 / (degree + 1) for independent clients on a regular graph. 0 when
+    the clients are already identical."""
+    q, p = label_distributions(label_counts)
+    own = float(np.mean(np.sum((q - p) ** 2, axis=1)))
+    if own <= 1e-15:
+        return 0.0
+    mixed = np.asarray(sp.csr_matrix(weights) @ q)
+    return float(np.mean(np.sum((mixed - p) ** 2, axis=1))) / own
+
+
+def effective_neighbours(weights) -> float:
+    """The effective number of neighbours of a mixing matrix, ``1 / mean_i sum_j W_ij^2``
+    (Vogels et al. 2022): N on the complete graph with uniform weights, degree + 1 on a regular
+    graph with uniform weights, 1 without mixing."""
+    w = sp.csr_matrix(weights)
+    rows = np.asarray(w.multiply(w).sum(axis=1)).ravel()
+    return float(1.0 / np.mean(rows))
+
+
 def channel_noise(plan: PhysicalPlan, stats: TopologyStats) -> float:
     """Relative effective noise variance of one OTA aggregation, sigma_c^2.
 
