@@ -265,10 +265,36 @@ def _device_flag(p: argparse.ArgumentParser, text: str) -> None:
     p.add_argument("--device", metavar="DEVICE", help=text)
 
 
+#: One example per command, shown by ``airplan --help`` (and checked by the test suite to parse).
+EXAMPLES = (
+    ("topology", "airplan topology small_world --clients 50 --param k=6"),
+    ("analyze", "airplan analyze digits --clients 20 --param alpha=0.5"),
+    ("explain", 'airplan explain "TRAIN digits ON 20 CLIENTS WITH (alpha = 0.5)"'),
+    ("sql", 'airplan sql "ANALYZE WORKLOAD digits ON 20 CLIENTS; '
+            'EXPLAIN ANALYZE TRAIN digits ON 20 CLIENTS"'),
+    ("shell", "airplan shell --catalog airplan.duckdb"),
+    ("calibrate", "airplan calibrate --pilot digits --clients 20"),
+    ("evaluate", "airplan evaluate --grid quick --out evaluation-quick"),
+    ("resume", "airplan resume 3"),
+    ("abandon", 'airplan abandon 3 --reason "wrong learning rate"'),
+    ("plot", "airplan plot 1 2 --out curves.png"),
+)
+#: What ``airplan`` alone prints (on stderr, exit status 2).
+NO_COMMAND_HINT = ('airplan: no command given; try: airplan explain "TRAIN digits ON 20 CLIENTS" '
+                   "(airplan --help lists every command with an example)")
+
+
+def _examples_epilog() -> str:
+    width = max(len(name) for name, _ in EXAMPLES)
+    lines = ["examples:"] + [f"  {name:<{width}}  {text}" for name, text in EXAMPLES]
+    return "\n".join(lines + ["", "airplan COMMAND --help shows a command's options."])
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="airplan",
-        description="AirPlan-QO: plan, explain and run over-the-air decentralized FL.")
+        description="AirPlan-QO: plan, explain and run over-the-air decentralized FL.",
+        epilog=_examples_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"airplan {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -515,7 +541,7 @@ def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(_globals_after_command(parser, argv))
     if not getattr(args, "func", None):
-        parser.print_help()
+        print(NO_COMMAND_HINT, file=sys.stderr)
         return 2
     from .catalog.store import default_wait, set_default_wait
 

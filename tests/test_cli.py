@@ -176,3 +176,27 @@ def test_wait_must_be_a_non_negative_number(tmp_path, capsys):
                  "SELECT 1"]) == 2
     assert capsys.readouterr().err.strip() == \
         "airplan: error: the lock wait must be a number of seconds >= 0, got -1.0"
+
+
+def test_help_shows_one_parsing_example_per_command(capsys):
+    import shlex
+
+    from airplan_qo.cli import EXAMPLES, build_parser
+
+    parser = build_parser()
+    commands = set(parser._subparsers._group_actions[0].choices)
+    assert {name for name, _ in EXAMPLES} == commands
+    for name, text in EXAMPLES:
+        argv = shlex.split(text)[1:]
+        assert argv[0] == name and parser.parse_args(argv).command == name, text
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert "examples:" in out and 'airplan explain "TRAIN digits' in out
+
+
+def test_no_command_is_a_one_line_hint_and_exit_2(capsys):
+    assert main([]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and len(captured.err.strip().splitlines()) == 1
+    assert "no command given" in captured.err and "airplan --help" in captured.err
