@@ -16,6 +16,8 @@ from typing import Any
 
 import attrs
 
+from .plan import clique_exchange_cost
+
 FORMAT_VERSION = 1
 
 
@@ -87,9 +89,16 @@ def build_tree(result, analyze: dict[str, Any] | None = None) -> Node:
             "k": plan.k_ratio, "coords": pr.coords,
             "mask": "common rand-k (shared seed): one support per round, summed in k/2 uses",
             "residual": "kept in the public replicas (CHOCO)"}))
+    exchange = clique_exchange_cost(plan, result.context.d)
+    if exchange is not None:
+        children.append(Node("Clique Averaging", {
+            "cliques": exchange.cliques, "payload": f"full update, {result.context.d} coords",
+            "slots": exchange.slots, "channel_uses_per_round": exchange.channel_uses,
+            "residual_heterogeneity": plan.topology.param_dict.get("residual")}))
     ota_attrs = {"channel": plan.channel.kind, "algorithm": plan.effective_algorithm,
                  "weights": plan.topology.weights, "slots": stats.slots_per_round,
-                 "channel_uses_per_round": pr.channel_uses}
+                 "channel_uses_per_round": pr.channel_uses - (exchange.channel_uses
+                                                              if exchange else 0.0)}
     if plan.channel.kind == "ota":
         ota_attrs.update({"snr_db": plan.channel.snr_db, "g_th": plan.channel.g_th,
                           "truncation": 1 - plan.channel.active_probability,

@@ -169,25 +169,46 @@ def round_cost(plan: PhysicalPlan, stats: TopologyStats, d: int) -> RoundCost:
     symbols = links * uses_per_payload
     index_bits = math.ceil(math.log2(d)) if plan.k_ratio < 1 and d > 1 else 0
     bits = float(2 * stats.spectra.n_edges * coords * (BITS_PER_COORD + index_bits))
-    sizes = averaged_cliques(plan.topology)
-    if sizes:
-        # Clique Averaging: one more exchange of the full update (d coordinates) inside every
-        # clique; disjoint complete cliques receive in parallel, max(sizes) slots
-        ch = plan.channel
-        full = math.ceil(d / 2)
-        link_down = 1.0 - ch.active_probability * (1 - ch.dropout)
-        mean_deg = sum(c * (c - 1) for c in sizes) / sum(sizes)
-        silent = ch.dropout + (1 - ch.dropout) * link_down ** mean_deg
-        live = 1.0 - silent ** len(sizes) if silent > 0 else 1.0
-        directed = sum(c * (c - 1) for c in sizes)
-        channel_uses += max(sizes) * full * live
-        slots += max(sizes)
-        symbols += directed * ch.active_probability * (1 - ch.dropout) ** 2 * full
-        bits += directed * d * BITS_PER_COORD
+    exchange = clique_exchange_cost(plan, d)
+    if exchange is not None:
+        channel_uses += exchange.channel_uses
+        slots += exchange.slots
+        symbols += exchange.symbols
+        bits += exchange.bits
     return RoundCost(coords=coords, channel_uses=channel_uses, slots=slots,
                      airtime_s=channel_uses * symbol_s,
                      energy_j=plan.channel.tx_power_w * symbol_s * symbols, bits=bits,
                      symbols=symbols)
+
+
+@attrs.frozen
+class CliqueExchange:
+    """Per-round resources of Clique Averaging's exchange (part of a plan's :class:`RoundCost`)."""
+
+    cliques: int
+    slots: int
+    channel_uses: float
+    symbols: float
+    bits: float
+
+
+def clique_exchange_cost(plan: PhysicalPlan, d: int) -> CliqueExchange | None:
+    """Clique Averaging's exchange of the full update (d coordinates) inside every clique: the
+    cliques are disjoint and complete, so they receive in parallel in max(sizes) slots (scaled
+    by the probability that a slot has a live receiver); None without Clique Averaging."""
+    sizes = averaged_cliques(plan.topology)
+    if not sizes:
+        return None
+    ch = plan.channel
+    full = math.ceil(d / 2)
+    link_down = 1.0 - ch.active_probability * (1 - ch.dropout)
+    mean_deg = sum(c * (c - 1) for c in sizes) / sum(sizes)
+    silent = ch.dropout + (1 - ch.dropout) * link_down ** mean_deg
+    live = 1.0 - silent ** len(sizes) if silent > 0 else 1.0
+    directed = sum(c * (c - 1) for c in sizes)
+    return CliqueExchange(len(sizes), max(sizes), max(sizes) * full * live,
+                          directed * ch.active_probability * (1 - ch.dropout) ** 2 * full,
+                          float(directed * d * BITS_PER_COORD))
 
 
 def averaged_cliques(spec: TopologySpec) -> list[int]:

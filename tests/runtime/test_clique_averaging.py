@@ -150,3 +150,21 @@ def test_training_with_clique_averaging_resumes_bit_identically(tmp_path):
     resumed = run(resume=tmp_path / "ck.pt")
     assert torch.equal(full.x, resumed.x)
     db.close()
+
+
+def test_explain_shows_the_clique_exchange_beside_the_gossip_step():
+    import re
+
+    db = aq.connect(":memory:")
+    db.sql("ANALYZE WORKLOAD digits ON 30 CLIENTS WITH (alpha = 0.1)")
+    text = db.sql("EXPLAIN TRAIN digits ON 30 CLIENTS WITH (alpha = 0.1) "
+                  "USING TOPOLOGY d_cliques USING SPARSITY 1")[-1].text
+    assert "->  Clique Averaging" in text
+    per_round = float(re.search(r"per_round_cost=([\d.]+)", text).group(1))
+    uses = [float(v) for v in re.findall(r"channel_uses_per_round=([\d.]+)", text)]
+    assert len(uses) == 2 and sum(uses) == pytest.approx(per_round)
+    assert re.search(r"Clique Averaging\n\s+payload=\"full update, \d+ coords\" slots=10", text)
+    plain = db.sql("EXPLAIN TRAIN digits ON 30 CLIENTS WITH (alpha = 0.1) "
+                   "USING TOPOLOGY d_cliques(averaging = 'none') USING SPARSITY 1")[-1].text
+    assert "Clique Averaging" not in plain
+    db.close()
