@@ -5,8 +5,10 @@ the normalised Laplacian, and the gap of the mixing matrix W actually applied. D
 p = 1 - rho^2 with rho = max |eigenvalue| of W - 11^T/n (Koloskova et al. 2020); all are reported.
 
 Solvers: closed forms for the ring and the complete graph; dense ``eigvalsh`` up to
-``DENSE_LIMIT`` nodes; beyond, ARPACK on the two smallest eigenvalues of the (PSD, known-null)
-matrix with LOBPCG as fallback, each checked by its residual ||M x - lambda x||.
+``DENSE_LIMIT`` nodes; beyond, plain Lanczos on the (PSD, known-null) matrix with its kernel
+shifted to the top (both ends from one run), LOBPCG with an algebraic-multigrid preconditioner
+(pyamg, optional) when the matrix is ill-conditioned, and ARPACK then Jacobi-preconditioned
+LOBPCG as the fallback; every eigenvalue is checked by its residual ||M x - lambda x||.
 Gaps are computed from I - W directly, so tiny gaps keep their relative precision.
 """
 
@@ -89,7 +91,8 @@ def graph_lambda2(graph: nx.Graph, family: str | None = None) -> tuple[float, fl
     if n <= DENSE_LIMIT:
         lam2, m1 = graph.graph["_laplacian_extremes"][0], "dense"
     else:
-        lam2, m1 = second_smallest(lap, np.ones(n))
+        lam2, lam_max, m1 = _extremes(lap, np.ones(n))
+        graph.graph["_laplacian_extremes"] = (lam2, lam_max)
     lam2n, m2 = second_smallest(norm_lap, np.sqrt(deg))
     return lam2, lam2n, m1 if m1 == m2 else f"{m1}+{m2}"
 
@@ -110,8 +113,9 @@ def laplacian_extremes(graph: nx.Graph) -> tuple[float, float]:
         ev = np.linalg.eigvalsh(lap.toarray())
         graph.graph["_laplacian_extremes"] = (float(ev[1]), float(ev[-1]))
         return graph.graph["_laplacian_extremes"]
-    lam2, _ = second_smallest(lap, np.ones(n))
-    return lam2, _largest(lap)
+    lam2, lam_max, _ = _extremes(lap, np.ones(n))
+    graph.graph["_laplacian_extremes"] = (lam2, lam_max)
+    return lam2, lam_max
 
 
 def _mixing_gap(graph: nx.Graph, w: sp.spmatrix, family: str | None) -> tuple[float, float]:
@@ -134,8 +138,7 @@ def _mixing_gap(graph: nx.Graph, w: sp.spmatrix, family: str | None) -> tuple[fl
         eig_i_minus_w = np.linalg.eigvalsh(np.eye(n) - w.toarray())[1:]
     else:
         i_minus_w = (sp.identity(n, format="csr") - w).tocsr()
-        small, _ = second_smallest(i_minus_w, np.ones(n))
-        large = _largest(i_minus_w)
+        small, large, _ = _extremes(i_minus_w, np.ones(n))
         eig_i_minus_w = np.array([small, large])
     # W's eigenvalues are 1 - e, so 1 - |1 - e| is a tent in e and its minimum over the
     # non-consensus spectrum (the gap) is reached at the smallest or the largest e.
@@ -161,10 +164,45 @@ def mixing_rho(w: sp.spmatrix) -> float:
 
 
 def second_smallest(m: sp.spmatrix, null: np.ndarray) -> tuple[float, str]:
-    """Second-smallest eigenvalue of a PSD matrix whose kernel is spanned by ``null``."""
+    """Second-smallest eigenvalue of a PSD matrix whose kernel is spanned by ``null``.
+
+    Dense up to :data:`DENSE_LIMIT`; beyond, Lanczos (:func:`_lanczos_extremes`), then LOBPCG
+    with an algebraic-multigrid preconditioner when the matrix is ill-conditioned (lambda2 tiny
+    against ||M||) and pyamg is installed, then ARPACK and Jacobi-preconditioned LOBPCG. Every
+    eigenpair is accepted only after its residual check (:func:`eigenpair_ok`).
+    """
     n = m.shape[0]
     if n <= DENSE_LIMIT:
         return float(np.linalg.eigvalsh(m.toarray())[1]), "dense"
+    small, _large, ill = _lanczos_extremes(m, null, largest=False)
+    if small is not None:
+        return small, "lanczos"
+    return _fallback_second_smallest(m, null, ill)
+
+
+def _fallback_second_smallest(m: sp.spmatrix, null: np.ndarray, ill: bool) -> tuple[float, str]:
+    if ill:
+        amg = _amg_lobpcg(m, null)
+        if amg is not None:
+            return amg, "lobpcg"
+    return _arpack_second_smallest(m, null)
+
+
+def _extremes(m: sp.spmatrix, null: np.ndarray) -> tuple[float, float, str]:
+    """(lambda2, lambda_max, method) of a PSD matrix with kernel ``null``, from one Lanczos run
+    where it converges (each end falls back on its own)."""
+    small, large, ill = _lanczos_extremes(m, null)
+    method = "lanczos"
+    if small is None:
+        small, method = _fallback_second_smallest(m, null, ill)
+    if large is None:
+        large = _arpack_largest(m)
+    return small, large, method
+
+
+def _arpack_second_smallest(m: sp.spmatrix, null: np.ndarray) -> tuple[float, str]:
+    """ARPACK on the two smallest eigenvalues, then Jacobi-preconditioned LOBPCG."""
+    n = m.shape[0]
     null = null / np.linalg.norm(null)
     rng = np.random.default_rng(0)
     try:
@@ -188,12 +226,170 @@ def second_smallest(m: sp.spmatrix, null: np.ndarray) -> tuple[float, str]:
 
 
 def _largest(m: sp.spmatrix) -> float:
+    """Largest eigenvalue of a symmetric matrix: Lanczos, ARPACK when it does not converge."""
+    if m.shape[0] > DENSE_LIMIT:
+        _small, large, _ill = _lanczos_extremes(m, None, smallest=False)
+        if large is not None:
+            return large
+    return _arpack_largest(m)
+
+
+def _arpack_largest(m: sp.spmatrix) -> float:
     return float(sla.eigsh(m, k=1, which="LA", return_eigenvectors=False, tol=1e-10)[0])
 
 
 def _residual(m, x, lam) -> float:
     x = x / np.linalg.norm(x)
     return float(np.linalg.norm(m @ x - lam * x))
+
+
+def norm_bound(m: sp.spmatrix) -> float:
+    """max_i sum_j |m_ij|, an upper bound of ||m||_2 (Gershgorin) for a symmetric m."""
+    return float(abs(sp.csr_matrix(m)).sum(axis=1).max()) if m.shape[0] else 0.0
+
+
+def eigenpair_ok(m: sp.spmatrix, x: np.ndarray, lam: float, norm: float | None = None) -> bool:
+    """The residual check every iterative eigenvalue passes: ||M x - lam x|| / ||x|| at most
+    :data:`RESIDUAL_TOL` times ||M|| (its bound :func:`norm_bound` unless ``norm`` is given)."""
+    nx_ = float(np.linalg.norm(x))
+    if not np.isfinite(lam) or not nx_ > 0.0:
+        return False
+    norm = norm_bound(m) if norm is None else norm
+    return _residual(m, np.asarray(x, dtype=np.float64), lam) <= RESIDUAL_TOL * max(norm, 1e-300)
+
+
+#: Lanczos stops once the estimated residual of the wanted Ritz pairs is below this times
+#: the Ritz value (smallest) or ||M|| (largest).
+LANCZOS_TOL = 1e-9
+#: At most this many Lanczos steps; its basis is kept in float32 within LANCZOS_MEMORY bytes.
+LANCZOS_MAX_STEPS = 1500
+LANCZOS_MEMORY = 2 << 30
+#: After this many steps, a smallest Ritz value below ILL_CONDITIONED * ||M|| marks the matrix
+#: as ill-conditioned: LOBPCG with an AMG preconditioner converges much faster there.
+PROBE_STEPS = 100
+ILL_CONDITIONED = 1e-3
+
+
+def _lanczos_extremes(m: sp.spmatrix, null: np.ndarray | None, *, smallest: bool = True,
+                      largest: bool = True) -> tuple[float | None, float | None, bool]:
+    """(lambda_min, lambda_max, ill_conditioned) of a symmetric M on the complement of ``null``.
+
+    Plain Lanczos (three-term recurrence, no reorthogonalisation) on M + s q q^T with
+    s = 3 ||M||, q = null / ||null||: the kernel moves to an isolated top eigenvalue, which costs
+    one step, and lambda_max is the largest Ritz value below 2 ||M||. Ritz values converge to the
+    extreme eigenvalues despite the loss of orthogonality; the run stops at the first step where
+    every wanted pair is converged by the estimate beta_j |s_j|, before ghost copies appear. Each
+    Ritz vector is then formed from the stored basis and residual-checked on M; a failed check, a
+    run past the step budget or an ill-conditioned probe returns None for that end.
+    """
+    n = m.shape[0]
+    m = sp.csr_matrix(m, dtype=np.float64)
+    norm = norm_bound(m)
+    if norm == 0.0:
+        return None, None, False
+    shift = 3.0 * norm
+    q = None if null is None else null / np.linalg.norm(null)
+    max_steps = int(min(n, LANCZOS_MAX_STEPS, max(10, LANCZOS_MEMORY // (4 * n))))
+    v = np.random.default_rng(0).standard_normal(n)
+    v /= np.linalg.norm(v)
+    v_prev = np.zeros(n)
+    basis = np.empty((max_steps, n), dtype=np.float32)
+    alpha, beta = [], []
+    b = 0.0
+    done_small = done_large = None
+    for j in range(max_steps):
+        basis[j] = v
+        w = m @ v
+        if q is not None:
+            w += (shift * float(q @ v)) * q
+        a = float(v @ w)
+        w -= a * v
+        w -= b * v_prev
+        b = float(np.linalg.norm(w))
+        alpha.append(a)
+        beta.append(b)
+        steps = j + 1
+        exhausted = b <= 1e-12 * norm
+        if exhausted or steps % 10 == 0 or steps == max_steps:
+            done_small, done_large, theta_min = _ritz(alpha, beta, norm, smallest, largest,
+                                                      exhausted)
+            if (not smallest or done_small) and (not largest or done_large):
+                break
+            if (smallest and steps == PROBE_STEPS and q is not None
+                    and theta_min < ILL_CONDITIONED * norm and _have_pyamg()):
+                return None, None, True
+        if exhausted:
+            break
+        v_prev, v = v, w / b
+    else:
+        return None, None, False
+    out = []
+    for want, done in ((smallest, done_small), (largest, done_large)):
+        if not want or not done:
+            out.append(None)
+            continue
+        theta, s = done
+        x = (s.astype(np.float32) @ basis[:steps]).astype(np.float64)
+        out.append(theta if eigenpair_ok(m, x, theta, norm) else None)
+    return out[0], out[1], False
+
+
+def _ritz(alpha, beta, norm, smallest, largest, exhausted):
+    """Converged extreme Ritz pairs (theta, s) of the tridiagonal T_j, or None, and min theta."""
+    from scipy.linalg import eigh_tridiagonal
+
+    d, e = np.asarray(alpha), np.asarray(beta[:-1])
+    b_last = 0.0 if exhausted else beta[-1]
+    theta = eigh_tridiagonal(d, e, eigvals_only=True) if len(d) > 1 else d.copy()
+
+    def pair(k, scale):
+        if len(d) == 1:
+            y = np.ones(1)
+        else:
+            y = eigh_tridiagonal(d, e, select="i", select_range=(k, k))[1][:, 0]
+        t = float(theta[k])
+        return (t, y) if b_last * abs(y[-1]) <= LANCZOS_TOL * scale else None
+
+    small = pair(0, max(abs(float(theta[0])), 1e-300)) if smallest else None
+    large = None
+    if largest:
+        k = int(np.searchsorted(theta, 2.0 * norm)) - 1  # the largest below the moved kernel
+        large = pair(k, norm) if k >= 0 else None
+    return small, large, float(theta[0])
+
+
+def _have_pyamg() -> bool:
+    try:
+        import pyamg  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _amg_lobpcg(m: sp.spmatrix, null: np.ndarray) -> float | None:
+    """lambda2 by LOBPCG preconditioned with pyamg's smoothed aggregation (None when pyamg is
+    missing or the result fails its residual check)."""
+    try:
+        import pyamg
+    except ImportError:
+        return None
+    n = m.shape[0]
+    m = sp.csr_matrix(m, dtype=np.float64)
+    norm = norm_bound(m)
+    q = null / np.linalg.norm(null)
+    ml = pyamg.smoothed_aggregation_solver(m, B=q[:, None], symmetry="symmetric")
+    x0 = np.random.default_rng(0).standard_normal((n, 2))
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        vals, vecs = sla.lobpcg(m, x0, Y=q[:, None], M=ml.aspreconditioner(), largest=False,
+                                tol=1e-9 * norm, maxiter=AMG_MAX_ITER)
+    i = int(np.argmin(vals))
+    return float(vals[i]) if eigenpair_ok(m, vecs[:, i], float(vals[i]), norm) else None
+
+
+AMG_MAX_ITER = 300
 
 
 def periodic_spectral_stats(rounds) -> SpectralStats:
