@@ -94,3 +94,88 @@ def test_star_spectrum():
     s = spectral_stats(g, _mh(g), family="star")
     assert s.lambda2_laplacian == pytest.approx(1.0)
     assert isinstance(sp.csr_matrix(_mh(g)), sp.csr_matrix)
+
+
+def _dense_second_and_last(m):
+    ev = np.linalg.eigvalsh(m.toarray())
+    return ev[1], ev[-1]
+
+
+@pytest.mark.parametrize("family,kw", [("small_world", {"k": 6}), ("k_regular", {}),
+                                       ("clustered", {"c": 40})])
+def test_lanczos_matches_dense_on_a_few_thousand_nodes(family, kw):
+    g = build_graph(family, 3000, seed=1, **kw)
+    w = _mh(g)
+    n = g.number_of_nodes()
+    for m, null in ((laplacian(g), np.ones(n)),
+                    (laplacian(g, normed=True), np.sqrt(spectra.degrees(g))),
+                    ((sp.identity(n, format="csr") - w).tocsr(), np.ones(n))):
+        small, large, ill = spectra._lanczos_extremes(m, null)
+        ref_small, ref_large = _dense_second_and_last(m)
+        assert not ill
+        assert small == pytest.approx(ref_small, rel=1e-6)
+        assert large == pytest.approx(ref_large, rel=1e-6)
+    s = spectral_stats(g, w)
+    assert s.method == "lanczos"
+
+
+def test_amg_lobpcg_matches_dense_on_an_ill_conditioned_torus():
+    pytest.importorskip("pyamg")
+    g = build_graph("torus", 2500)  # 50 x 50: lambda2 ~ 0.016 against lambda_max = 8
+    n = g.number_of_nodes()
+    for m, null in ((laplacian(g), np.ones(n)),
+                    ((sp.identity(n, format="csr") - _mh(g)).tocsr(), np.ones(n))):
+        ref = _dense_second_and_last(m)[0]
+        assert spectra._amg_lobpcg(m, null) == pytest.approx(ref, rel=1e-6)
+
+
+def test_ill_conditioned_matrix_goes_to_amg(monkeypatch):
+    pytest.importorskip("pyamg")
+    monkeypatch.setattr(spectra, "DENSE_LIMIT", 100)
+    n = 3000
+    g = nx.path_graph(n)  # lambda2 ~ 1e-6 against lambda_max ~ 4
+    small, large, ill = spectra._lanczos_extremes(laplacian(g), np.ones(n))
+    assert ill and small is None
+    lam, method = second_smallest(laplacian(g), np.ones(n))
+    assert method == "lobpcg"
+    assert lam == pytest.approx(2 - 2 * math.cos(math.pi / n), rel=1e-6)
+
+
+def test_residual_check_rejects_a_wrong_eigenpair():
+    g = build_graph("small_world", 3000, seed=2, k=6)
+    lap = laplacian(g)
+    ev, vecs = np.linalg.eigh(lap.toarray())
+    x = vecs[:, 1]
+    assert spectra.eigenpair_ok(lap, x, ev[1])
+    assert not spectra.eigenpair_ok(lap, x, ev[1] * (1 + 1e-3))   # wrong value
+    assert not spectra.eigenpair_ok(lap, vecs[:, 1] + 1e-3 * vecs[:, 2], ev[1])  # wrong vector
+    assert not spectra.eigenpair_ok(lap, np.zeros(3000), ev[1])
+    assert not spectra.eigenpair_ok(lap, x, float("nan"))
+
+
+def test_failed_residual_check_falls_back_to_arpack(monkeypatch):
+    g = build_graph("small_world", 3000, seed=2, k=6)
+    lap = laplacian(g)
+    n = lap.shape[0]
+    ref = np.linalg.eigvalsh(lap.toarray())[1]
+    # every Ritz pair fails its check: Lanczos reports nothing and ARPACK answers
+    monkeypatch.setattr(spectra, "eigenpair_ok", lambda *a, **k: False)
+    small, large, _ = spectra._lanczos_extremes(lap, np.ones(n))
+    assert small is None and large is None
+    lam, method = second_smallest(lap, np.ones(n))
+    assert method == "arpack"
+    assert lam == pytest.approx(ref, rel=1e-6)
+
+
+def test_large_n_spectral_stats_match_arpack(monkeypatch):
+    g = build_graph("small_world", 2500, seed=4, k=6)
+    w = _mh(g)
+    dense = spectral_stats(g, w)
+    monkeypatch.setattr(spectra, "DENSE_LIMIT", 1000)
+    g2 = build_graph("small_world", 2500, seed=4, k=6)
+    fast = spectral_stats(g2, w)
+    assert fast.method == "lanczos"
+    for f in ("lambda2_laplacian", "lambda2_normalized", "mixing_gap", "mixing_rho"):
+        assert getattr(fast, f) == pytest.approx(getattr(dense, f), rel=1e-6)
+    assert spectra.laplacian_extremes(g2) == pytest.approx(
+        _dense_second_and_last(laplacian(g2)), rel=1e-6)
