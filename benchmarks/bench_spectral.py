@@ -1,12 +1,20 @@
-"""Spectral statistics at scale: small_world(k=6) and ring at N in {1e3, 1e4, 1e5}.
+"""Spectral statistics at scale: small_world(k=6) and ring at N in {1e3, 1e4, 1e5} (up to 1e6).
 
 Each configuration runs in a fresh subprocess so its peak memory (ru_maxrss) is its own.
-Prints one JSON document: per configuration the seconds to build the graph and W, to compute
-the spectra, to colour G^2, the solver used, and peak RSS in MiB.
+Prints one JSON document: per configuration and eigensolver the seconds to build the graph and
+W, to compute the spectra, to colour G^2, the method the spectra report, and peak RSS in MiB;
+then, per family and N, each solver's spectra time as a ratio to the default solver's and the
+largest relative difference of its lambda2 / normalised lambda2 / mixing gap from the default's.
 
-    python benchmarks/bench_spectral.py [--sizes 1000 10000 100000] [--families small_world ring]
+    python benchmarks/bench_spectral.py [--sizes 1000 10000 100000 1000000]
+        [--families small_world ring] [--solvers default arpack amg] [--timeout 900]
 
-Target on a 2-core CPU: small_world at N = 1e5 under 30 s and 4 GiB.
+Solvers: ``default`` is what the planner runs (Lanczos, multigrid LOBPCG for ill-conditioned
+matrices when pyamg is installed, ARPACK as the fallback); ``arpack`` forces the fallback alone
+(ARPACK, then Jacobi-preconditioned LOBPCG: the solver of earlier versions); ``amg`` forces
+LOBPCG with pyamg's smoothed-aggregation preconditioner for every lambda2 (largest eigenvalues
+by ARPACK). Targets on a 2-core CPU: small_world at N = 1e5 under 2 s of spectra, at N = 1e6
+under 30 s.
 """
 
 from __future__ import annotations
@@ -20,14 +28,26 @@ import sys
 import time
 
 PARAMS = {"small_world": {"k": 6}, "ring": {}}
+SOLVERS = ("default", "arpack", "amg")
 
 
-def run_one(family: str, n: int, seed: int) -> dict:
+def _force(solver: str) -> None:
+    """Route every iterative eigenvalue of airplan_qo.plans.spectra to one solver."""
+    from airplan_qo.plans import spectra
+
+    if solver == "arpack":
+        spectra._lanczos_extremes = lambda m, null, **kw: (None, None, False)
+    elif solver == "amg":
+        spectra._lanczos_extremes = lambda m, null, **kw: (None, None, null is not None)
+
+
+def run_one(family: str, n: int, seed: int, solver: str = "default") -> dict:
     from airplan_qo.plans.families import build_graph
     from airplan_qo.plans.mixing import WEIGHTS
     from airplan_qo.plans.schedule import ota_schedule
     from airplan_qo.plans.spectra import spectral_stats
 
+    _force(solver)
     t0 = time.perf_counter()
     graph = build_graph(family, n, seed=seed, **PARAMS.get(family, {}))
     w = WEIGHTS.get("metropolis_hastings")(graph)
@@ -37,8 +57,9 @@ def run_one(family: str, n: int, seed: int) -> dict:
     schedule = ota_schedule(graph)
     t3 = time.perf_counter()
     return {
-        "family": family, "n": n, "build_s": round(t1 - t0, 3), "spectra_s": round(t2 - t1, 3),
-        "schedule_s": round(t3 - t2, 3), "total_s": round(t3 - t0, 3), "method": stats.method,
+        "family": family, "n": n, "solver": solver, "build_s": round(t1 - t0, 3),
+        "spectra_s": round(t2 - t1, 3), "schedule_s": round(t3 - t2, 3),
+        "total_s": round(t3 - t0, 3), "method": stats.method,
         "lambda2_laplacian": stats.lambda2_laplacian,
         "lambda2_normalized": stats.lambda2_normalized, "mixing_gap": stats.mixing_gap,
         "slots_per_round": schedule.slots_per_round,
@@ -46,27 +67,60 @@ def run_one(family: str, n: int, seed: int) -> dict:
     }
 
 
+def compare(rows: list[dict]) -> list[dict]:
+    """Per family and N: each solver's spectra time over the default's, and how far its values
+    are from the default's (largest relative difference)."""
+    out = []
+    for row in rows:
+        if row["solver"] == "default" or "spectra_s" not in row:
+            continue
+        base = next((r for r in rows if r["family"] == row["family"] and r["n"] == row["n"]
+                     and r["solver"] == "default" and "spectra_s" in r), None)
+        if base is None:
+            continue
+        diff = max(abs(row[k] - base[k]) / abs(base[k])
+                   for k in ("lambda2_laplacian", "lambda2_normalized", "mixing_gap"))
+        out.append({"family": row["family"], "n": row["n"], "solver": row["solver"],
+                    "method": row["method"], "default_method": base["method"],
+                    "spectra_ratio": round(row["spectra_s"] / max(base["spectra_s"], 1e-9), 2),
+                    "max_rel_diff": float(f"{diff:.2e}")})
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 100000])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 100000],
+                        help="numbers of nodes (up to 1000000 and beyond)")
     parser.add_argument("--families", nargs="+", default=["small_world", "ring"])
+    parser.add_argument("--solvers", nargs="+", default=["default", "arpack"], choices=SOLVERS)
+    parser.add_argument("--timeout", type=float, default=900.0,
+                        help="seconds one configuration may run before it is reported as such")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--one", nargs=2, metavar=("FAMILY", "N"), help=argparse.SUPPRESS)
+    parser.add_argument("--one", nargs=3, metavar=("FAMILY", "N", "SOLVER"),
+                        help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if any(n < 2 for n in args.sizes):
+        parser.error("--sizes must be integers >= 2")
     if args.one:
-        print(json.dumps(run_one(args.one[0], int(args.one[1]), args.seed)))
+        print(json.dumps(run_one(args.one[0], int(args.one[1]), args.seed, args.one[2])))
         return
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     rows = []
     for family in args.families:
         for n in args.sizes:
-            out = subprocess.run([sys.executable, __file__, "--one", family, str(n),
-                                  "--seed", str(args.seed)],
-                                 capture_output=True, text=True, env=env, check=True)
-            rows.append(json.loads(out.stdout))
-            print(json.dumps(rows[-1]), file=sys.stderr)
-    print(json.dumps({"benchmark": "spectral", "load_avg": os.getloadavg(), "results": rows},
-                     indent=2))
+            for solver in args.solvers:
+                cmd = [sys.executable, __file__, "--one", family, str(n), solver,
+                       "--seed", str(args.seed)]
+                try:
+                    out = subprocess.run(cmd, capture_output=True, text=True, env=env,
+                                         check=True, timeout=args.timeout)
+                    rows.append(json.loads(out.stdout))
+                except subprocess.TimeoutExpired:
+                    rows.append({"family": family, "n": n, "solver": solver,
+                                 "timed_out_s": args.timeout})
+                print(json.dumps(rows[-1]), file=sys.stderr)
+    print(json.dumps({"benchmark": "spectral", "load_avg": os.getloadavg(), "results": rows,
+                      "against_default": compare(rows)}, indent=2))
 
 
 if __name__ == "__main__":
