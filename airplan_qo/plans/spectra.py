@@ -85,6 +85,7 @@ def graph_lambda2(graph: nx.Graph, family: str | None = None) -> tuple[float, fl
         return lam2, lam2 / 2.0, "closed-form"
     lap = laplacian(graph)
     deg = degrees(graph)
+    fiedler = None
     if n <= DENSE_LIMIT:
         ev = np.linalg.eigvalsh(lap.toarray())
         graph.graph["_laplacian_extremes"] = (float(ev[1]), float(ev[-1]))
@@ -92,9 +93,14 @@ def graph_lambda2(graph: nx.Graph, family: str | None = None) -> tuple[float, fl
     if n <= DENSE_LIMIT:
         lam2, m1 = graph.graph["_laplacian_extremes"][0], "dense"
     else:
-        lam2, lam_max, m1 = _extremes(lap, np.ones(n))
+        keep: dict = {}
+        lam2, lam_max, m1 = _extremes(lap, np.ones(n), keep=keep)
         graph.graph["_laplacian_extremes"] = (lam2, lam_max)
-    lam2n, m2 = second_smallest(norm_lap, np.sqrt(deg))
+        fiedler = keep.get("small_vector")
+        if fiedler is not None:  # a warm start for W's gap (popped by _mixing_gap)
+            graph.graph["_fiedler"] = fiedler
+    lam2n, m2 = second_smallest(
+        norm_lap, np.sqrt(deg), start=None if fiedler is None else np.sqrt(deg) * fiedler)
     return lam2, lam2n, m1 if m1 == m2 else f"{m1}+{m2}"
 
 
@@ -139,7 +145,8 @@ def _mixing_gap(graph: nx.Graph, w: sp.spmatrix, family: str | None) -> tuple[fl
         eig_i_minus_w = np.linalg.eigvalsh(np.eye(n) - w.toarray())[1:]
     else:
         i_minus_w = (sp.identity(n, format="csr") - w).tocsr()
-        small, large, _ = _extremes(i_minus_w, np.ones(n))
+        small, large, _ = _extremes(i_minus_w, np.ones(n),
+                                    start=graph.graph.pop("_fiedler", None))
         eig_i_minus_w = np.array([small, large])
     # W's eigenvalues are 1 - e, so 1 - |1 - e| is a tent in e and its minimum over the
     # non-consensus spectrum (the gap) is reached at the smallest or the largest e.
@@ -164,18 +171,20 @@ def mixing_rho(w: sp.spmatrix) -> float:
     return _mixing_gap(graph, w, None)[1] if n > 1 else 0.0
 
 
-def second_smallest(m: sp.spmatrix, null: np.ndarray) -> tuple[float, str]:
+def second_smallest(m: sp.spmatrix, null: np.ndarray, *,
+                    start: np.ndarray | None = None) -> tuple[float, str]:
     """Second-smallest eigenvalue of a PSD matrix whose kernel is spanned by ``null``.
 
     Dense up to :data:`DENSE_LIMIT`; beyond, Lanczos (:func:`_lanczos_extremes`), then LOBPCG
     with an algebraic-multigrid preconditioner when the matrix is ill-conditioned (lambda2 tiny
     against ||M||) and pyamg is installed, then ARPACK and Jacobi-preconditioned LOBPCG. Every
-    eigenpair is accepted only after its residual check (:func:`eigenpair_ok`).
+    eigenpair is accepted only after its residual check (:func:`eigenpair_ok`). ``start``, an
+    approximate eigenvector, only speeds Lanczos up.
     """
     n = m.shape[0]
     if n <= DENSE_LIMIT:
         return float(np.linalg.eigvalsh(m.toarray())[1]), "dense"
-    small, _large, ill = _lanczos_extremes(m, null, largest=False)
+    small, _large, ill = _lanczos_extremes(m, null, largest=False, start=start)
     if small is not None:
         return small, "lanczos"
     return _fallback_second_smallest(m, null, ill)
@@ -189,10 +198,11 @@ def _fallback_second_smallest(m: sp.spmatrix, null: np.ndarray, ill: bool) -> tu
     return _arpack_second_smallest(m, null)
 
 
-def _extremes(m: sp.spmatrix, null: np.ndarray) -> tuple[float, float, str]:
+def _extremes(m: sp.spmatrix, null: np.ndarray, *, start: np.ndarray | None = None,
+              keep: dict | None = None) -> tuple[float, float, str]:
     """(lambda2, lambda_max, method) of a PSD matrix with kernel ``null``, from one Lanczos run
     where it converges (each end falls back on its own)."""
-    small, large, ill = _lanczos_extremes(m, null)
+    small, large, ill = _lanczos_extremes(m, null, start=start, keep=keep)
     method = "lanczos"
     if small is None:
         small, method = _fallback_second_smallest(m, null, ill)
@@ -261,7 +271,9 @@ def eigenpair_ok(m: sp.spmatrix, x: np.ndarray, lam: float, norm: float | None =
 
 #: Lanczos stops once the estimated residual of the wanted Ritz pairs is below this times
 #: the Ritz value (smallest) or ||M|| (largest).
-LANCZOS_TOL = 1e-8
+LANCZOS_TOL = 1e-7
+#: Weight of the random vector mixed into a warm start (it keeps every eigenvector present).
+START_NOISE = 0.1
 #: At most this many Lanczos steps; its basis is kept in float32 within LANCZOS_MEMORY bytes.
 LANCZOS_MAX_STEPS = 1500
 LANCZOS_MEMORY = 2 << 30
@@ -272,7 +284,8 @@ ILL_CONDITIONED = 1e-3
 
 
 def _lanczos_extremes(m: sp.spmatrix, null: np.ndarray | None, *, smallest: bool = True,
-                      largest: bool = True) -> tuple[float | None, float | None, bool]:
+                      largest: bool = True, start: np.ndarray | None = None,
+                      keep: dict | None = None) -> tuple[float | None, float | None, bool]:
     """(lambda_min, lambda_max, ill_conditioned) of a symmetric M on the complement of ``null``.
 
     Plain Lanczos (three-term recurrence, no reorthogonalisation) on M + s q q^T with
@@ -282,6 +295,10 @@ def _lanczos_extremes(m: sp.spmatrix, null: np.ndarray | None, *, smallest: bool
     every wanted pair is converged by the estimate beta_j |s_j|, before ghost copies appear. Each
     Ritz vector is then formed from the stored basis and residual-checked on M; a failed check, a
     run past the step budget or an ill-conditioned probe returns None for that end.
+
+    ``start`` (an approximate eigenvector of the small end, e.g. another matrix's of the same
+    graph) is mixed with a random vector as the first Lanczos vector; ``keep`` receives the
+    accepted small-end Ritz vector as ``keep["small_vector"]``.
     """
     n = m.shape[0]
     m = sp.csr_matrix(m, dtype=np.float64)
@@ -294,6 +311,9 @@ def _lanczos_extremes(m: sp.spmatrix, null: np.ndarray | None, *, smallest: bool
     max_steps = int(min(n, LANCZOS_MAX_STEPS, max(10, LANCZOS_MEMORY // (4 * n))))
     v = np.random.default_rng(0).standard_normal(n)
     v /= np.linalg.norm(v)
+    if start is not None and np.all(np.isfinite(start)) and np.linalg.norm(start) > 0:
+        v = np.asarray(start, dtype=np.float64) / np.linalg.norm(start) + START_NOISE * v
+        v /= np.linalg.norm(v)
     v_prev = np.zeros(n)
     basis = np.empty((max_steps, n), dtype=np.float32)
     alpha, beta = [], []
@@ -334,7 +354,10 @@ def _lanczos_extremes(m: sp.spmatrix, null: np.ndarray | None, *, smallest: bool
             continue
         theta, s = done
         x = (s.astype(np.float32) @ basis[:steps]).astype(np.float64)
-        out.append(theta if eigenpair_ok(m, x, theta, norm) else None)
+        ok = eigenpair_ok(m, x, theta, norm)
+        out.append(theta if ok else None)
+        if ok and len(out) == 1 and keep is not None:
+            keep["small_vector"] = x
     return out[0], out[1], False
 
 
