@@ -22,9 +22,10 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as sla
 from scipy.linalg import blas
+from scipy.sparse import csgraph
 
 from ..errors import PlanningError
-from .mixing import degrees, edge_arrays, laplacian
+from .mixing import adjacency, degrees, edge_arrays, laplacian
 
 DENSE_LIMIT = 2000
 RESIDUAL_TOL = 1e-6
@@ -83,13 +84,14 @@ def graph_lambda2(graph: nx.Graph, family: str | None = None) -> tuple[float, fl
     if form == "ring":
         lam2 = 2.0 - 2.0 * math.cos(2.0 * math.pi / n)
         return lam2, lam2 / 2.0, "closed-form"
-    lap = laplacian(graph)
-    deg = degrees(graph)
+    adj = adjacency(graph)  # once: every walk of a large networkx graph costs
+    lap = sp.csr_matrix(csgraph.laplacian(adj))
+    deg = np.asarray(adj.sum(axis=1)).ravel().astype(float)
     fiedler = None
     if n <= DENSE_LIMIT:
         ev = np.linalg.eigvalsh(lap.toarray())
         graph.graph["_laplacian_extremes"] = (float(ev[1]), float(ev[-1]))
-    norm_lap = laplacian(graph, normed=True)
+    norm_lap = sp.csr_matrix(csgraph.laplacian(adj, normed=True))
     if n <= DENSE_LIMIT:
         lam2, m1 = graph.graph["_laplacian_extremes"][0], "dense"
     else:
