@@ -321,6 +321,7 @@ def _lanczos_extremes(m: sp.spmatrix, null: np.ndarray | None, *, smallest: bool
     alpha, beta = [], []
     b = 0.0
     done_small = done_large = None
+    ill = False
     for j in range(max_steps):
         basis[j] = v
         w = np.ascontiguousarray(m @ v, dtype=np.float64)
@@ -343,12 +344,16 @@ def _lanczos_extremes(m: sp.spmatrix, null: np.ndarray | None, *, smallest: bool
                 break
             if (smallest and steps == PROBE_STEPS and q is not None
                     and theta_min < ILL_CONDITIONED * norm and _have_pyamg()):
-                return None, None, True
+                ill, smallest = True, False  # lambda2 goes to multigrid; go on for lambda_max
+                if not largest:
+                    return None, None, True
+                if done_large:
+                    break
         if exhausted:
             break
         v_prev, v = v, blas.dscal(1.0 / b, w)
     else:
-        return None, None, False
+        return None, None, ill
     out = []
     for want, done in ((smallest, done_small), (largest, done_large)):
         if not want or not done:
@@ -360,7 +365,7 @@ def _lanczos_extremes(m: sp.spmatrix, null: np.ndarray | None, *, smallest: bool
         out.append(theta if ok else None)
         if ok and len(out) == 1 and keep is not None:
             keep["small_vector"] = x
-    return out[0], out[1], False
+    return out[0], out[1], ill
 
 
 def _ritz(alpha, beta, norm, smallest, largest, exhausted):
