@@ -58,7 +58,6 @@ class CliqueAveraging:
         self.intra = clique_of[links.recv] == clique_of[links.send]
         #: receiver slots: position within the clique (cliques are disjoint and complete)
         self.slot_of = position
-        self.slots = int(max(len(c) for c in groups))
 
     def apply(self, x: torch.Tensor, before: torch.Tensor, rl: RoundLinks, channel: Channel,
               trained: np.ndarray, tx_power_dbm: float, bandwidth_hz: float,
