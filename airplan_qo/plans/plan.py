@@ -48,6 +48,7 @@ shown as such.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -211,19 +212,26 @@ def clique_exchange_cost(plan: PhysicalPlan, d: int) -> CliqueExchange | None:
                           float(directed * d * BITS_PER_COORD))
 
 
-def averaged_cliques(spec: TopologySpec) -> list[int]:
+def averaged_cliques(spec: TopologySpec) -> tuple[int, ...]:
     """Clique sizes of a ``d_cliques`` spec with Clique Averaging and more than one clique
-    (the cliques whose members exchange their updates every round); [] otherwise."""
+    (the cliques whose members exchange their updates every round); () otherwise."""
     p = spec.param_dict
     if spec.family != "d_cliques" or p.get("averaging", "clique") != "clique":
-        return []
+        return ()
+    return _clique_sizes(spec.n, p.get("cliques"), p.get("size"))
+
+
+@functools.lru_cache(maxsize=256)
+def _clique_sizes(n: int, cliques: str | None, size: int | None) -> tuple[int, ...]:
+    # cached: the round cost and both cost models ask for every candidate, and decoding an
+    # assignment is O(N)
     from .cliques import clique_sizes, decode_cliques
 
-    if p.get("cliques") is not None:
-        sizes = [len(c) for c in decode_cliques(p["cliques"], spec.n)]
+    if cliques is not None:
+        sizes = [len(c) for c in decode_cliques(cliques, n)]
     else:
-        sizes = clique_sizes(spec.n, int(p.get("size") or spec.n))
-    return sizes if len(sizes) > 1 else []
+        sizes = clique_sizes(n, int(size or n))
+    return tuple(sizes) if len(sizes) > 1 else ()
 
 
 def _periodic_round_cost(plan: PhysicalPlan, stats: TopologyStats, d: int) -> RoundCost:

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from ..plans.cliques import decode_cliques
+from ..plans.plan import averaged_cliques
 from .channel import Channel, RoundLinks, Traffic, dbm_to_watt, traffic
 from .device import to_device
 from .gossip import LinkSet, Operator, shrink
@@ -34,11 +35,7 @@ from .gossip import LinkSet, Operator, shrink
 
 def clique_averaging_enabled(topology) -> bool:
     """Whether a built topology asks for Clique Averaging (d_cliques with more than one clique)."""
-    spec = topology.spec
-    if spec.family != "d_cliques":
-        return False
-    p = spec.param_dict
-    return p.get("averaging", "clique") == "clique" and ";" in str(p.get("cliques") or "")
+    return bool(averaged_cliques(topology.spec))
 
 
 class CliqueAveraging:
