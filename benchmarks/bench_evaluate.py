@@ -1,7 +1,7 @@
-"""``airplan evaluate --workers`` / ``--executor``: the quick grid from a fresh catalog, serial
-against parallel.
+"""``airplan evaluate --workers`` / ``--executor``: a grid (default the quick one) from a fresh
+catalog, serial against parallel.
 
-Runs ``airplan evaluate --quick --no-figures`` into a new catalog once per ``--workers`` value
+Runs ``airplan evaluate --grid GRID --no-figures`` into a new catalog once per ``--workers`` value
 (default 1 and 2, in this one run so both see the same machine), and with ``--dask N`` once more
 on a Dask ``LocalCluster`` of N single-threaded worker processes on loopback (started before the
 timed command, which connects with ``--executor``; needs ``airplan-qo[dask]``), checks that every
@@ -11,6 +11,7 @@ planning, training, recording, analysis), the speed-up of each over the first, a
     python benchmarks/bench_evaluate.py                 # --workers 1 and 2
     python benchmarks/bench_evaluate.py --workers 1 2 4
     python benchmarks/bench_evaluate.py --workers 1 --dask 2
+    python benchmarks/bench_evaluate.py --grid dcliques --seeds 8 --workers 4 16   # longer runs
 """
 
 from __future__ import annotations
@@ -25,45 +26,57 @@ import tempfile
 import time
 from pathlib import Path
 
+from airplan_qo.evaluation.grid import load_grid
 
-def _evaluate(label: str, args: list[str], folder: Path) -> float:
+
+def _evaluate(grid: str, seeds: int | None, label: str, args: list[str], folder: Path) -> float:
     catalog = folder / f"eval-{label}.duckdb"
-    cmd = [sys.executable, "-m", "airplan_qo.cli", "evaluate", "--quick", "--no-figures",
+    cmd = [sys.executable, "-m", "airplan_qo.cli", "evaluate", "--grid", grid, "--no-figures",
            "--quiet", "--catalog", str(catalog), "--out", str(folder / f"out-{label}"), *args]
+    g = load_grid(grid)
+    if seeds:
+        g = g.with_seeds(seeds)
+        cmd += ["--seeds", str(seeds)]
+    runs = g.n_runs
     start = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(args)} failed: {done.stderr.strip()[-500:]}")
-    if "48 trained" not in done.stdout:
-        raise SystemExit(f"{' '.join(args)} did not train all 48 runs: {done.stdout}")
+    if f"{runs} trained" not in done.stdout:
+        raise SystemExit(f"{' '.join(args)} did not train all {runs} runs: {done.stdout}")
     return wall
 
 
-def _dask(n: int, folder: Path) -> float:
+def _dask(grid: str, seeds: int | None, n: int, folder: Path) -> float:
     from distributed import LocalCluster
 
     with LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
                       dashboard_address=":0") as cluster:
-        return _evaluate(f"dask{n}", ["--executor", cluster.scheduler_address], folder)
+        return _evaluate(grid, seeds, f"dask{n}", ["--executor", cluster.scheduler_address], folder)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2],
                         help="worker counts to time (the first is the baseline)")
+    parser.add_argument("--grid", default="quick",
+                        help="built-in grid name or TOML file (default quick: 48 short runs)")
+    parser.add_argument("--seeds", type=int, help="seeds per plan (default: the grid's)")
     parser.add_argument("--dask", type=int, metavar="N",
                         help="also time a Dask LocalCluster of N single-threaded workers")
     args = parser.parse_args()
     walls: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="airplan-bench-evaluate-") as tmp:
         for n in args.workers:
-            walls[str(n)] = _evaluate(str(n), ["--workers", str(n)], Path(tmp))
+            walls[str(n)] = _evaluate(args.grid, args.seeds, str(n), ["--workers", str(n)], Path(tmp))
         if args.dask:
-            walls[f"dask-{args.dask}"] = _dask(args.dask, Path(tmp))
+            walls[f"dask-{args.dask}"] = _dask(args.grid, args.seeds, args.dask, Path(tmp))
+    grid = load_grid(args.grid)
+    runs = (grid.with_seeds(args.seeds) if args.seeds else grid).n_runs
     base = walls[str(args.workers[0])]
     print(json.dumps({
-        "grid": "quick", "runs": 48,
+        "grid": args.grid, "seeds": args.seeds, "runs": runs,
         "wall_s": {n: round(w, 2) for n, w in walls.items()},
         "speedup_vs_first": {n: round(base / w, 2) for n, w in walls.items()},
         "cpu_count": os.cpu_count(), "machine": platform.platform(),

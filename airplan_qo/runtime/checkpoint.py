@@ -196,6 +196,10 @@ def load(trainer: Any, path: str | os.PathLike, owner: dict[str, Any] | None = N
     state = read(path)
     check_owner(state, path, owner)
     check_config(state, path, trainer.config.as_dict())
+    if state["strategy"] != trainer.strategy and trainer.config.strategy == "auto":
+        # 'auto' resolves by device: a run resumed on another kind of device keeps the
+        # strategy that wrote it (the same mathematics either way)
+        trainer.use_strategy(state["strategy"])
     if state["strategy"] != trainer.strategy:
         raise ExecutionError(
             f"checkpoint {path} used local-training strategy '{state['strategy']}' but this "

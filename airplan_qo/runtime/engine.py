@@ -325,7 +325,8 @@ class Trainer:
         self.layout = ParamLayout(self.model)
         self.d = self.layout.d
         self.k = k_from_ratio(config.k_ratio, self.d)
-        self.strategy = resolve_strategy(config.strategy, self.model, dataset.input_shape)
+        self.strategy = resolve_strategy(config.strategy, self.model, dataset.input_shape,
+                                         self.device.type == "cuda")
         self._grad = GradientEngine(self.model, self.layout, self.strategy)
 
         x0 = self.layout.flatten(self.model)
@@ -686,6 +687,12 @@ class Trainer:
         from .checkpoint import save
 
         save(self, path)
+
+    def use_strategy(self, strategy: str) -> None:
+        """Compute local gradients with ``strategy`` from now on (a resume adopting the strategy
+        of the checkpoint it loads)."""
+        self.strategy = resolve_strategy(strategy, self.model, self.dataset.input_shape)
+        self._grad = GradientEngine(self.model, self.layout, self.strategy)
 
     def load(self, path: str | Path) -> None:
         """Restore the run state saved by :meth:`save`; continuing is bit-identical to a run

@@ -87,24 +87,26 @@ def supports_batched(model: nn.Module) -> bool:
     return True
 
 
-def auto_strategy(model: nn.Module, input_shape: tuple[int, ...]) -> str:
-    """The documented rule behind ``strategy='auto'`` (measured with one CPU thread):
-    ``batched`` for stackable models without convolutions, and for stackable conv models on
-    small images (at most :data:`BATCHED_CONV_MAX_PIXELS` pixels per channel); ``loop`` for
-    everything else (bigger images, ResNet-18)."""
+def auto_strategy(model: nn.Module, input_shape: tuple[int, ...], on_gpu: bool = False) -> str:
+    """The documented rule behind ``strategy='auto'``: ``batched`` for stackable models (on the
+    CPU, measured with one thread, only for models without convolutions and for conv models on
+    small images, at most :data:`BATCHED_CONV_MAX_PIXELS` pixels per channel; on a GPU for
+    every stackable model, where one grouped convolution beats N small ones at every size
+    measured); ``loop`` for everything else (bigger images on the CPU, ResNet-18)."""
     if not supports_batched(model):
         return "loop"
     has_conv = any(isinstance(m, nn.Conv2d) for m in model.modules())
-    if has_conv and math.prod(input_shape[1:]) > BATCHED_CONV_MAX_PIXELS:
+    if has_conv and not on_gpu and math.prod(input_shape[1:]) > BATCHED_CONV_MAX_PIXELS:
         return "loop"
     return "batched"
 
 
-def resolve_strategy(strategy: str, model: nn.Module, input_shape: tuple[int, ...]) -> str:
+def resolve_strategy(strategy: str, model: nn.Module, input_shape: tuple[int, ...],
+                     on_gpu: bool = False) -> str:
     if strategy not in STRATEGIES:
         raise ValidationError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
     if strategy == "auto":
-        return auto_strategy(model, input_shape)
+        return auto_strategy(model, input_shape, on_gpu)
     if strategy == "batched" and not supports_batched(model):
         raise ValidationError(
             "strategy 'batched' supports nn.Sequential models of Flatten/Linear/ReLU/Conv2d/"

@@ -345,6 +345,41 @@ def test_a_checkpoint_written_on_a_gpu_resumes_on_the_cpu(tmp_path, digits, digi
     assert torch.equal(resumed.x, full_trainer.x)
 
 
+def test_auto_strategy_batches_conv_models_on_a_gpu_at_every_image_size():
+    from airplan_qo.runtime.flat import auto_strategy
+    from airplan_qo.runtime.models import build_model
+
+    cnn = build_model("cnn4", (3, 32, 32), 10)
+    assert auto_strategy(cnn, (3, 32, 32)) == "loop"
+    assert auto_strategy(cnn, (3, 32, 32), on_gpu=True) == "batched"
+    assert auto_strategy(build_model("mlp", (3, 32, 32), 10), (3, 32, 32)) == "batched"
+    assert auto_strategy(build_model("resnet18", (3, 32, 32), 10), (3, 32, 32),
+                         on_gpu=True) == "loop"
+
+
+def test_an_auto_run_resumes_with_the_strategy_that_wrote_its_checkpoint(tmp_path, digits,
+                                                                        digits_skewed, ring10):
+    """'auto' resolves by device; a checkpoint written where it resolved otherwise (here: as
+    if on a GPU) is continued with the strategy it was written with, exactly."""
+    cfg = RunConfig(model="cnn4", rounds=4, batch_size=8)
+    first = Trainer(cfg, digits, digits_skewed, ring10)
+    assert first.strategy == "batched"
+    first.use_strategy("loop")
+    first.step()
+    path = tmp_path / "auto.pt"
+    first.save(path)
+    resumed = Trainer(cfg, digits, digits_skewed, ring10)
+    resumed.load(path)
+    assert resumed.strategy == "loop"
+    first.step()
+    resumed.step()
+    assert torch.equal(resumed.x, first.x)
+    explicit = Trainer(RunConfig(**{**cfg.as_dict(), "strategy": "batched"}), digits,
+                       digits_skewed, ring10)
+    with pytest.raises(ExecutionError, match="strategy"):
+        explicit.load(path)
+
+
 def test_a_checkpoint_resumes_with_another_device_setting(tmp_path, digits, digits_skewed,
                                                           ring10):
     """Save with the default device, load into a trainer configured with an explicit device
