@@ -230,7 +230,7 @@ def test_shipped_grids_load_and_unknown_names_are_clear(tmp_path):
     quick = load_grid("quick")
     assert quick.n_runs == 48 and quick.source == "builtin:quick"
     default = load_grid("default")
-    assert len(default.workloads) == 48 and default.n_runs == 6480
+    assert len(default.workloads) == 48 and default.n_runs == 7920
     assert default.workloads[default.reference].key == "digits N=20 alpha=0.5 snr=10"
     with pytest.raises(ValidationError, match="did you mean 'quick'"):
         load_grid("quik")
@@ -543,7 +543,8 @@ def test_grids_measure_d_cliques_built_from_the_statistics(tmp_path):
 
 def test_label_skew_table_compares_d_cliques_with_the_fully_connected_plan(tmp_path):
     grid = parse_grid(DCLIQUES_GRID.replace('seeds = 1', 'seeds = 2').replace(
-        '"d_cliques(size=5)"]', '"d_cliques(size=5)", "complete"]'), source="dcliques.toml")
+        '"d_cliques(size=5)"]', '"d_cliques(size=5)", "one_peer_exponential", "complete"]'),
+        source="dcliques.toml")
     with aq.connect(tmp_path / "c.duckdb") as db:
         report = run_evaluation(db, grid, out_dir=tmp_path / "out", figures=False,
                                 scalability=False)
@@ -554,5 +555,10 @@ def test_label_skew_table_compares_d_cliques_with_the_fully_connected_plan(tmp_p
     assert row["best_static"]["family"] == "ring" and row["d_cliques"]["seeds"] == 2
     assert row["dcliques_over_fc"] == pytest.approx(row["d_cliques"]["cost"]
                                                     / row["complete"]["cost"])
+    # the periodic family (weights 'prescribed') has its fixed policy, in its own column
+    assert row["time_varying"]["family"] == "one_peer_exponential"
+    assert row["time_varying_over_fc"] == pytest.approx(row["time_varying"]["cost"]
+                                                        / row["complete"]["cost"])
     text = (tmp_path / "out" / "report.md").read_text()
-    assert "## Label skew: D-Cliques against the fully connected plan" in text
+    assert "## Label skew: D-Cliques and time-varying graphs against the fully connected" in text
+    assert "one_peer_exponential: " in text

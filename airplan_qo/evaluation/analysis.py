@@ -21,6 +21,7 @@ import numpy as np
 from ..errors import AirPlanError
 from ..costmodels.calibration import fit, load_observations
 from ..costmodels import ESTIMATORS
+from ..plans.families import FAMILIES
 from ..plans.plan import Cost
 from ..plans.sla import parse_sla
 from ..plans.topology import TopologySpec
@@ -121,12 +122,13 @@ def _outcome(run: RunRecord, target: float, bandwidth_hz: float) -> RunOutcome:
 
 def fixed_plan(m: Measured, family: str, baseline_k: float | None) -> str | None:
     """The fixed-topology policy's plan for a family: its first listed variant, first weights
-    rule, at ``baseline_k`` (default and fallback: the workload's largest k)."""
+    rule (a periodic family's own, ``prescribed``), at ``baseline_k`` (default and fallback:
+    the workload's largest k)."""
     ws = m.spec
     k = baseline_k if baseline_k is not None and baseline_k in ws.sparsity else max(ws.sparsity)
     sp = m.seeds[min(m.seeds)]
     for spec in ws.specs():
-        if spec.family != family or spec.weights != ws.weights[0]:
+        if spec.family != family or (spec.weights != ws.weights[0] and not spec.periodic):
             continue
         for c in sp.candidates:
             if _matches(spec, c.plan.topology) and c.plan.k_ratio == k:
@@ -142,8 +144,9 @@ def _skew_table(results: Sequence[WorkloadResult], outcome_of, fixed,
                 max_alpha: float = 0.1) -> list[dict[str, Any]]:
     """Label-skewed workloads (alpha <= ``max_alpha``) with a d_cliques plan: its channel uses
     to the target (mean over the seeds, with the seeds' standard error), reach and accuracy
-    beside the fully connected plan's and the best static family's (the cheapest other plan of
-    the workload meeting the SLA at the same k; without one, the most accurate)."""
+    beside the fully connected plan's, the best static family's (the cheapest other plan of
+    the workload meeting the SLA at the same k; without one, the most accurate) and the best
+    time-varying family's (chosen alike among the periodic families)."""
     rows = []
     for w in results:
         if w.spec.workload.alpha is None or w.spec.workload.alpha > max_alpha:
@@ -152,13 +155,14 @@ def _skew_table(results: Sequence[WorkloadResult], outcome_of, fixed,
         dc, fc = plans.get("d_cliques"), plans.get("complete")
         if dc is None or fc is None:
             continue
-        others = [w.summaries[p] for f, p in plans.items() if f not in ("d_cliques", "complete")]
-        meeting = [s for s in others if s.meets_sla]
-        best = (min(meeting, key=lambda s: s.cost) if meeting
-                else max(others, key=lambda s: s.accuracy) if others else None)
+        others = [w.summaries[p] for f, p in plans.items()
+                  if f not in ("d_cliques", "complete") and not FAMILIES.get(f).periodic]
+        varying = [w.summaries[p] for f, p in plans.items() if FAMILIES.get(f).periodic]
+        best, best_varying = _best(others), _best(varying)
         row: dict[str, Any] = {"workload": w.key, "target": w.target}
         for name, plan in (("d_cliques", dc), ("complete", fc),
-                           ("best_static", best.plan if best else None)):
+                           ("best_static", best.plan if best else None),
+                           ("time_varying", best_varying.plan if best_varying else None)):
             if plan is None:
                 row[name] = None
                 continue
@@ -168,10 +172,20 @@ def _skew_table(results: Sequence[WorkloadResult], outcome_of, fixed,
             row[name] = {"plan": plan, "family": s.family, "cost": s.cost, "cost_sem": sem,
                          "reached": s.n_reached, "seeds": s.n_seeds, "accuracy": s.accuracy,
                          "meets_sla": s.meets_sla}
-        row["dcliques_over_fc"] = row["d_cliques"]["cost"] / row["complete"]["cost"] \
-            if row["complete"]["cost"] > 0 else None
+        fc_cost = row["complete"]["cost"]
+        row["dcliques_over_fc"] = row["d_cliques"]["cost"] / fc_cost if fc_cost > 0 else None
+        row["time_varying_over_fc"] = (row["time_varying"]["cost"] / fc_cost
+                                       if row["time_varying"] and fc_cost > 0 else None)
         rows.append(row)
     return rows
+
+
+def _best(summaries: Sequence[PlanSummary]) -> PlanSummary | None:
+    """The cheapest plan meeting the SLA; without one, the most accurate (None if empty)."""
+    meeting = [s for s in summaries if s.meets_sla]
+    if meeting:
+        return min(meeting, key=lambda s: s.cost)
+    return max(summaries, key=lambda s: s.accuracy) if summaries else None
 
 
 def analyze(session, grid: Grid, measured: Sequence[Measured], *,

@@ -133,6 +133,7 @@ def _evaluate(session, grid: Grid, *, out_dir, figures, scalability, progress, c
     try:
         measured = measure(session, grid, progress=beat, workers=workers,
                            executor=executor)
+        measure_s = time.perf_counter() - start   # planning, training and recording
         if progress:
             progress("analysing: cross-validated fits, picks, statistics")
         analysis = analyze(session, grid, measured, scalability=scalability)
@@ -146,7 +147,8 @@ def _evaluate(session, grid: Grid, *, out_dir, figures, scalability, progress, c
                       evaluation_id=eval_id)
         report_path = (out / "report.md").resolve()
         report_path.write_text(text + "\n", encoding="utf-8")
-        summary = _clean(dict(analysis.summary, wall_s=wall, report=str(report_path),
+        summary = _clean(dict(analysis.summary, wall_s=wall, measure_s=measure_s,
+                              report=str(report_path),
                               figures=[str(p) for p in paths]))
         summary_path = (out / "summary.json").resolve()
         summary_path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n",

@@ -271,12 +271,13 @@ def render(analysis, *, figures: list[Path], wall_s: float, command: str,
 
     skew = s.get("label_skew") or []
     if skew:
-        lines += ["## Label skew: D-Cliques against the fully connected plan", "",
+        lines += ["## Label skew: D-Cliques and time-varying graphs against the fully connected plan", "",
                   "Workloads with alpha <= 0.1 and a d_cliques candidate, at the fixed policies' "
                   "k. Channel uses to the target (the whole budget for a seed that never reaches "
                   "it): mean over the seeds +- its standard error; reached: seeds reaching the "
                   "target; best static: the cheapest other family meeting the SLA (without one, "
-                  "the most accurate).", ""]
+                  "the most accurate); time-varying: the same choice among the periodic "
+                  "families (one-peer exponential, Base-(k+1)).", ""]
 
         def cell(r):
             if r is None:
@@ -286,9 +287,13 @@ def render(analysis, *, figures: list[Path], wall_s: float, command: str,
 
         rows = [[r["workload"], cell(r["d_cliques"]), cell(r["complete"]),
                  (r["best_static"]["family"] + ": " + cell(r["best_static"]))
-                 if r["best_static"] else "-", _num(r["dcliques_over_fc"])] for r in skew]
+                 if r["best_static"] else "-",
+                 (r["time_varying"]["family"] + ": " + cell(r["time_varying"]))
+                 if r.get("time_varying") else "-",
+                 _num(r["dcliques_over_fc"]), _num(r.get("time_varying_over_fc"))] for r in skew]
         lines += _table(["workload", "d_cliques", "complete", "best static family",
-                         "d_cliques / complete"], rows)
+                         "time-varying", "d_cliques / complete", "time-varying / complete"],
+                        rows)
 
     if a.scalability:
         lines += ["## Scalability extrapolation", "",
