@@ -191,3 +191,16 @@ def test_predictive_sd_is_fitted_end_to_end_not_added_in_quadrature():
     true_sd = math.hypot(0.5, 0.25)          # the reference's unexplained level + seed noise
     assert fits["joint"].sd == pytest.approx(true_sd, rel=0.15)
     assert fits["joint"].sd < quadrature
+
+
+@pytest.mark.parametrize("x", [-60.0, -40.0, -37.5, -30.0, -10.0, -3.0, -0.5, 0.0, 0.7, 5.0,
+                               9.0, 30.0])
+def test_normal_functions_match_scipy_into_the_tails(x):
+    from scipy import stats
+
+    from airplan_qo.costmodels.time_to_target import norm_cdf, norm_logcdf, norm_sf
+
+    assert norm_cdf(x) == pytest.approx(stats.norm.cdf(x), rel=1e-12, abs=1e-300)
+    assert norm_sf(x) == pytest.approx(stats.norm.sf(x), rel=1e-12, abs=1e-300)
+    # finite where the CDF underflows (x < -38), and accurate in the upper tail
+    assert norm_logcdf(x) == pytest.approx(stats.norm.logcdf(x), rel=1e-9)
