@@ -271,7 +271,8 @@ def render(analysis, *, figures: list[Path], wall_s: float, command: str,
 
     skew = s.get("label_skew") or []
     if skew:
-        lines += ["## Label skew: D-Cliques and time-varying graphs against the fully connected plan", "",
+        lines += ["## Label skew: D-Cliques and time-varying graphs against the fully connected "
+                  "plan", "",
                   "Workloads with alpha <= 0.1 and a d_cliques candidate, at the fixed policies' "
                   "k. Channel uses to the target (the whole budget for a seed that never reaches "
                   "it): mean over the seeds +- its standard error; reached: seeds reaching the "
