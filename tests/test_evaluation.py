@@ -319,6 +319,9 @@ def test_quick_grid_end_to_end_and_cached_rerun(tmp_path, capsys):
         assert 0 <= ttt[variant]["within_noise_rate"] <= 1
         assert 0 <= ttt["prediction"][variant]["coverage90_all"] <= 1
     assert set(ttt["fit"]["plan"]["coef"]) >= {"log_inv_p", "log_inv_k", "choco"}
+    nc = ttt["noise_ceiling"]                       # seeds 0 seen, 1 judged
+    assert nc["seen_seeds"] == [0] and nc["judged_seeds"] == [1]
+    assert nc["advisors"]["time-to-target advisor (reference predicted)"]["workloads"] == 3
     assert {p["policy"] for p in summary["policies"]} >= {
         "complete [metropolis_hastings] k=1", "ring [metropolis_hastings] k=0.1"}
 
@@ -420,6 +423,49 @@ def test_policy_table_rates_and_ratios():
     assert by["ring k=1"]["sla_met_rate"] == 0.5
     assert table[0]["policy"] == "complete k=1"
 
+
+
+
+def _runs(plan, reached, cost):
+    """RunOutcomes of plan P on seeds 0..len-1 of workload 'w'."""
+    return [RunOutcome("w", plan, plan, i, 0.9, r, 10, c)
+            for i, (r, c) in enumerate(zip(reached, cost))]
+
+
+def test_hindsight_pick_is_the_cheapest_plan_reaching_in_enough_seen_seeds():
+    from airplan_qo.evaluation.metrics import hindsight_pick
+
+    outs = (_runs("cheap", [True, False, True, True], [10, 16, 10, 10])
+            + _runs("mid", [True, True, False, False], [20, 20, 90, 90])
+            + _runs("dear", [True, True, True, True], [50, 50, 50, 50]))
+    # seeds 0, 1: "cheap" reached once (mean cost 13), "mid" twice (20), "dear" twice (50)
+    assert hindsight_pick(outs, ["cheap", "mid", "dear"], [0, 1], 2) == "mid"
+    assert hindsight_pick(outs, ["cheap", "mid", "dear"], [0, 1], 1) == "cheap"
+    assert hindsight_pick(outs, ["cheap", "dear"], [0, 1], 2) == "dear"   # "mid" no candidate
+    assert hindsight_pick(outs, ["cheap"], [0, 1], 2) is None
+
+
+def test_noise_ceiling_judges_every_advisor_on_the_unseen_half_of_the_seeds():
+    from airplan_qo.evaluation.metrics import noise_ceiling
+
+    # seeds 0-2 are seen, 3-5 judged. "flaky" reaches on seeds 0, 2 and 3 only: the majority
+    # hindsight advisor (2 of 3 seen) takes it and misses the SLA on the judged seeds (1 of 3);
+    # the every-seed one takes "solid", the judged oracle.
+    outs = (_runs("flaky", [True, False, True, True, False, False], [10, 40, 10, 10, 40, 40])
+            + _runs("solid", [True] * 6, [30] * 6) + _runs("dear", [True] * 6, [90] * 6))
+    nc = noise_ceiling({"w": (None, ("flaky", "solid", "dear"), "dear")}, outs,
+                       {"always dear": {"w": "dear"}}, range(6))
+    assert nc["seen_seeds"] == [0, 1, 2] and nc["judged_seeds"] == [3, 4, 5]
+    rows = nc["advisors"]
+    every = rows["hindsight: every seen seed reached"]
+    assert every["within_noise_rate"] == 1.0 and every["advisor_meets_sla_rate"] == 1.0
+    assert every["median_cost_ratio"] == pytest.approx(1.0)
+    most = rows["hindsight: most seen seeds reached"]
+    assert most["advisor_meets_sla_rate"] == 0.0 and most["within_noise_rate"] == 0.0
+    dear = rows["always dear"]
+    assert dear["advisor_meets_sla_rate"] == 1.0 and dear["within_noise_rate"] == 0.0
+    assert dear["median_cost_ratio"] == pytest.approx(3.0)
+    assert noise_ceiling({"w": (None, ("solid",), "solid")}, outs, {}, [0]) is None
 
 
 PARALLEL_GRID = """

@@ -29,7 +29,7 @@ from . import advisor, time_to_target
 from .grid import Grid, WorkloadSpec
 from .metrics import (Comparison, PairedTest, PlanSummary, RunOutcome, assign_folds, compare,
                       family_scores, geometric_mean, mape, measured_target, oracle, paired_test,
-                      policy_table, rate, stats_of, summarize)
+                      noise_ceiling, policy_table, rate, stats_of, summarize)
 from .runner import Measured, RunRecord, _matches, client_variance
 
 
@@ -585,6 +585,7 @@ def _time_to_target(measured, outcome_of, summaries, folds_of, notes: list[str],
         out[variant] = _comparison_block(cmps, [], [(c.advisor_family, c.oracle_family)
                                                    for c in cmps]) if cmps else None
     out["prediction"] = time_to_target.prediction_quality(ev["errors"])
+    out["noise_ceiling"] = _noise_ceiling(measured, outcome_of, ev)
     by_key = ev["pilot_cost_over_oracle"]
     shares = list(by_key.values())
     with_pilot = [c.cost_ratio + by_key.get(c.workload, 0.0)
@@ -604,6 +605,22 @@ def _time_to_target(measured, outcome_of, summaries, folds_of, notes: list[str],
                          "n_censored": f.n_censored} for name, f in fit.items()}
     out["reference"] = time_to_target.reference(fit, measured, source)
     return out
+
+
+def _noise_ceiling(measured, outcome_of, ev) -> dict[str, Any] | None:
+    """The time-to-target advisor and the fully connected reference beside two hindsight
+    advisors, all judged on the second half of the seeds (:func:`metrics.noise_ceiling`)."""
+    workloads, fc = {}, {}
+    for m in measured:
+        sp = m.seeds[min(m.seeds)]
+        fc[m.spec.key] = sp.fc_candidate.plan.label()
+        workloads[m.spec.key] = (parse_sla(m.spec.sla),
+                                 tuple(c.plan.label() for c in sp.candidates), fc[m.spec.key])
+    picks = {"time-to-target advisor (reference predicted)":
+             {c.workload: c.advisor_plan for c in ev["comparisons"]["predicted_fc"]},
+             "always the fully connected reference": fc}
+    seeds = sorted({o.seed for o in outcome_of.values()})
+    return noise_ceiling(workloads, outcome_of.values(), picks, seeds)
 
 
 def _ceiling(pairs: list[tuple[float, float]]) -> dict[str, Any]:

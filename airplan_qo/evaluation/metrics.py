@@ -277,6 +277,71 @@ def policy_table(per_workload: Mapping[str, tuple[Mapping[str, PlanSummary], Pla
                                       r["median_cost_ratio"] or math.inf, r["policy"]))
 
 
+def hindsight_pick(outcomes: Iterable[RunOutcome], candidates: Sequence[str],
+                   seeds: Sequence[int], need: int) -> str | None:
+    """The pick of an advisor that has *measured* ``seeds`` of every candidate: the cheapest
+    (mean cost over those seeds) of the candidates that reached the target in at least ``need``
+    of them, ties to the plan label; None when none did."""
+    seen = set(seeds)
+    runs: dict[str, list[RunOutcome]] = defaultdict(list)
+    for o in outcomes:
+        if o.seed in seen and o.plan in candidates:
+            runs[o.plan].append(o)
+    ok = [(float(np.mean([o.cost for o in rs])), plan) for plan, rs in runs.items()
+          if sum(o.reached for o in rs) >= need]
+    return min(ok)[1] if ok else None
+
+
+def noise_ceiling(workloads: Mapping[str, tuple[Any, Sequence[str], str]],
+                  outcomes: Iterable[RunOutcome], picks: Mapping[str, Mapping[str, str]],
+                  seeds: Sequence[int]) -> dict[str, Any] | None:
+    """How well *any* advisor can score when the oracle itself is measured on few seeds.
+
+    The seeds are split in two halves: every advisor is judged (oracle, SLA met, within-noise
+    match, cost ratio) on the second half only, and two hindsight advisors pick from the
+    first half's measurements of every candidate: "every seen seed reached" (what an advisor
+    confident that its pick meets the SLA aims at) and "most seen seeds reached" (the oracle's
+    own majority rule). ``workloads`` maps a workload to (its SLA, its candidate labels, the
+    label of its fallback plan, picked when a hindsight advisor finds nothing); ``picks`` names
+    further advisors (name -> workload -> plan label), judged on the same half. None with fewer
+    than 2 seeds."""
+    order = sorted(set(seeds))
+    if len(order) < 2:
+        return None
+    half = len(order) // 2
+    seen, judged = order[:half], order[half:]
+    by_workload: dict[str, list[RunOutcome]] = defaultdict(list)
+    for o in outcomes:
+        by_workload[o.workload].append(o)
+    rules = {"hindsight: every seen seed reached": len(seen),
+             "hindsight: most seen seeds reached": len(seen) // 2 + 1}
+    cmps: dict[str, list[Comparison]] = defaultdict(list)
+    for key, (sla, candidates, fallback) in workloads.items():
+        outs = by_workload.get(key, [])
+        late = [o for o in outs if o.seed in set(judged)]
+        by_plan = {s.plan: s for s in summarize(late, sla, None).values()}
+        seed_costs: dict[str, dict[int, float]] = defaultdict(dict)
+        for o in late:
+            seed_costs[o.plan][o.seed] = o.cost
+        chosen = {name: hindsight_pick(outs, candidates, seen, need) or fallback
+                  for name, need in rules.items()}
+        chosen.update({name: p[key] for name, p in picks.items() if key in p})
+        for name, label in chosen.items():
+            if label in by_plan:
+                cmps[name].append(compare(key, label, by_plan, candidates, seed_costs))
+    rows = {}
+    for name in [*rules, *picks]:
+        cs = cmps.get(name, [])
+        with_oracle = [c for c in cs if c.oracle_plan is not None]
+        ratios = [c.cost_ratio for c in with_oracle if c.cost_ratio is not None]
+        rows[name] = {"workloads": len(cs), "with_oracle": len(with_oracle),
+                      "within_noise_rate": rate(c.within_noise for c in with_oracle)[0],
+                      "advisor_meets_sla_rate": rate(c.advisor_meets_sla for c in cs)[0],
+                      "median_cost_ratio": float(np.median(ratios)) if ratios else None,
+                      "gmean_cost_ratio": geometric_mean(ratios)}
+    return {"seen_seeds": seen, "judged_seeds": judged, "advisors": rows}
+
+
 def family_scores(pairs: Iterable[tuple[str, str | None]]) -> dict[str, FamilyScore]:
     """Per-family precision, recall and F1 of (advisor family, oracle family) pairs.
 
@@ -385,5 +450,5 @@ def stats_of(values: Iterable[float | None]) -> dict[str, Any]:
 
 __all__ = ["RunOutcome", "PlanSummary", "Comparison", "FamilyScore", "PairedTest",
            "outcome_from_curve", "measured_target", "summarize", "oracle", "compare",
-           "within_noise", "policy_table", "geometric_mean",
+           "within_noise", "policy_table", "geometric_mean", "hindsight_pick", "noise_ceiling",
            "family_scores", "mape", "paired_test", "assign_folds", "rate", "stats_of"]

@@ -34,6 +34,10 @@ def _table(head: list[str], rows: list[list[Any]]) -> list[str]:
     return out + [""]
 
 
+def _seeds(seeds: list[int]) -> str:
+    return ", ".join(str(s) for s in seeds)
+
+
 def _rate(block: dict[str, Any] | None, key: str) -> str:
     if block is None:
         return "n/a"
@@ -146,6 +150,19 @@ def render(analysis, *, figures: list[Path], wall_s: float, command: str,
         lines += [f"Predicted fc (the fully connected plan's final accuracy) against the measured "
                   f"one, held out: {_ceil(ttt['ceiling'])} points (mean abs / bias / max abs).",
                   ""]
+        nc = ttt.get("noise_ceiling")
+        if nc:
+            lines += [f"**Noise ceiling.** Every advisor below is judged on seeds "
+                      f"{_seeds(nc['judged_seeds'])} only (oracle included); the hindsight "
+                      f"advisors have measured every candidate on seeds "
+                      f"{_seeds(nc['seen_seeds'])}. What no advisor predicting from statistics "
+                      "can be expected to beat:", ""]
+            lines += _table(["advisor", "within-noise match", "pick meets the SLA",
+                             "median cost ratio", "geometric-mean cost ratio"],
+                            [[name, _rate(b, "within_noise_rate"),
+                              _rate(b, "advisor_meets_sla_rate"), _num(b["median_cost_ratio"]),
+                              _num(b["gmean_cost_ratio"])]
+                             for name, b in nc["advisors"].items()])
         pq = ttt["prediction"]["predicted_fc"]
         lines += _table(["family", "median abs log error", "90% interval coverage"],
                         [[f, _num(pq["median_abs_log_error"][f]),

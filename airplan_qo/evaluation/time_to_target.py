@@ -250,14 +250,14 @@ def prediction_quality(errors) -> dict[str, Any]:
             per_family[r["family"]].append(abs(r["log_t"] - mu))
             cover[r["family"]].append(lo <= r["log_t"] <= hi)
         fams = sorted(set(per_family) | set(cover))
+        abs_errors = [v for f in fams for v in per_family.get(f, [])]
         out[variant] = {
-            "median_abs_log_error": {f: float(np.median(per_family[f])) if per_family[f]
+            "median_abs_log_error": {f: float(np.median(per_family[f])) if per_family.get(f)
                                      else None for f in fams},
             "coverage90": {f: float(np.mean(cover[f])) if cover[f] else None for f in fams},
             "coverage90_all": float(np.mean([c for f in fams for c in cover[f]]))
             if fams else None,
-            "median_abs_log_error_all": float(np.median(
-                [v for f in fams for v in per_family[f]])) if per_family else None,
+            "median_abs_log_error_all": float(np.median(abs_errors)) if abs_errors else None,
         }
     return out
 
