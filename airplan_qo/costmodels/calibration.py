@@ -16,6 +16,7 @@ new constants up through :func:`~airplan_qo.costmodels.resolve_constants`.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -274,6 +275,11 @@ def _softplus(x: np.ndarray, scale: np.ndarray) -> np.ndarray:
     return scale * np.logaddexp(0.0, x / scale)
 
 
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    """1 / (1 + exp(-x)), the derivative of :func:`_softplus` in x, overflow-free."""
+    return np.exp(-np.logaddexp(0.0, -x))
+
+
 class _DSGDProblem:
     """Residuals of the dsgd fit as a function of the log of the fitted constants."""
 
@@ -329,17 +335,10 @@ class _DSGDProblem:
         floors, taus, rows = [], [], []
         for i in np.unique(self.idx):
             sel = self.idx == i
-            t, y, e0 = self.t[sel], self.y[sel], self.e0[i]
-            guess = np.log([max(min(float(np.exp(y.min())), 0.9 * e0), MIN_ERROR),
-                            max(float(t.max()) / 5.0, 1.0)])
-
-            def resid(x: np.ndarray, t=t, y=y, e0=e0) -> np.ndarray:
-                fl = min(math.exp(x[0]), e0)
-                return np.log(fl + (e0 - fl) * np.exp(-t / math.exp(x[1]))) - y
-
-            res = least_squares(resid, guess, method="lm", xtol=1e-8, ftol=1e-8)
-            floors.append(min(math.exp(res.x[0]), e0))
-            taus.append(math.exp(res.x[1]))
+            fl, tau = _curve_floor_tau(self.t[sel].tobytes(), self.y[sel].tobytes(),
+                                       float(self.e0[i]))
+            floors.append(fl)
+            taus.append(tau)
             rows.append(i)
         rows = np.array(rows)
         p_eff = self.p_eff_fixed[rows]
@@ -395,6 +394,68 @@ class _DSGDProblem:
     def residuals(self, theta: np.ndarray) -> np.ndarray:
         prior = self.prior_scale * (theta - self.theta0)
         return np.concatenate([self.data_residuals(theta), prior])
+
+    def jacobian(self, theta: np.ndarray) -> np.ndarray:
+        """d residuals / d theta in closed form (beta_k fixed; the 2-point difference of
+        ``least_squares`` otherwise): the floor and tau are linear in the constants, so
+        d/d log c_j = c_j * (regressor j) * d residual / d (floor or tau)."""
+        c = self.constants(theta)
+        p_eff = self.p_eff_fixed
+        inv = 1.0 / p_eff - 1.0
+        regressor = {"f0": np.ones_like(inv), "f1": inv,
+                     "f2": self.zeta2 * (1.0 / p_eff ** 2 - 1.0), "f3": self.sigma_c2 / p_eff,
+                     "tau0": np.ones_like(inv), "tau1": inv}
+        floor, tau = _dsgd_floor_tau(c, p_eff, self.zeta2, self.sigma_c2)
+        blocks = []
+        if self.idx.size:
+            f, tt, e0 = floor[self.idx], tau[self.idx], self.e0[self.idx]
+            u = (f / e0) ** _SOFT_MIN_POWER
+            fs = f / (1.0 + u) ** (1.0 / _SOFT_MIN_POWER)
+            decay = np.exp(-self.t / tt)
+            model = fs + (e0 - fs) * decay
+            live = model > 1e-300
+            scale = np.where(live, self.w / np.maximum(model, 1e-300), 0.0)
+            d_floor = scale * (1.0 - decay) * (1.0 + u) ** (-1.0 / _SOFT_MIN_POWER - 1.0)
+            d_tau = scale * (e0 - fs) * decay * self.t / tt ** 2
+            blocks.append((self.idx, d_floor, d_tau))
+        if self.r_idx.size:
+            f, tt, e0 = floor[self.r_idx], tau[self.r_idx], self.e0[self.r_idx]
+            s = 1e-2 * self.r_eps
+            hi, lo = _softplus(e0 - f, s), _softplus(self.r_eps - f, s)
+            log_ratio = np.log(hi) - np.log(lo)
+            d_log_ratio = (-_sigmoid((e0 - f) / s) / hi + _sigmoid((self.r_eps - f) / s) / lo)
+            ok = log_ratio > 1e-12
+            r = np.log(tt * np.maximum(log_ratio, 1e-12)) - self.r_log_actual
+            active = ~(self.r_censored & (r > 0.0))
+            weight = self.rounds_weight * active
+            d_floor = weight * np.where(ok, d_log_ratio / np.where(ok, log_ratio, 1.0), 0.0)
+            d_tau = weight / tt
+            blocks.append((self.r_idx, d_floor, d_tau))
+        cols = []
+        for name in self.names:
+            reg = regressor[name] * c[name]
+            part = [(d_tau if name.startswith("tau") else d_floor) * reg[rows]
+                    for rows, d_floor, d_tau in blocks]
+            cols.append(np.concatenate(part) if part else np.empty(0))
+        data = np.column_stack(cols) if cols else np.empty((0, 0))
+        return np.vstack([data, self.prior_scale * np.eye(len(self.names))])
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _curve_floor_tau(t_bytes: bytes, y_bytes: bytes, e0: float) -> tuple[float, float]:
+    """One curve's own (floor, tau): log e(t) = log(floor + (e0 - floor) exp(-t / tau)) fitted
+    by least squares. Cached on the curve's values: cross-validation fits the same curves once
+    per fold, and the answer depends on nothing else."""
+    t, y = np.frombuffer(t_bytes), np.frombuffer(y_bytes)
+    guess = np.log([max(min(float(np.exp(y.min())), 0.9 * e0), MIN_ERROR),
+                    max(float(t.max()) / 5.0, 1.0)])
+
+    def resid(x: np.ndarray) -> np.ndarray:
+        fl = min(math.exp(x[0]), e0)
+        return np.log(fl + (e0 - fl) * np.exp(-t / math.exp(x[1]))) - y
+
+    res = least_squares(resid, guess, method="lm", xtol=1e-8, ftol=1e-8)
+    return min(math.exp(res.x[0]), e0), math.exp(res.x[1])
 
 
 def _check_min_obs(observations: Sequence[Observation], min_obs: int, what: str) -> None:
@@ -465,6 +526,7 @@ def fit_dsgd(observations: Sequence[Observation], priors: Mapping[str, float] | 
         best = None
         for start in problem.starts():
             res = least_squares(problem.residuals, np.clip(start, lo + 1e-9, hi - 1e-9),
+                                jac="2-point" if "beta_k" in names else problem.jacobian,
                                 bounds=(lo, hi), x_scale=1.0, method="trf", xtol=1e-10,
                                 ftol=1e-10, max_nfev=2000)
             if best is None or res.cost < best.cost:

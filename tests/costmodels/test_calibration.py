@@ -394,3 +394,30 @@ def test_softplus_is_a_smooth_overflow_free_max():
     assert out[3] == pytest.approx(2.0 * math.log(2.0), rel=1e-15)
     assert out[[2, 4]] == pytest.approx(2.0 * np.log1p(np.exp(x[[2, 4]] / 2.0)), rel=1e-15)
     assert out[-1] == pytest.approx(1e4, rel=1e-15) and out[0] < 1e-300
+
+
+def test_dsgd_jacobian_matches_finite_differences():
+    """The closed-form Jacobian of the dsgd fit's residuals (curves, rounds-only runs with a
+    violated and a satisfied censored bound, a floor above e0, the prior) against central
+    differences at a few points."""
+    from airplan_qo.costmodels.calibration import _DSGDProblem
+
+    obs = synthetic(12, budget=60) + _rounds_only()
+    obs.append(Observation("dsgd", "ring", 0.25, 40, True, p=0.1, p_eff=0.1, zeta2=0.2,
+                           sigma_c2=0.0, e0=E0, exec_id=98))
+    obs.append(Observation("dsgd", "ring", 0.25, 3, True, p=0.5, p_eff=0.5, zeta2=0.0,
+                           sigma_c2=0.0, e0=E0, exec_id=99))
+    problem = _DSGDProblem(obs, dict(PRIORS), FITTED, 1e-3, 50, 1.0)
+    rng = np.random.default_rng(0)
+    for theta in (problem.theta0, np.log([TRUE[n] for n in FITTED]),
+                  np.log([TRUE[n] for n in FITTED]) + rng.normal(0, 0.5, len(FITTED)),
+                  np.log([0.3, 2e-3, 3e-4, 0.3, 15.0, 0.4]),      # every floor above eps
+                  np.log([0.95, 2e-3, 3e-4, 0.3, 15.0, 0.4])):    # every floor above e0
+        jac = problem.jacobian(theta)
+        assert jac.shape == (problem.residuals(theta).size, len(FITTED))
+        h = 1e-6
+        for j in range(len(FITTED)):
+            step = np.zeros(len(FITTED))
+            step[j] = h
+            numeric = (problem.residuals(theta + step) - problem.residuals(theta - step)) / (2 * h)
+            assert np.allclose(jac[:, j], numeric, rtol=1e-4, atol=1e-6), FITTED[j]
