@@ -7,7 +7,9 @@ on a Dask ``LocalCluster`` of N single-threaded worker processes on loopback (st
 timed command, which connects with ``--executor``; needs ``airplan-qo[dask]``), checks that every
 run was trained, and prints one JSON object: wall seconds per configuration (the whole command:
 planning, training, recording, analysis; and its measurement phase alone, without the serial
-analysis), the speed-up of each over the first, and the machine.
+analysis), the speed-up of each over the first, the mean training seconds of a run (it grows
+when runs side by side contend for the machine) and how busy the workers were (it falls when
+they wait for the calling process to plan and record), and the machine.
 
     python benchmarks/bench_evaluate.py                 # --workers 1 and 2
     python benchmarks/bench_evaluate.py --workers 1 2 4
@@ -31,9 +33,10 @@ from airplan_qo.evaluation.grid import load_grid
 
 
 def _evaluate(grid: str, seeds: int | None, label: str, args: list[str], folder: Path
-              ) -> tuple[float, float]:
+              ) -> tuple[float, float, float]:
     """Wall seconds of the whole command and of its measurement phase (planning, training and
-    recording, from the report's ``summary.json``; the analysis after it is serial)."""
+    recording, from the report's ``summary.json``; the analysis after it is serial), and the
+    training seconds summed over the runs (each run's own wall time in its worker)."""
     catalog = folder / f"eval-{label}.duckdb"
     cmd = [sys.executable, "-m", "airplan_qo.cli", "evaluate", "--grid", grid, "--no-figures",
            "--quiet", "--catalog", str(catalog), "--out", str(folder / f"out-{label}"), *args]
@@ -50,10 +53,10 @@ def _evaluate(grid: str, seeds: int | None, label: str, args: list[str], folder:
         raise SystemExit(f"{' '.join(args)} failed: {done.stderr.strip()[-500:]}")
     if f"{runs} trained" not in done.stdout:
         raise SystemExit(f"{' '.join(args)} did not train all {runs} runs: {done.stdout}")
-    return wall, summary["measure_s"]
+    return wall, summary["measure_s"], summary["train_seconds"]
 
 
-def _dask(grid: str, seeds: int | None, n: int, folder: Path) -> tuple[float, float]:
+def _dask(grid: str, seeds: int | None, n: int, folder: Path) -> tuple[float, float, float]:
     from distributed import LocalCluster
 
     with LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
@@ -72,7 +75,7 @@ def main() -> None:
     parser.add_argument("--dask", type=int, metavar="N",
                         help="also time a Dask LocalCluster of N single-threaded workers")
     args = parser.parse_args()
-    walls: dict[str, tuple[float, float]] = {}
+    walls: dict[str, tuple[float, float, float]] = {}
     with tempfile.TemporaryDirectory(prefix="airplan-bench-evaluate-") as tmp:
         for n in args.workers:
             walls[str(n)] = _evaluate(args.grid, args.seeds, str(n), ["--workers", str(n)],
@@ -81,14 +84,21 @@ def main() -> None:
             walls[f"dask-{args.dask}"] = _dask(args.grid, args.seeds, args.dask, Path(tmp))
     grid = load_grid(args.grid)
     runs = (grid.with_seeds(args.seeds) if args.seeds else grid).n_runs
-    base, base_measure = walls[str(args.workers[0])]
+    base, base_measure, _ = walls[str(args.workers[0])]
+    slots = {**{str(n): n for n in args.workers}, **({f"dask-{args.dask}": args.dask}
+                                                     if args.dask else {})}
     print(json.dumps({
         "grid": args.grid, "seeds": args.seeds, "runs": runs,
-        "wall_s": {n: round(w, 2) for n, (w, _) in walls.items()},
-        "speedup_vs_first": {n: round(base / w, 2) for n, (w, _) in walls.items()},
-        "measure_s": {n: round(m, 2) for n, (_, m) in walls.items()},
+        "wall_s": {n: round(w, 2) for n, (w, _, _) in walls.items()},
+        "speedup_vs_first": {n: round(base / w, 2) for n, (w, _, _) in walls.items()},
+        "measure_s": {n: round(m, 2) for n, (_, m, _) in walls.items()},
         "measure_speedup_vs_first": {n: round(base_measure / m, 2)
-                                     for n, (_, m) in walls.items()},
+                                     for n, (_, m, _) in walls.items()},
+        # a run's own wall time grows when runs side by side share caches, memory bandwidth
+        # and clock; busy = run seconds / (workers x measurement phase) falls when the workers
+        # wait for this process (planning and recording) instead
+        "seconds_per_run": {n: round(t / runs, 3) for n, (_, _, t) in walls.items()},
+        "workers_busy": {n: round(t / (slots[n] * m), 2) for n, (_, m, t) in walls.items()},
         "cpu_count": os.cpu_count(), "machine": platform.platform(),
         "python": platform.python_version()}, indent=2))
 

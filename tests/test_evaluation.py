@@ -488,8 +488,12 @@ def _measured_rows(cat):
         "SELECT exec_id, plan_id, status, reason, actual_rounds, final_accuracy, final_loss, "
         "client_acc_mean, client_acc_var, jain_fairness, data_seed, train_seed, channel_seed, "
         "options->>'$.evaluation.cache_key' AS cache_key, "
-        "options->'$.evaluation.client_accuracies' AS client_accuracies "
+        "options->'$.evaluation.client_accuracies' AS client_accuracies, options "
         "FROM airplan.executions ORDER BY exec_id")
+    for e in execs:   # the whole options document, the training's wall time aside
+        options = json.loads(e["options"])
+        options["evaluation"].pop("wall_s")
+        e["options"] = options
     cols = [c for c in ("exec_id", "round", "test_accuracy", "client_acc_mean",
                         "client_acc_min", "train_loss", "consensus_distance", "channel_uses",
                         "slots", "energy_j", "bits", "link_drop_rate", "dropout_rate")]
