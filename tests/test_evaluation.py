@@ -612,3 +612,21 @@ def test_label_skew_table_compares_d_cliques_with_the_fully_connected_plan(tmp_p
     text = (tmp_path / "out" / "report.md").read_text()
     assert "## Label skew: D-Cliques and time-varying graphs against the fully connected" in text
     assert "one_peer_exponential: " in text
+
+
+def test_censored_coverage_is_the_chance_the_interval_holds_a_run_past_its_budget():
+    from scipy import stats
+
+    from airplan_qo.evaluation.time_to_target import censored_coverage
+
+    log_b = math.log(40.0)
+    # predictive median far above the budget: the run's quantile is uniform on about [0, 1]
+    assert censored_coverage(log_b, log_b + 10.0, 0.3) == pytest.approx(0.9, abs=1e-9)
+    # the budget at the median: quantiles 0.5-1, of which 0.5-0.95 are inside
+    assert censored_coverage(log_b, log_b, 0.3) == pytest.approx(0.9)
+    # the budget at the 90th percentile: quantiles 0.9-1, half of them inside
+    mu = log_b - stats.norm.ppf(0.9) * 0.3
+    assert censored_coverage(log_b, mu, 0.3) == pytest.approx(0.5)
+    # a run the model was sure would finish in time is a miss
+    assert censored_coverage(log_b, log_b - 1.0, 0.3) == 0.0
+    assert censored_coverage(log_b, log_b - 100.0, 0.3) == 0.0

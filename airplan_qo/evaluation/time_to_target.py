@@ -25,7 +25,8 @@ import numpy as np
 
 from ..costmodels.time_to_target import (PLAN_FEATURES, PLAN_INTERACTIONS, Candidate, choose,
                                          expected_rounds, fc_features, fit_ceiling, fit_tobit,
-                                         meets_probability, pilot_update, plan_features)
+                                         meets_probability, norm_cdf, pilot_update,
+                                         plan_features)
 from ..plans.plan import averaged_cliques
 from ..plans.sla import first_crossing
 from ..errors import ValidationError
@@ -234,8 +235,20 @@ def m_target(m) -> float:
     return measured_target(parse_sla(m.spec.sla), fc)
 
 
+def censored_coverage(log_budget: float, mu: float, sd: float) -> float:
+    """The chance that the central 90% interval of N(mu, sd) holds a run known only to exceed
+    ``log_budget``: its log T lies at a predictive quantile u uniform on [F(log B), 1] (if the
+    model is right), and the interval holds quantiles 0.05 to 0.95. A run the model was sure
+    would finish in time (F(log B) near 1) scores 0; one it expected to miss, about 0.9."""
+    f = norm_cdf((log_budget - mu) / sd)
+    if f >= 1.0:
+        return 0.0
+    return max(0.0, 0.95 - max(f, 0.05)) / (1.0 - f)
+
+
 def prediction_quality(errors) -> dict[str, Any]:
-    """Median |log error| of held-out uncensored runs per family, and 90% interval coverage."""
+    """Median |log error| of held-out uncensored runs per family, and 90% interval coverage
+    (a censored run counts :func:`censored_coverage`, an uncensored one 0 or 1)."""
     out: dict[str, Any] = {}
     for variant, idx in (("predicted_fc", 1), ("measured_fc", 2)):
         per_family: dict[str, list[float]] = defaultdict(list)
@@ -244,11 +257,10 @@ def prediction_quality(errors) -> dict[str, Any]:
             r, mu, sd = e[0], e[idx], e[3] if variant == "predicted_fc" else e[4]
             lo, hi = mu - Z90 * sd, mu + Z90 * sd
             if r["censored"]:
-                # a censored run is covered when the interval reaches past its budget
-                cover[r["family"]].append(hi >= r["log_t"])
+                cover[r["family"]].append(censored_coverage(r["log_t"], mu, sd))
                 continue
             per_family[r["family"]].append(abs(r["log_t"] - mu))
-            cover[r["family"]].append(lo <= r["log_t"] <= hi)
+            cover[r["family"]].append(float(lo <= r["log_t"] <= hi))
         fams = sorted(set(per_family) | set(cover))
         abs_errors = [v for f in fams for v in per_family.get(f, [])]
         out[variant] = {
@@ -291,5 +303,5 @@ def reference(fit_pair: Mapping[str, Any], measured, source: str) -> dict[str, A
     }
 
 
-__all__ = ["observations", "fit", "evaluate", "prediction_quality", "reference", "CONFIDENCE",
-           "PENALTY"]
+__all__ = ["observations", "fit", "evaluate", "censored_coverage", "prediction_quality",
+           "reference", "CONFIDENCE", "PENALTY"]
