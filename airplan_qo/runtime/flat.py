@@ -121,6 +121,20 @@ def _loss(model: nn.Module):
     return loss
 
 
+#: On a GPU, a grouped convolution whose groups have fewer input channels than this (an RGB or
+#: grey image: 3 or 1) is padded with zero channels up to it, and cuDNN picks a faster kernel
+#: (unpadded it launched one kernel per group for cnn4's first layer). cnn4 on 3x32x32 on an
+#: H200: 68.6 -> 49.2 ms per round at N = 1000, 6.78 -> 6.45 ms at N = 100.
+GPU_MIN_GROUP_CHANNELS = 8
+
+
+def channel_padding(x: torch.Tensor) -> int:
+    """Zero channels to add to a (n, batch, C, H, W) input before the first grouped convolution:
+    up to :data:`GPU_MIN_GROUP_CHANNELS` on a GPU, none on the CPU (whose runs stay bit for bit
+    what they were)."""
+    return max(0, GPU_MIN_GROUP_CHANNELS - x.shape[2]) if x.is_cuda else 0
+
+
 def stacked_forward(model: nn.Sequential, views: dict[str, torch.Tensor],
                     x: torch.Tensor) -> torch.Tensor:
     """Logits of n clients at once: ``views`` of stacked (n, ...) parameters (see
@@ -132,11 +146,15 @@ def stacked_forward(model: nn.Sequential, views: dict[str, torch.Tensor],
     for index, layer in enumerate(model):
         key = str(index)
         if isinstance(layer, nn.Conv2d):
-            if not image:
-                h = h.transpose(0, 1).reshape(batch, n * h.shape[2], *h.shape[3:])
-                image = True
             weight = views[f"{key}.weight"]
             bias = views.get(f"{key}.bias")
+            if not image:
+                extra = channel_padding(h)
+                if extra:   # zero input channels, and zero weights for them: the same sums
+                    h = F.pad(h, (0, 0, 0, 0, 0, extra))
+                    weight = F.pad(weight, (0, 0, 0, 0, 0, extra))
+                h = h.transpose(0, 1).reshape(batch, n * h.shape[2], *h.shape[3:])
+                image = True
             h = F.conv2d(h, weight.reshape(n * weight.shape[1], *weight.shape[2:]),
                          None if bias is None else bias.reshape(-1), stride=layer.stride,
                          padding=layer.padding, dilation=layer.dilation, groups=n)

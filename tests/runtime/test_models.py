@@ -96,6 +96,30 @@ def test_strategies_compute_the_same_gradients(name, shape):
     torch.testing.assert_close(ref[2], direct, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.parametrize("shape", [(3, 8, 8), (1, 8, 8)])
+def test_zero_channel_padding_of_the_first_convolution_changes_nothing(monkeypatch, shape):
+    """What a GPU does to cnn4's first grouped convolution (input channels padded with zeros to
+    GPU_MIN_GROUP_CHANNELS), forced on the CPU: the same logits, gradients and losses."""
+    from airplan_qo.runtime import flat
+
+    torch.manual_seed(0)
+    model = build_model("cnn4", shape, 5)
+    layout = ParamLayout(model)
+    params = layout.flatten(model).repeat(4, 1) + 0.05 * torch.randn(4, layout.d)
+    x = torch.randn(4, 6, *shape)
+    y = torch.randint(0, 5, (4, 6))
+    assert flat.channel_padding(x) == 0                     # nothing on the CPU
+    ref, ref_loss = client_gradients(model, params, x, y, "batched")
+    ref_logits = flat.stacked_forward(model, layout.views(params), x)
+    monkeypatch.setattr(flat, "channel_padding",
+                        lambda h: flat.GPU_MIN_GROUP_CHANNELS - h.shape[2])
+    grads, losses = client_gradients(model, params, x, y, "batched")
+    logits = flat.stacked_forward(model, layout.views(params), x)
+    torch.testing.assert_close(logits, ref_logits, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(grads, ref, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(losses, ref_loss, rtol=1e-5, atol=1e-6)
+
+
 def test_batched_strategy_refuses_resnet():
     with pytest.raises(ValidationError, match="batched"):
         client_gradients(build_model("resnet18", (3, 8, 8), 10), torch.zeros(1, 1),
