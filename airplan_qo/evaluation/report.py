@@ -164,6 +164,8 @@ def render(analysis, *, figures: list[Path], wall_s: float, command: str,
                               _num(b["gmean_cost_ratio"])]
                              for name, b in nc["advisors"].items()])
         pq = ttt["prediction"]["predicted_fc"]
+        lines += ["Held-out rounds-to-target per family (reference predicted; a censored run "
+                  "counts the chance that the interval holds it):", ""]
         lines += _table(["family", "median abs log error", "90% interval coverage"],
                         [[f, _num(pq["median_abs_log_error"][f]),
                           _pct(pq["coverage90"][f])] for f in pq["coverage90"]])
