@@ -790,13 +790,20 @@ class Catalog:
             self.insert_arrow(table, arrow)
             return None if id_col is None else np.asarray(columns[id_col], dtype=np.int64)
         with self.transaction():
-            with self._errors(f"id allocation for {CATALOG_NAME}.{table}"):
-                ids = self._live.execute(
-                    f"SELECT nextval('{_Q}.{SEQUENCES[table]}') FROM range(?)",
-                    [arrow.num_rows]).fetchnumpy()
-            id_array = np.asarray(next(iter(ids.values())), dtype=np.int64)
+            id_array = self.next_ids(table, arrow.num_rows)
             self.insert_arrow(table, arrow.append_column(id_col, pa.array(id_array)))
         return id_array
+
+    def next_ids(self, table: str, n: int) -> np.ndarray:
+        """Draw ``n`` ids from the sequence of ``table``'s generated id (int64 array), for rows
+        that are inserted with them (e.g. one that must name another before both exist)."""
+        self._writable(table)
+        if table not in SEQUENCES:
+            raise ValidationError(f"table {CATALOG_NAME}.{table} has no generated id")
+        with self._errors(f"id allocation for {CATALOG_NAME}.{table}"):
+            ids = self._live.execute(f"SELECT nextval('{_Q}.{SEQUENCES[table]}') FROM range(?)",
+                                     [int(n)]).fetchnumpy()
+        return np.asarray(next(iter(ids.values())), dtype=np.int64)
 
     def insert_row(self, table: str, row: Mapping[str, Any]) -> int | None:
         """Insert one row (a dict of column values) and return its generated id (None if none).

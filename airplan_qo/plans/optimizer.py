@@ -658,6 +658,9 @@ class Optimizer:
             "privacy_epsilon", "total_cost", "pruned_reason", "calibration_ids", "terms")}
         self._step(f"recording {len(cands)} candidates in the catalog")
         with self.catalog.transaction():
+            # the plans' ids first, so that the run row names its chosen plan as it is inserted
+            ids = self.catalog.next_ids("plans", len(cands))
+            chosen_id = next(int(pid) for c, pid in zip(cands, ids) if c is result.chosen)
             run_id = self.catalog.insert_row("planning_runs", {
                 "workload_id": register_workload(self.catalog, w),
                 "statement": req.statement or f"plan {w.dataset} on {w.clients} clients",
@@ -665,7 +668,8 @@ class Optimizer:
                 "sla": req.sla.render(), "sla_threshold": result.target_accuracy,
                 "n_candidates": len(cands), "fallback": result.fallback,
                 "warnings": list(result.warnings),
-                "planning_time_ms": result.planning_time_ms})
+                "planning_time_ms": result.planning_time_ms, "chosen_plan_id": chosen_id})
+            cols["plan_id"] = [int(pid) for pid in ids]
             for c in cands:
                 bd = c.cost.breakdown()
                 e = c.cost.estimate
@@ -689,11 +693,9 @@ class Optimizer:
                         ("calibration_ids", list(e.calibration_ids)),
                         ("terms", json.dumps(_finite(e.terms), sort_keys=True))):
                     cols[key].append(value)
-            ids = self.catalog.insert_rows("plans", cols)
+            self.catalog.insert_rows("plans", cols)
             for c, pid in zip(cands, ids):
                 c.plan_id = int(pid)
-            self.catalog.update_row("planning_runs", run_id,
-                                    {"chosen_plan_id": result.chosen.plan_id})
         return int(run_id)
 
 
