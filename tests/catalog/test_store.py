@@ -570,6 +570,19 @@ def test_insert_row_returns_ids_and_canonical_json():
         assert cat.insert_row("round_stats", {"exec_id": 1, "round": 0}) is None
 
 
+def test_next_ids_draws_from_the_tables_sequence():
+    with Catalog.open(":memory:") as cat:
+        ids = cat.next_ids("feedback", 3)
+        assert ids.dtype == np.int64 and list(np.diff(ids)) == [1, 1]
+        row = {"exec_id": [1], "plan_id": [10], "estimator": ["e"], "metric": ["rounds"],
+               "estimated": [1.0], "actual": [2.0]}
+        # rows inserted with drawn ids keep them; the sequence goes on after them
+        cat.insert_rows("feedback", {**{k: v * 3 for k, v in row.items()}, "feedback_id": ids})
+        assert cat.insert_rows("feedback", row)[0] == ids[-1] + 1
+        with pytest.raises(ValidationError, match="no generated id"):
+            cat.next_ids("round_stats", 1)
+
+
 def test_insert_rows_returns_ids_in_row_order():
     with Catalog.open(":memory:") as cat:
         ids = cat.insert_rows("feedback", {
