@@ -397,9 +397,13 @@ def _finish_workload(session, grid: Grid, p: _Pending, trainer: _Trainer, state:
     if n_trained and done < total:
         left = state["train_s"] / n_trained * (total - done) / trainer.slots
         eta = f", at most about {left:.0f} s of training left"
+    # its time: since it was planned or since the workload before it was recorded, whichever
+    # is later (workloads are planned ahead of their training)
+    now = time.perf_counter()
+    took = now - max(p.start, state.get("recorded_at", p.start))
+    state["recorded_at"] = now
     say(f"workload {p.index}/{len(grid.workloads)} '{p.spec.key}': {len(runs)} runs "
-        f"({w_trained} trained, {len(runs) - w_trained} cached) in "
-        f"{time.perf_counter() - p.start:.1f} s{eta}")
+        f"({w_trained} trained, {len(runs) - w_trained} cached) in {took:.1f} s{eta}")
     return Measured(p.spec, p.seeds, runs)
 
 
