@@ -18,6 +18,7 @@ re-evaluating a grid, or another grid sharing runs, trains nothing new.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import json
@@ -203,8 +204,9 @@ class _Trainer:
     process records every run with :func:`~airplan_qo.runtime.execution.record_trained`, the
     same recording code as a serial execution. The parent records because DuckDB admits one
     writing process per catalog file: one writer means no lock contention, no retries, and an
-    interrupted evaluation never leaves a half-written run (each is recorded in one
-    transaction). Runs are recorded in submission order, so execution ids, and every catalog
+    interrupted evaluation never leaves a half-written run (each is recorded inside a
+    transaction: its workload's, when all of that workload's runs are back, else its own). Runs
+    are recorded in submission order, so execution ids, and every catalog
     row of a run, equal a serial evaluation's.
     """
 
@@ -380,10 +382,13 @@ def _finish_workload(session, grid: Grid, p: _Pending, trainer: _Trainer, state:
     cache, walls = trainer.cache, trainer.walls
     todo: list[tuple[int, str, bool, int, bool, float | None]] = []
     w_trained = 0
+    # every run already back: record them all in one transaction (one commit for the workload)
+    with session.catalog.transaction() if p.trained() else contextlib.nullcontext():
+        for seed, label, is_candidate, key, job in p.runs:
+            if job is not None and job != "recorded":
+                trainer.collect(job, key, grid.name)
     for seed, label, is_candidate, key, job in p.runs:
         trained = job is not None
-        if trained and job != "recorded":
-            trainer.collect(job, key, grid.name)
         if trained:
             state["train_s"] += walls[key]
             state["trained"] += 1
