@@ -282,10 +282,10 @@ def hindsight_pick(outcomes: Iterable[RunOutcome], candidates: Sequence[str],
     """The pick of an advisor that has *measured* ``seeds`` of every candidate: the cheapest
     (mean cost over those seeds) of the candidates that reached the target in at least ``need``
     of them, ties to the plan label; None when none did."""
-    seen = set(seeds)
+    seen, allowed = set(seeds), set(candidates)
     runs: dict[str, list[RunOutcome]] = defaultdict(list)
     for o in outcomes:
-        if o.seed in seen and o.plan in candidates:
+        if o.seed in seen and o.plan in allowed:
             runs[o.plan].append(o)
     ok = [(float(np.mean([o.cost for o in rs])), plan) for plan, rs in runs.items()
           if sum(o.reached for o in rs) >= need]
@@ -316,9 +316,10 @@ def noise_ceiling(workloads: Mapping[str, tuple[Any, Sequence[str], str]],
     rules = {"hindsight: every seen seed reached": len(seen),
              "hindsight: most seen seeds reached": len(seen) // 2 + 1}
     cmps: dict[str, list[Comparison]] = defaultdict(list)
+    judged_set = set(judged)
     for key, (sla, candidates, fallback) in workloads.items():
         outs = by_workload.get(key, [])
-        late = [o for o in outs if o.seed in set(judged)]
+        late = [o for o in outs if o.seed in judged_set]
         by_plan = {s.plan: s for s in summarize(late, sla, None).values()}
         seed_costs: dict[str, dict[int, float]] = defaultdict(dict)
         for o in late:
