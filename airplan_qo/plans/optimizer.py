@@ -184,24 +184,46 @@ def _fitting(specs: list[TopologySpec], w: Workload) -> tuple[list[TopologySpec]
     return fits, notes
 
 
-def _heterogeneity(catalog: Catalog, w: Workload) -> tuple[float, str, float | None]:
-    """alpha used by estimators: from the latest ANALYZE WORKLOAD statistics when present."""
+@attrs.frozen
+class WorkloadFacts:
+    """What the catalog knows of a workload's data: its ``workloads`` row id (None when never
+    registered) and its latest ANALYZE WORKLOAD statistics (version None when none)."""
+
+    workload_id: int | None = None
+    stats_version: int | None = None
+    alpha_dirichlet: float | None = None
+    privacy_epsilon: float | None = None
+
+
+def workload_facts(catalog: Catalog, w: Workload) -> WorkloadFacts:
+    """The workload's id, latest statistics version, its Dirichlet alpha and the privacy spent
+    on it (one query, two when the workload has statistics)."""
     alpha = w.alpha if w.partition == "dirichlet" else None
-    found = catalog.find_workload(workload_fingerprint(w.dataset, w.clients, w.partition, alpha,
-                                                       w.seed))
-    if found is not None:
-        rows = catalog.query(
-            "SELECT s.stats_version, s.alpha_dirichlet, "
-            "(SELECT max(cumulative_epsilon) FROM airplan.privacy_ledger l "
-            " WHERE l.workload_id = s.workload_id) AS eps "
-            "FROM airplan.workload_stats s WHERE s.workload_id = ? "
-            "ORDER BY s.stats_version DESC LIMIT 1", [found["workload_id"]])
-        if rows:
-            r = rows[0]
-            a = r["alpha_dirichlet"]
-            return (math.inf if a is None else float(a),
-                    f"estimated from sketches: workload {found['workload_id']}, "
-                    f"stats v{r['stats_version']}", r["eps"])
+    rows = catalog.query(
+        "SELECT w.workload_id, s.stats_version, s.alpha_dirichlet "
+        "FROM airplan.workloads w LEFT JOIN airplan.workload_stats s "
+        "ON s.workload_id = w.workload_id WHERE w.fingerprint = ? "
+        "ORDER BY s.stats_version DESC NULLS LAST LIMIT 1",
+        [workload_fingerprint(w.dataset, w.clients, w.partition, alpha, w.seed)])
+    if not rows:
+        return WorkloadFacts()
+    r = rows[0]
+    if r["stats_version"] is None:
+        return WorkloadFacts(int(r["workload_id"]))
+    # a separate statement: DuckDB plans a correlated subquery at twice the cost of this one
+    eps = catalog.query("SELECT max(cumulative_epsilon) AS eps FROM airplan.privacy_ledger "
+                        "WHERE workload_id = ?", [r["workload_id"]])[0]["eps"]
+    return WorkloadFacts(int(r["workload_id"]), int(r["stats_version"]), r["alpha_dirichlet"],
+                         eps)
+
+
+def _heterogeneity(facts: WorkloadFacts, w: Workload) -> tuple[float, str, float | None]:
+    """alpha used by estimators: from the latest ANALYZE WORKLOAD statistics when present."""
+    if facts.stats_version is not None:
+        a = facts.alpha_dirichlet
+        return (math.inf if a is None else float(a),
+                f"estimated from sketches: workload {facts.workload_id}, "
+                f"stats v{facts.stats_version}", facts.privacy_epsilon)
     if w.partition == "iid":
         return math.inf, "declared: iid partition", None
     return float(w.alpha), "declared: no ANALYZE WORKLOAD statistics", None
@@ -221,19 +243,15 @@ class LabelStatistics:
         return f"w{self.workload_id}v{self.stats_version}"
 
 
-def label_statistics(catalog: Catalog, w: Workload) -> LabelStatistics | None:
-    """The released label counts of the latest statistics of ``w``'s data, or None."""
-    alpha = w.alpha if w.partition == "dirichlet" else None
-    found = catalog.find_workload(workload_fingerprint(w.dataset, w.clients, w.partition, alpha,
-                                                       w.seed))
-    if found is None:
+def label_statistics(catalog: Catalog, w: Workload, facts: WorkloadFacts | None = None
+                     ) -> LabelStatistics | None:
+    """The released label counts of the latest statistics of ``w``'s data, or None
+    (``facts``: the workload's :func:`workload_facts` when already read)."""
+    facts = workload_facts(catalog, w) if facts is None else facts
+    if facts.stats_version is None:
         return None
-    rows = catalog.query("SELECT max(stats_version) AS v FROM airplan.workload_stats "
-                         "WHERE workload_id = ?", [found["workload_id"]])
-    if not rows or rows[0]["v"] is None:
-        return None
-    wid, version = int(found["workload_id"]), int(rows[0]["v"])
-    return LabelStatistics(wid, version, read_label_counts(catalog, wid, version))
+    return LabelStatistics(facts.workload_id, facts.stats_version,
+                           read_label_counts(catalog, facts.workload_id, facts.stats_version))
 
 
 #: The pruning reason of a d_cliques candidate planned without label statistics.
@@ -507,7 +525,8 @@ class Optimizer:
                 raise ValidationError(f"sparsity k must be in (0, 1], got {k}")
 
         d, n_classes = model_dimension(w)
-        alpha, alpha_source, privacy_eps = _heterogeneity(self.catalog, w)
+        facts = workload_facts(self.catalog, w)
+        alpha, alpha_source, privacy_eps = _heterogeneity(facts, w)
         rows = self.catalog.current_calibration(est_name)
         constants, cal_ids = resolve_constants(estimator, rows, w.dataset)
         round_budget = int(min(w.rounds, budgets.get("rounds", math.inf)))
@@ -526,7 +545,7 @@ class Optimizer:
         labels = None
         if not request.topologies or any(FAMILIES.get(f).name == "d_cliques"
                                          for f, _ in request.topologies):
-            labels = label_statistics(self.catalog, w)
+            labels = label_statistics(self.catalog, w, facts)
         specs, too_big = _fitting(self.candidate_specs(request, labels), w)
         unanalysed = [s for s in specs
                       if s.family == "d_cliques" and s.param_dict.get("cliques") is None]
@@ -607,7 +626,7 @@ class Optimizer:
                             planning_run_id=None)
         if self.catalog.read_only:
             return result
-        return attrs.evolve(result, planning_run_id=self._record(result))
+        return attrs.evolve(result, planning_run_id=self._record(result, facts.workload_id))
 
     @staticmethod
     def _target(sla: SLA, w: Workload, fc_accuracy: float) -> float:
@@ -647,7 +666,9 @@ class Optimizer:
             return "sla: " + "; ".join(failures)
         return _budget(c, budgets, round_budget)
 
-    def _record(self, result: PlanResult) -> int:
+    def _record(self, result: PlanResult, workload_id: int | None) -> int:
+        """Record the run and its candidates (``workload_id``: the workload's row, registered
+        here when None)."""
         req, w = result.request, result.request.workload
         cands = result.candidates
         cols: dict[str, list[Any]] = {k: [] for k in (
@@ -662,7 +683,8 @@ class Optimizer:
             ids = self.catalog.next_ids("plans", len(cands))
             chosen_id = next(int(pid) for c, pid in zip(cands, ids) if c is result.chosen)
             run_id = self.catalog.insert_row("planning_runs", {
-                "workload_id": register_workload(self.catalog, w),
+                "workload_id": (register_workload(self.catalog, w) if workload_id is None
+                                else workload_id),
                 "statement": req.statement or f"plan {w.dataset} on {w.clients} clients",
                 "estimator": result.estimator, "objective": result.objective,
                 "sla": req.sla.render(), "sla_threshold": result.target_accuracy,

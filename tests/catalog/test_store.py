@@ -570,6 +570,26 @@ def test_insert_row_returns_ids_and_canonical_json():
         assert cat.insert_row("round_stats", {"exec_id": 1, "round": 0}) is None
 
 
+def test_insert_row_binds_plain_values_and_converts_them_like_arrow():
+    with Catalog.open(":memory:") as cat:
+        wid = _workload(cat, "a")
+        run = cat.insert_row("planning_runs", {
+            "workload_id": np.int64(wid), "statement": "s", "estimator": "e",
+            "objective": "o", "sla": "x", "n_candidates": np.int32(3), "fallback": False,
+            "warnings": [], "planning_time_ms": np.float64(1.5), "chosen_plan_id": None})
+        other = cat.insert_row("planning_runs", {
+            "workload_id": wid, "statement": "s", "estimator": "e", "objective": "o",
+            "sla": "x", "n_candidates": 1, "fallback": True, "warnings": ["w1", "w2"],
+            "planning_time_ms": 2.0})
+        rows = cat.query("SELECT * FROM airplan.planning_runs ORDER BY planning_run_id")
+        assert [r["planning_run_id"] for r in rows] == [run, other] and other == run + 1
+        assert rows[0]["warnings"] == [] and rows[1]["warnings"] == ["w1", "w2"]
+        assert rows[0]["n_candidates"] == 3 and rows[0]["planning_time_ms"] == 1.5
+        assert rows[0]["chosen_plan_id"] is None
+        with pytest.raises(CatalogError, match="planning_runs"):
+            cat.insert_row("planning_runs", {"workload_id": "not a number"})
+
+
 def test_next_ids_draws_from_the_tables_sequence():
     with Catalog.open(":memory:") as cat:
         ids = cat.next_ids("feedback", 3)

@@ -1,5 +1,7 @@
 import json
 
+import attrs
+
 import pytest
 
 import airplan_qo as aq
@@ -113,6 +115,21 @@ def test_analyzed_statistics_feed_the_planner(db):
     r = db.plan(W)
     assert r.context.alpha_source.startswith("estimated from sketches")
     assert r.context.alpha == pytest.approx(stats.alpha_dirichlet)
+
+
+def test_planning_reads_the_latest_statistics_and_the_privacy_spent(db):
+    private = attrs.evolve(W, dp_epsilon=2.0)
+    assert db.plan(private).context.privacy_epsilon is None
+    db.analyze(private)
+    second = db.catalog.query("SELECT max(stats_version) AS v, max(alpha_dirichlet) AS a "
+                              "FROM airplan.workload_stats")[0]
+    r = db.plan(private)
+    assert r.context.alpha_source.endswith(f"stats v{second['v']}")
+    spent = db.catalog.query("SELECT max(cumulative_epsilon) AS e FROM airplan.privacy_ledger")
+    assert r.context.privacy_epsilon == pytest.approx(spent[0]["e"]) and spent[0]["e"] > 0
+    # the run names the workload registered by the first plan, not a new one
+    runs = db.catalog.query("SELECT DISTINCT workload_id FROM airplan.planning_runs")
+    assert len(runs) == 1
 
 
 def test_json_is_queryable_in_duckdb(db):
