@@ -30,7 +30,7 @@ from ..costmodels.time_to_target import (PLAN_FEATURES, PLAN_INTERACTIONS, Candi
 from ..plans.plan import averaged_cliques
 from ..plans.sla import first_crossing
 from ..errors import ValidationError
-from ..costmodels.dsgd import DSGDEstimator
+from ..costmodels.features import channel_noise, plan_heterogeneity, survival_factor
 from .metrics import compare
 
 #: Ridge weights: interactions shrunk towards zero, main effects barely.
@@ -43,16 +43,26 @@ RACE_MIN_P = 0.2
 RACE_CONTENDERS = 3
 
 
+def _inputs(sp, cand) -> tuple[float, float, float]:
+    """A candidate's p of the random mixing matrix, the heterogeneity its clients train on and
+    its channel noise: statistics, not fitted constants, so whatever estimator planned it."""
+    plan, stats = cand.plan, cand.stats
+    p_random = max(max(stats.spectra.mixing_p, 1e-12) * survival_factor(plan, stats), 1e-12)
+    ctx = sp.result.context
+    return p_random, plan_heterogeneity(ctx.alpha, ctx.n_classes, plan), channel_noise(plan,
+                                                                                        stats)
+
+
 def _features(sp, cand) -> dict[str, float]:
-    t = DSGDEstimator().terms(sp.result.context, cand.plan, cand.stats)
-    return plan_features(t["p_random"], cand.plan.k_ratio, t["zeta2"], t["sigma_c2"],
+    p_random, zeta2, sigma_c2 = _inputs(sp, cand)
+    return plan_features(p_random, cand.plan.k_ratio, zeta2, sigma_c2,
                          cand.plan.channel.dropout, cand.stats.spectra.n_nodes,
                          averaged=bool(averaged_cliques(cand.plan.topology)))
 
 
 def _fc_row(m, sp) -> dict[str, float]:
-    t = DSGDEstimator().terms(sp.result.context, sp.fc_candidate.plan, sp.fc_candidate.stats)
-    row = fc_features(t["zeta2"], sp.fc_candidate.stats.spectra.n_nodes, t["sigma_c2"],
+    _, zeta2, sigma_c2 = _inputs(sp, sp.fc_candidate)
+    row = fc_features(zeta2, sp.fc_candidate.stats.spectra.n_nodes, sigma_c2,
                       sp.fc_candidate.plan.channel.dropout)
     row[f"dataset:{m.spec.workload.dataset}"] = 1.0
     return row
@@ -298,7 +308,9 @@ def reference(fit_pair: Mapping[str, Any], measured, source: str) -> dict[str, A
                        max(s.workload.snr_db for s in specs)],
             "dropout": [min(s.workload.dropout for s in specs),
                         max(s.workload.dropout for s in specs)],
-            "alpha": [min(s.workload.alpha for s in specs), max(s.workload.alpha for s in specs)],
+            # the alpha the estimator used: from the workloads' statistics, as when planning
+            "alpha": [min(sp.result.context.alpha for sp in seeds),
+                      max(sp.result.context.alpha for sp in seeds)],
         },
     }
 
