@@ -226,12 +226,16 @@ def test_grid_errors_name_the_file_and_the_key(text, key):
 
 
 def test_shipped_grids_load_and_unknown_names_are_clear(tmp_path):
-    assert {"default", "quick"} <= set(builtin_grids())
+    assert {"default", "quick", "holdout"} <= set(builtin_grids())
     quick = load_grid("quick")
     assert quick.n_runs == 48 and quick.source == "builtin:quick"
     default = load_grid("default")
     assert len(default.workloads) == 48 and default.n_runs == 7920
     assert default.workloads[default.reference].key == "digits N=20 alpha=0.5 snr=10"
+    holdout = load_grid("holdout")   # judges the shipped ttt fit on workloads outside default
+    assert holdout.estimator == "ttt" and len(holdout.workloads) == 20
+    assert holdout.n_runs == 1440
+    assert not {w.key for w in holdout.workloads} & {w.key for w in default.workloads}
     with pytest.raises(ValidationError, match="did you mean 'quick'"):
         load_grid("quik")
     path = tmp_path / "g.toml"
@@ -389,6 +393,29 @@ sparsity = [1.0]
         assert "no candidate that meets the SLA" in text and "cross-validation needs" in text
         rows = db.catalog.query("SELECT * FROM airplan.evaluation_results")
         assert len(rows) == 1 and rows[0]["oracle_plan"] is None and rows[0]["match"] is None
+
+
+def test_a_grid_planned_with_the_time_to_target_estimator_is_analysed(tmp_path):
+    # the planning context of such a grid holds ttt's constants: the time-to-target analysis
+    # must read each candidate's statistics, not dsgd's constants (beta_k, ...)
+    grid = parse_grid("""
+seeds = 2
+folds = 2
+estimator = "ttt"
+scalability_clients = [6, 8]
+[[workloads]]
+clients = 6
+alpha = [0.1, 1.0]
+rounds = 3
+local_steps = 1
+topologies = ["ring"]
+sparsity = [1.0]
+""", source="ttt.toml")
+    with aq.connect(str(tmp_path / "c.duckdb")) as db:
+        rep = run_evaluation(db, grid, out_dir=tmp_path / "o", figures=False)
+    assert rep.summary["estimator"] == "ttt"
+    ttt = rep.summary["time_to_target"]
+    assert ttt is not None and set(ttt["prediction"]["predicted_fc"]["coverage90"]) == {"ring", "complete"}
 
 
 def test_within_noise_match_uses_the_paired_seed_noise():

@@ -382,6 +382,14 @@ class TimeToTargetEstimator:
         ds = r.get("datasets")
         if ds and ctx.dataset and ctx.dataset not in ds:
             out.append(f"dataset {ctx.dataset} not in the fitted grid")
+        alpha = r.get("alpha")
+        if alpha and ctx.alpha is not None and not alpha[0] <= ctx.alpha <= alpha[1]:
+            shown = "inf (iid)" if math.isinf(ctx.alpha) else f"{ctx.alpha:.3g}"
+            out.append(f"alpha = {shown} outside the fitted {alpha[0]:.3g}..{alpha[1]:.3g}")
+        drop = r.get("dropout")
+        if drop and not drop[0] <= plan.channel.dropout <= drop[1]:
+            out.append(f"dropout {plan.channel.dropout:g} outside the fitted {drop[0]:g}.."
+                       f"{drop[1]:g}")
         snr = r.get("snr_db")
         if snr and plan.channel.kind == "ota" and not snr[0] <= plan.channel.snr_db <= snr[1]:
             out.append(f"SNR {plan.channel.snr_db:g} dB outside the fitted {snr[0]:g}.."

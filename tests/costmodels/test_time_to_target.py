@@ -103,6 +103,22 @@ def test_the_ttt_estimator_plans_under_a_chance_constraint():
         db.plan(w, confidence=1.0, **kw)
 
 
+def test_the_ttt_estimate_flags_heterogeneity_and_dropout_outside_its_fitted_range():
+    import airplan_qo as aq
+
+    db = aq.connect(":memory:")
+    kw = dict(estimator="ttt", topologies=["ring"], sparsity=[1.0])
+    inside = db.plan(aq.Workload(dataset="digits", clients=10, alpha=0.5, snr_db=10), **kw)
+    assert not inside.candidates[0].cost.estimate.notes
+    near_iid = db.plan(aq.Workload(dataset="digits", clients=10, alpha=3.0, snr_db=10,
+                                   dropout=0.5), **kw)
+    notes = near_iid.candidates[0].cost.estimate.notes
+    assert any(n.startswith("alpha = 3 outside the fitted") for n in notes)
+    assert any(n.startswith("dropout 0.5 outside the fitted 0..") for n in notes)
+    iid = db.plan(aq.Workload(dataset="digits", clients=10, partition="iid", snr_db=10), **kw)
+    assert any("alpha = inf (iid)" in n for n in iid.candidates[0].cost.estimate.notes)
+
+
 def test_calibrate_ttt_shifts_the_dataset_level_from_executions(tmp_path):
     import attrs
 
