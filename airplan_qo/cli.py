@@ -235,6 +235,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         grid = grid.with_seeds(args.seeds)
     if args.folds is not None:
         grid = grid.with_folds(args.folds)
+    if args.confidence is not None:
+        grid = grid.with_confidence(args.confidence)
     out = args.out or f"evaluation-{grid.name}"
     executor = args.executor
     if executor != "local":
@@ -440,6 +442,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="the quick smoke-test grid")
     p.add_argument("--seeds", type=int, help="use seeds 0..S-1 instead of the grid's seeds")
     p.add_argument("--folds", type=int, help="cross-validation folds (default: the grid's)")
+    p.add_argument("--confidence", type=float, metavar="P",
+                   help="plan with the chance constraint P(meets SLA) >= P (default: the "
+                        "grid's, else the planner's 0.9); estimators with a distribution only")
     p.add_argument("--out", metavar="DIR", help="output directory (default evaluation-GRID)")
     p.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
     p.add_argument("--workers", type=int, metavar="N",

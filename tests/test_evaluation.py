@@ -236,6 +236,11 @@ def test_shipped_grids_load_and_unknown_names_are_clear(tmp_path):
     assert holdout.estimator == "ttt" and len(holdout.workloads) == 20
     assert holdout.n_runs == 1440
     assert not {w.key for w in holdout.workloads} & {w.key for w in default.workloads}
+    second = load_grid("holdout2")   # a second held-out set, with SLAs at 0.9 of fc on eight
+    assert second.estimator == "ttt" and len(second.workloads) == 20 and second.n_runs == 1440
+    assert not {w.workload for w in second.workloads} & {
+        w.workload for g in (default, holdout) for w in g.workloads}
+    assert sum(w.sla == "accuracy >= 0.9 * fc" for w in second.workloads) == 8
     with pytest.raises(ValidationError, match="did you mean 'quick'"):
         load_grid("quik")
     path = tmp_path / "g.toml"
@@ -416,6 +421,48 @@ sparsity = [1.0]
     assert rep.summary["estimator"] == "ttt"
     ttt = rep.summary["time_to_target"]
     assert ttt is not None and set(ttt["prediction"]["predicted_fc"]["coverage90"]) == {"ring", "complete"}
+    assert rep.summary["confidence"] is None and ttt["confidence"] == 0.9
+
+
+def test_a_grid_is_planned_and_judged_at_its_confidence(tmp_path, monkeypatch):
+    from airplan_qo.session import Session
+
+    text = """
+seeds = 2
+folds = 2
+estimator = "ttt"
+confidence = 0.8
+scalability_clients = [6]
+[[workloads]]
+clients = 6
+alpha = [0.1, 1.0]
+rounds = 3
+local_steps = 1
+topologies = ["ring"]
+sparsity = [1.0]
+"""
+    asked = []
+    plan = Session.plan
+
+    def recording(self, *args, **kwargs):
+        asked.append(kwargs.get("confidence"))
+        return plan(self, *args, **kwargs)
+
+    monkeypatch.setattr(Session, "plan", recording)
+    grid = parse_grid(text, source="conf.toml")
+    assert grid.confidence == 0.8
+    with aq.connect(str(tmp_path / "c.duckdb")) as db:
+        rep = run_evaluation(db, grid.with_confidence(0.97), out_dir=tmp_path / "o",
+                             figures=False)
+    assert asked and set(asked) == {0.97}
+    assert rep.summary["confidence"] == 0.97
+    assert rep.summary["time_to_target"]["confidence"] == 0.97
+    report = (tmp_path / "o" / "report.md").read_text()
+    assert "chance-constraint confidence 0.97" in report and "--confidence 0.97" in report
+    with pytest.raises(ValidationError, match="key 'confidence': must be a probability"):
+        parse_grid(text.replace("0.8", "1.5"), source="conf.toml")
+    with pytest.raises(ValidationError, match="--confidence must be a probability"):
+        grid.with_confidence(0)
 
 
 def test_within_noise_match_uses_the_paired_seed_noise():

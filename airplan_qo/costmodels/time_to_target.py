@@ -156,6 +156,51 @@ def fit_ceiling(rows: Sequence[Mapping[str, float]], accuracy: Sequence[float],
                     float(np.sqrt(np.mean(resid ** 2))), int(y.size), 0, 0.0)
 
 
+#: Target ratios (of the fully connected plan's final accuracy) at which the level shift is
+#: measured on every run's curve, besides the ratio the model is fitted at.
+TARGET_RATIOS = (0.8, 0.85, 0.9, 0.93, 0.95, 0.97)
+#: The ratio a reference fit is taken to be fitted at when its constants do not say
+#: (``target.base``): the default grid's SLA, ``accuracy >= 0.95 * fc``.
+BASE_RATIO = 0.95
+
+
+def target_level(rho: float) -> float:
+    """log log 1/(1 - rho): on an exponential approach a(t) = A (1 - exp(-t / tau)) the target
+    rho A is reached at T = tau log 1/(1 - rho), so log T moves one for one with this."""
+    return math.log(max(math.log(1.0 / (1.0 - min(max(rho, 1e-9), 1.0 - 1e-9))), 1e-9))
+
+
+def target_shift(rho: float, relative: float, constants: Mapping[str, float]) -> float:
+    """log T at the target ratio ``rho`` minus log T at the ratio the model was fitted at
+    (``target.base``), for a plan whose log T there is ``relative`` above the fully connected
+    reference's: ``g (target.level + target.relative * relative)`` with
+    ``g = target_level(rho) - target_level(base)``. Measured curves approach their plateau more
+    slowly than an exponential, and slower plans more so: the fitted ``target.level`` is above 1
+    and ``target.relative`` above 0 (docs/planner.md). Without fitted constants: the exponential
+    approach (level 1, relative 0, base 0.95)."""
+    base = constants.get("target.base", BASE_RATIO)
+    g = target_level(rho) - target_level(base)
+    return g * (constants.get("target.level", 1.0)
+                + constants.get("target.relative", 0.0) * relative)
+
+
+def fit_target_shift(g: Sequence[float], relative: Sequence[float], shift: Sequence[float],
+                     base: float) -> TobitFit:
+    """Least squares of the measured shifts ``log T(rho) - log T(base)`` (runs that reached both
+    targets) on ``g`` and ``g * relative`` (:func:`target_shift`); ``base`` is kept with the
+    coefficients (``target.base``)."""
+    gv = np.asarray(g, dtype=float)
+    rv = np.asarray(relative, dtype=float)
+    y = np.asarray(shift, dtype=float)
+    if gv.size < 2:
+        raise ValidationError(f"fit_target_shift needs at least 2 observations, got {gv.size}")
+    X = np.stack([gv, gv * rv], axis=1)
+    beta, *_ = np.linalg.lstsq(X, y, rcond=None)
+    resid = y - X @ beta
+    return TobitFit({"level": float(beta[0]), "relative": float(beta[1]), "base": float(base)},
+                    float(np.sqrt(np.mean(resid ** 2))), int(gv.size), 0, 0.0)
+
+
 #: Measurement sd (log rounds) of the time-to-target implied by a short pilot's accuracy.
 PILOT_SD = 0.35
 
@@ -260,8 +305,8 @@ def choose(candidates: Sequence[Candidate], sd: float, budget: float,
 
 __all__ = ["PLAN_FEATURES", "PLAN_INTERACTIONS", "FC_FEATURES", "plan_features", "fc_features",
            "TobitFit", "fit_tobit", "fit_ceiling", "meets_probability", "expected_rounds",
-           "pilot_update", "PILOT_SD", "Candidate",
-           "choose"]
+           "pilot_update", "PILOT_SD", "Candidate", "choose", "TARGET_RATIOS", "BASE_RATIO",
+           "target_level", "target_shift", "fit_target_shift"]
 
 
 def _curve(mu: float, ceiling: float, rounds: float) -> float:
@@ -288,12 +333,14 @@ def load_reference() -> dict:
 
 def flatten(plan_fit: "TobitFit", fc_fit: "TobitFit",
             ceiling_fit: "TobitFit | None" = None,
-            joint_fit: "TobitFit | None" = None) -> dict[str, float]:
-    """The (plan, fc, ceiling, joint) fits as the estimator's flat named constants (``joint``:
-    only ``joint.sd``, the spread of log T about the end-to-end prediction)."""
+            joint_fit: "TobitFit | None" = None,
+            target_fit: "TobitFit | None" = None) -> dict[str, float]:
+    """The (plan, fc, ceiling, joint, target) fits as the estimator's flat named constants
+    (``joint``: only ``joint.sd``, the spread of log T about the end-to-end prediction;
+    ``target``: the level shift of :func:`target_shift` and the ratio it is relative to)."""
     out: dict[str, float] = {}
     for prefix, f in (("plan", plan_fit), ("fc", fc_fit), ("ceil", ceiling_fit),
-                      ("joint", joint_fit)):
+                      ("joint", joint_fit), ("target", target_fit)):
         if f is None:
             continue
         out.update({f"{prefix}.{n}": float(v) for n, v in f.coef.items()})
@@ -402,9 +449,10 @@ class TimeToTargetEstimator:
         t = self.terms(ctx, plan, stats)
         budget = max(int(ctx.round_budget), 1)
         sd = t["sd"]
-        # the model is fitted for targets at 95% of the fully connected plan's final accuracy
-        # A; another target rho A is reached at T95 ln(1/(1 - rho)) / ln 20 on the curve
-        # a(t) = A (1 - exp(-t ln 20 / T95)), and never when rho >= 1
+        # the model is fitted for targets at a fixed ratio of the fully connected plan's final
+        # accuracy A (target.base, 0.95 for the shipped fit); another target rho A is reached
+        # target_shift(...) later in log rounds (fitted on the measured curves), and never when
+        # rho >= 1
         ceiling = self.ceiling(ctx, plan, stats)
         rho = float(target_accuracy) / ceiling if ceiling > 0 else math.inf
         acc = float(_curve(t["mu"], ceiling, budget))
@@ -414,7 +462,7 @@ class TimeToTargetEstimator:
             terms.update(p_meets=0.0, target_over_ceiling=rho)
             return Estimate(rounds=None, accuracy=acc, terms=terms, model_term=float(t["mu"]),
                             calibration_ids=ctx.calibration_ids, p_meets=0.0, notes=notes)
-        mu = t["mu"] + math.log(max(math.log(1.0 / (1.0 - rho)), 1e-9) / math.log(20.0))
+        mu = t["mu"] + target_shift(rho, t["relative_log_t"], ctx.constants)
         p = meets_probability(mu, sd, budget)
         rounds = max(1.0, expected_rounds(mu, sd, budget))
         lo = math.exp(min(mu - 1.6448536269514722 * sd, 700.0))
@@ -425,7 +473,7 @@ class TimeToTargetEstimator:
         if ctx.privacy_epsilon:
             terms["privacy_epsilon"] = ctx.privacy_epsilon
         return Estimate(rounds=rounds, accuracy=acc, rounds_lo=max(1.0, lo),
-                        rounds_hi=hi, terms=terms, model_term=float(mu),
+                        rounds_hi=max(1.0, hi), terms=terms, model_term=float(mu),
                         calibration_ids=ctx.calibration_ids, p_meets=p, notes=notes)
 
 

@@ -351,7 +351,8 @@ def analyze(session, grid: Grid, measured: Sequence[Measured], *,
     summary["label_skew"] = _skew_table(results, outcome_of, fixed)
     summary["time_to_target"] = _time_to_target(measured, outcome_of, summaries, folds_of, notes,
                                                 f"airplan evaluate --grid {grid.name} "
-                                                f"(grid sha256 {grid.sha[:16]})")
+                                                f"(grid sha256 {grid.sha[:16]})",
+                                                grid.confidence or time_to_target.CONFIDENCE)
     return Analysis(grid, tuple(results), tuple(runs), tuple(outcomes), tuple(preds),
                     tuple(fold_fits), full_fit, tuple(all_fits), tuple(ttests), tuple(topo_table),
                     tuple(fam_table), tuple(scal), fixed, summary, tuple(dict.fromkeys(notes)))
@@ -512,7 +513,8 @@ def _scalability(grid: Grid, m: Measured, w: WorkloadResult, priors, full_fit, n
             try:
                 result = scratch.plan(wl, sla=ws.sla, topologies=topologies,
                                       weights=[ws.weights[0]], sparsity=[k],
-                                      estimator=grid.estimator, objective=grid.objective)
+                                      estimator=grid.estimator, objective=grid.objective,
+                                      confidence=grid.confidence)
             except AirPlanError as exc:
                 notes.append(f"scalability: planning at N = {n} failed ({exc})")
                 continue
@@ -520,7 +522,8 @@ def _scalability(grid: Grid, m: Measured, w: WorkloadResult, priors, full_fit, n
             if fc is None:
                 fc_res = scratch.plan(wl, sla=ws.sla, topologies=["complete"],
                                       weights=["metropolis_hastings"], sparsity=[1.0],
-                                      estimator=grid.estimator, objective=grid.objective)
+                                      estimator=grid.estimator, objective=grid.objective,
+                                      confidence=grid.confidence)
                 fc = fc_res.chosen
             wanted = {fam for fam, _ in topologies}
             for which, consts in constants.items():
@@ -571,12 +574,13 @@ def _comparison_block(cmps: list[Comparison], preds: list[tuple[float | None, fl
 
 
 def _time_to_target(measured, outcome_of, summaries, folds_of, notes: list[str],
-                    source: str) -> dict[str, Any] | None:
+                    source: str, confidence: float) -> dict[str, Any] | None:
     """The cross-validated time-to-target advisor (evaluation/time_to_target.py)."""
     if not folds_of:
         return None
     try:
-        ev = time_to_target.evaluate(measured, outcome_of, summaries, folds_of)
+        ev = time_to_target.evaluate(measured, outcome_of, summaries, folds_of,
+                                     confidence=confidence)
     except AirPlanError as exc:
         notes.append(f"time-to-target advisor not evaluated: {exc}")
         return None
@@ -674,6 +678,7 @@ def _summary(grid: Grid, results: Sequence[WorkloadResult], runs: Sequence[RunRe
     walls = [r.wall_s for r in runs if r.wall_s is not None and not r.cached]
     return {
         "grid": grid.name, "grid_sha": grid.sha, "estimator": grid.estimator,
+        "confidence": grid.confidence,
         "objective": grid.objective, "workloads": len(results), "seeds": list(grid.seeds),
         "folds": n_folds, "runs": len(runs),
         "trained": sum(1 for r in runs if not r.cached),

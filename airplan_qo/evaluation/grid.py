@@ -33,7 +33,8 @@ DEFAULT_WEIGHTS = ("metropolis_hastings",)
 DEFAULT_SCALABILITY = (10, 20, 50, 100, 200, 500, 1000)
 
 TOP_KEYS = ("name", "description", "seeds", "folds", "cv_seed", "estimator", "objective", "sla",
-            "baseline_k", "reference", "scalability_clients", "defaults", "workloads")
+            "confidence", "baseline_k", "reference", "scalability_clients", "defaults",
+            "workloads")
 #: Keys of a workload entry besides the workload parameters (WORKLOAD_PARAMS).
 PLAN_KEYS = ("name", "dataset", "clients", "topologies", "sparsity", "weights", "sla")
 _NOT_IN_WORKLOAD = ("seed",)
@@ -104,12 +105,18 @@ class Grid:
     reference: int = 0
     scalability_clients: tuple[int, ...] = DEFAULT_SCALABILITY
     description: str = ""
+    #: the chance constraint's confidence the advisor plans with (None: the planner's default)
+    confidence: float | None = None
 
     def with_seeds(self, n: int) -> "Grid":
         """The same grid with seeds 0..n-1 (the CLI's ``--seeds``)."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValidationError(f"--seeds must be a positive integer, got {n!r}")
         return attrs.evolve(self, seeds=tuple(range(n)))
+
+    def with_confidence(self, p: float) -> "Grid":
+        """The same grid planned with chance-constraint confidence ``p`` (``--confidence``)."""
+        return attrs.evolve(self, confidence=_confidence(p, "--confidence"))
 
     def with_folds(self, k: int) -> "Grid":
         if isinstance(k, bool) or not isinstance(k, int) or k < 2:
@@ -177,6 +184,12 @@ def parse_grid(data: bytes | str, *, source: str = "<grid>", default_name: str =
     if baseline_k is not None:
         baseline_k = _ratio(baseline_k, where, "baseline_k")
     grid_sla = _sla(doc.get("sla", DEFAULT_SLA), where, "sla")
+    confidence = doc.get("confidence")
+    if confidence is not None:
+        try:
+            confidence = _confidence(confidence, "confidence")
+        except ValidationError as exc:
+            raise where.error("confidence", str(exc).removeprefix("confidence ")) from None
     scal = doc.get("scalability_clients", list(DEFAULT_SCALABILITY))
     if not isinstance(scal, list) or not scal:
         raise where.error("scalability_clients", "must be a non-empty list of client counts")
@@ -207,7 +220,8 @@ def parse_grid(data: bytes | str, *, source: str = "<grid>", default_name: str =
     return Grid(name=name, source=source, sha=hashlib.sha256(raw).hexdigest(), seeds=seeds,
                 folds=folds, workloads=tuple(workloads), estimator=estimator,
                 objective=objective, cv_seed=cv_seed, baseline_k=baseline_k,
-                reference=reference, scalability_clients=scalability, description=description)
+                reference=reference, scalability_clients=scalability, description=description,
+                confidence=confidence)
 
 
 class _Where:
@@ -239,6 +253,14 @@ def _ratio(value: Any, where: _Where, key: str) -> float:
     if not (0 < v <= 1) or not math.isfinite(v):
         raise where.error(key, f"must be in (0, 1], got {value!r}")
     return v
+
+
+def _confidence(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            not 0.0 < float(value) < 1.0:
+        raise ValidationError(f"{name} must be a probability strictly between 0 and 1, got "
+                              f"{value!r}")
+    return float(value)
 
 
 def _seeds(value: Any, where: _Where) -> tuple[int, ...]:

@@ -60,7 +60,8 @@ def render(analysis, *, figures: list[Path], wall_s: float, command: str,
         f"{s['candidates_per_workload']['median']:.0f} candidate plans per workload (median), "
         f"seeds {s['seeds']}, {s['folds']} cross-validation folds over workloads",
         f"- estimator `{g.estimator}`, objective `{g.objective}` (the oracle's cost is channel "
-        "uses to the target, statistics broadcast included)",
+        "uses to the target, statistics broadcast included)"
+        + (f", chance-constraint confidence {g.confidence:g}" if g.confidence else ""),
         f"- runs: {s['runs']} ({s['trained']} trained now, {s['cached']} reused from the "
         f"catalog); training time of the new runs {s['train_seconds']:.1f} s"
         + (f" ({s['seconds_per_trained_run']:.2f} s per run)"

@@ -23,10 +23,11 @@ from typing import Any
 
 import numpy as np
 
-from ..costmodels.time_to_target import (PLAN_FEATURES, PLAN_INTERACTIONS, Candidate, choose,
-                                         expected_rounds, fc_features, fit_ceiling, fit_tobit,
+from ..costmodels.time_to_target import (PLAN_FEATURES, PLAN_INTERACTIONS, TARGET_RATIOS,
+                                         Candidate, choose, expected_rounds, fc_features,
+                                         fit_ceiling, fit_target_shift, fit_tobit,
                                          meets_probability, norm_cdf, pilot_update,
-                                         plan_features)
+                                         plan_features, target_level)
 from ..plans.plan import averaged_cliques
 from ..plans.sla import first_crossing
 from ..errors import ValidationError
@@ -124,6 +125,49 @@ def fit(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return {"plan": plan, "fc": fc, "ceiling": ceiling, "joint": joint}
 
 
+def target_shifts(measured):
+    """The level shift of the target, measured on every run's curve: for each run that reaches
+    both its workload's target (the ratio rho0 of the measured fc the grid's SLA sets) and
+    another ratio rho of :data:`TARGET_RATIOS`, ``g = target_level(rho) - target_level(rho0)``,
+    its log T at rho0 relative to the workload's FC runs (mean over the seeds) and the shift
+    ``log T(rho) - log T(rho0)``. Fitted by
+    :func:`~airplan_qo.costmodels.time_to_target.fit_target_shift`; ``None`` when no run
+    gives a pair (or the grid's SLA has no ratio below 1)."""
+    g, rel, shift, bases = [], [], [], []
+    for m in measured:
+        ref = m.seeds[min(m.seeds)].fc_candidate.plan.label()
+        fc_runs = [r for r in m.runs if r.plan == ref]
+        if not fc_runs:
+            continue
+        fc = float(np.mean([r.final_accuracy for r in fc_runs]))
+        target = m_target(m)
+        rho0 = target / fc if fc > 0 else 1.0
+        if not 0.0 < rho0 < 1.0:
+            continue
+        bases.append(rho0)
+        curves = {id(r): [(i + 1, a) for i, a in enumerate(r.accuracy)] for r in m.runs}
+        t0 = {id(r): first_crossing(curves[id(r)], target) for r in m.runs}
+        fc_t = [math.log(t0[id(r)]) for r in fc_runs if t0[id(r)] is not None]
+        if not fc_t:
+            continue
+        log_fc = float(np.mean(fc_t))
+        for run in m.runs:
+            if t0[id(run)] is None:
+                continue
+            for rho in TARGET_RATIOS:
+                if abs(rho - rho0) < 1e-6:
+                    continue
+                t = first_crossing(curves[id(run)], rho * fc)
+                if t is None:
+                    continue
+                g.append(target_level(rho) - target_level(rho0))
+                rel.append(math.log(t0[id(run)]) - log_fc)
+                shift.append(math.log(t) - math.log(t0[id(run)]))
+    if len(g) < 2:
+        return None
+    return fit_target_shift(g, rel, shift, float(np.median(bases)))
+
+
 def evaluate(measured, outcome_of, summaries: Mapping[str, Mapping[str, Any]],
              folds_of: Mapping[str, int], *, confidence: float = CONFIDENCE) -> dict[str, Any]:
     """Cross-validated picks and prediction quality of the time-to-target advisor."""
@@ -188,6 +232,9 @@ def evaluate(measured, outcome_of, summaries: Mapping[str, Mapping[str, Any]],
                 mu_m = plan.mean(r["x"], offsets["measured_fc"])
                 held_errors.append((r, mu, mu_m, models["joint"].sd, plan.sd))
     full = fit(rows)
+    shift = target_shifts(measured)
+    if shift is not None:
+        full["target"] = shift
     return {"comparisons": comparisons, "errors": held_errors, "fit": full,
             "confidence": confidence, "ceiling_errors_pts": ceiling_errors,
             "pilot_cost_over_oracle": pilot_shares}
@@ -297,7 +344,7 @@ def reference(fit_pair: Mapping[str, Any], measured, source: str) -> dict[str, A
         "observations": {"plan": fit_pair["plan"].n_obs, "censored": fit_pair["plan"].n_censored,
                          "fc": fit_pair["fc"].n_obs},
         "constants": flatten(fit_pair["plan"], fit_pair["fc"], fit_pair.get("ceiling"),
-                             fit_pair.get("joint")),
+                             fit_pair.get("joint"), fit_pair.get("target")),
         "range": {
             "clients": [min(s.workload.clients for s in specs),
                         max(s.workload.clients for s in specs)],
@@ -315,5 +362,6 @@ def reference(fit_pair: Mapping[str, Any], measured, source: str) -> dict[str, A
     }
 
 
-__all__ = ["observations", "fit", "evaluate", "censored_coverage", "prediction_quality",
+__all__ = ["observations", "fit", "target_shifts", "evaluate", "censored_coverage",
+           "prediction_quality",
            "reference", "CONFIDENCE", "PENALTY"]

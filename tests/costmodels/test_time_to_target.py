@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 from airplan_qo.costmodels.time_to_target import (Candidate, choose, expected_rounds,
-                                                  fit_tobit, meets_probability, plan_features)
+                                                  fit_target_shift, fit_tobit,
+                                                  meets_probability, plan_features,
+                                                  target_shift)
 from airplan_qo.errors import ValidationError
 
 
@@ -220,3 +222,69 @@ def test_normal_functions_match_scipy_into_the_tails(x):
     assert norm_sf(x) == pytest.approx(stats.norm.sf(x), rel=1e-12, abs=1e-300)
     # finite where the CDF underflows (x < -38), and accurate in the upper tail
     assert norm_logcdf(x) == pytest.approx(stats.norm.logcdf(x), rel=1e-9)
+
+
+def test_target_shift_is_the_exponential_approach_until_fitted():
+    # no fitted constants: a(t) = A (1 - exp(-t / tau)) reaches rho A at tau log 1/(1 - rho)
+    assert target_shift(0.9, 2.0, {}) == pytest.approx(math.log(math.log(10) / math.log(20)))
+    assert target_shift(0.95, 1.5, {"target.level": 1.3, "target.relative": 0.7}) == 0.0
+    c = {"target.level": 1.2, "target.relative": 0.5, "target.base": 0.9}
+    g = math.log(math.log(20) / math.log(10))
+    assert target_shift(0.95, 1.0, c) == pytest.approx(g * (1.2 + 0.5))
+    rng = np.random.default_rng(4)
+    gv = rng.uniform(-0.7, 0.2, 500)
+    rel = rng.uniform(0, 1.5, 500)
+    fit = fit_target_shift(gv, rel, gv * (1.1 + 0.8 * rel) + rng.normal(0, 0.05, 500), 0.95)
+    assert fit.coef["level"] == pytest.approx(1.1, abs=0.03)
+    assert fit.coef["relative"] == pytest.approx(0.8, abs=0.03)
+    assert fit.coef["base"] == 0.95 and fit.sd == pytest.approx(0.05, abs=0.01)
+    with pytest.raises(ValidationError):
+        fit_target_shift([0.1], [0.0], [0.1], 0.95)
+
+
+def _measured(curve, taus, final=0.9, rounds=400):
+    """Stand-ins for measured workloads: one FC run per seed and slower plans, their accuracy
+    following ``curve(t, tau)`` towards ``final``."""
+    from types import SimpleNamespace as NS
+
+    fc_plan = NS(label=lambda: "fc")
+    sp = NS(fc_candidate=NS(plan=fc_plan))
+    out = []
+    for w, tau_fc in enumerate(taus):
+        runs = []
+        for label, factor in (("fc", 1.0), ("slow", 2.0), ("slower", 3.5)):
+            acc = [final * curve(t, tau_fc * factor) for t in range(1, rounds + 1)]
+            runs.append(NS(plan=label, accuracy=acc, final_accuracy=final))
+        out.append(NS(seeds={0: sp}, runs=runs, spec=NS(sla="accuracy >= 0.95 * fc")))
+    return out
+
+
+def test_target_shifts_are_measured_on_the_curves():
+    from airplan_qo.evaluation.time_to_target import target_shifts
+
+    exponential = target_shifts(_measured(lambda t, tau: 1 - math.exp(-t / tau), (8, 12, 20)))
+    assert exponential.coef["level"] == pytest.approx(1.0, abs=0.06)
+    assert abs(exponential.coef["relative"]) < 0.06 and exponential.coef["base"] == 0.95
+    # a heavier tail (a power-law approach): lower targets come much earlier, slower plans more
+    heavy = target_shifts(_measured(lambda t, tau: 1 - (1 + t / tau) ** -1.5, (3, 4, 6)))
+    assert heavy.coef["level"] > 1.3
+    assert target_shift(0.9, 1.0, {f"target.{k}": v for k, v in heavy.coef.items()}) < \
+        target_shift(0.9, 0.0, {f"target.{k}": v for k, v in heavy.coef.items()})
+
+
+def test_a_lower_sla_ratio_shortens_every_plan_and_slow_ones_most():
+    import airplan_qo as aq
+
+    db = aq.connect(":memory:")
+    w = aq.Workload(dataset="digits", clients=20, alpha=0.5, snr_db=10, rounds=40)
+    kw = dict(estimator="ttt", topologies=["ring", "complete"], sparsity=[0.1, 1.0])
+    at = {ratio: {c.plan.label(): c.cost.estimate.terms
+                  for c in db.plan(w, sla=f"accuracy >= {ratio} * fc", **kw).candidates}
+          for ratio in (0.9, 0.95)}
+    drops = {}
+    for label, t95 in at[0.95].items():
+        t90 = at[0.9][label]
+        assert t90["median_rounds"] < t95["median_rounds"]
+        drops[t95["relative_log_t"]] = math.log(t95["median_rounds"] / t90["median_rounds"])
+    ordered = [drops[r] for r in sorted(drops)]
+    assert ordered == sorted(ordered) and ordered[-1] > ordered[0]
