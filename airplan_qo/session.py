@@ -89,7 +89,7 @@ class Session:
              confidence: float | None = None, progress=None):
         """Enumerate, cost and choose a plan; returns a PlanResult (``.explain()``).
 
-        ``confidence`` (default 0.9): with an estimator that predicts a distribution of rounds
+        ``confidence`` (default 0.95): with an estimator that predicts a distribution of rounds
         (``ttt``), the chosen plan must meet the SLA with at least this probability (a chance
         constraint). Given with an estimator that does not (``dsgd``, ``paper``), it has no
         effect and the result says so in a warning.
@@ -98,7 +98,7 @@ class Session:
         ``costing 7/14: ...``) once planning has run about a second (many clients); it may be
         called from a timer thread. None (the default): silent.
         """
-        from .plans.optimizer import DEFAULT_SLA, Optimizer, PlanRequest
+        from .plans.optimizer import DEFAULT_CONFIDENCE, DEFAULT_SLA, Optimizer, PlanRequest
         from .plans.sla import SLA, parse_sla
 
         if not isinstance(workload, Workload):
@@ -111,7 +111,7 @@ class Session:
             sparsity=tuple(float(k) for k in sparsity) if sparsity else None,
             budgets=tuple(sorted((budgets or {}).items())), estimator=estimator,
             objective=objective, statement=statement,
-            confidence=0.9 if confidence is None else _confidence(confidence))
+            confidence=DEFAULT_CONFIDENCE if confidence is None else _confidence(confidence))
         result = Optimizer(self.catalog, progress=progress).plan(request)
         if confidence is not None and result.chosen.cost.estimate.p_meets is None:
             import attrs

@@ -421,7 +421,7 @@ sparsity = [1.0]
     assert rep.summary["estimator"] == "ttt"
     ttt = rep.summary["time_to_target"]
     assert ttt is not None and set(ttt["prediction"]["predicted_fc"]["coverage90"]) == {"ring", "complete"}
-    assert rep.summary["confidence"] is None and ttt["confidence"] == 0.9
+    assert rep.summary["confidence"] is None and ttt["confidence"] == 0.95   # the default
 
 
 def test_a_grid_is_planned_and_judged_at_its_confidence(tmp_path, monkeypatch):

@@ -21,6 +21,7 @@ from typing import Any
 import attrs
 
 from ..costmodels import ESTIMATORS
+from ..plans.optimizer import DEFAULT_CONFIDENCE
 from ..plans.plan import Cost, PhysicalPlan
 from ..plans.sla import parse_sla
 from ..plans.topology import TopologySpec
@@ -99,7 +100,7 @@ def pick(result, constants: Mapping[str, float] | None, candidates: Sequence[Any
         cost = Cost(e, cand.cost.per_round, cand.cost.startup, result.objective)
         feasible = (not (cand.pruned_reason or "").startswith("connectivity:")
                     and _feasible(cost, e, sla, fc_acc, budget, budgets,
-                                  getattr(request, "confidence", 0.9)))
+                                  getattr(request, "confidence", DEFAULT_CONFIDENCE)))
         ranked.append(((not feasible,) + cost.sort_key(cand.plan.label()), cand, cost, feasible))
     ranked.sort(key=lambda r: r[0])
     if ranked and ranked[0][3]:
@@ -112,7 +113,7 @@ def pick(result, constants: Mapping[str, float] | None, candidates: Sequence[Any
 
 
 def _feasible(cost: Cost, e, sla, fc_acc: float, round_budget: int,
-              budgets: dict[str, float], confidence: float = 0.9) -> bool:
+              budgets: dict[str, float], confidence: float = DEFAULT_CONFIDENCE) -> bool:
     """The planner's pruning rules: reaches the target (or, for an estimator that predicts a
     distribution of rounds, meets it with at least ``confidence``), SLA, round/time/energy
     budgets and the estimator's own constraints."""

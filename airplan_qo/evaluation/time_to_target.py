@@ -28,6 +28,7 @@ from ..costmodels.time_to_target import (PLAN_FEATURES, PLAN_INTERACTIONS, TARGE
                                          fit_ceiling, fit_target_shift, fit_tobit,
                                          meets_probability, norm_cdf, pilot_update,
                                          plan_features, target_level)
+from ..plans.optimizer import DEFAULT_CONFIDENCE
 from ..plans.plan import averaged_cliques
 from ..plans.sla import first_crossing
 from ..errors import ValidationError
@@ -36,7 +37,7 @@ from .metrics import compare
 
 #: Ridge weights: interactions shrunk towards zero, main effects barely.
 PENALTY = {**{f: 0.1 for f in PLAN_FEATURES}, **{f: 5.0 for f in PLAN_INTERACTIONS}}
-CONFIDENCE = 0.9
+CONFIDENCE = DEFAULT_CONFIDENCE
 Z90 = 1.6448536269514722
 #: Racing: contenders are cheaper candidates with at least this P(meets SLA) (at most
 #: RACE_CONTENDERS of them), piloted for a quarter of the budget.
