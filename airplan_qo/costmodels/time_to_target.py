@@ -462,6 +462,10 @@ class TimeToTargetEstimator:
             terms.update(p_meets=0.0, target_over_ceiling=rho)
             return Estimate(rounds=None, accuracy=acc, terms=terms, model_term=float(t["mu"]),
                             calibration_ids=ctx.calibration_ids, p_meets=0.0, notes=notes)
+        ratios = self.fitted_range.get("target_ratio")
+        if ratios and not ratios[0] <= rho <= ratios[1]:
+            notes += (f"target at {rho:.3g} of the predicted fc outside the fitted "
+                      f"{ratios[0]:g}..{ratios[1]:g}",)
         mu = t["mu"] + target_shift(rho, t["relative_log_t"], ctx.constants)
         p = meets_probability(mu, sd, budget)
         rounds = max(1.0, expected_rounds(mu, sd, budget))

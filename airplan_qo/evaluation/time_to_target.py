@@ -359,6 +359,10 @@ def reference(fit_pair: Mapping[str, Any], measured, source: str) -> dict[str, A
             # the alpha the estimator used: from the workloads' statistics, as when planning
             "alpha": [min(sp.result.context.alpha for sp in seeds),
                       max(sp.result.context.alpha for sp in seeds)],
+            # the ratios of fc the target may take (the shift was measured between them)
+            **({"target_ratio": [min(TARGET_RATIOS + (target.coef["base"],)),
+                                 max(TARGET_RATIOS + (target.coef["base"],))]}
+               if (target := fit_pair.get("target")) is not None else {}),
         },
     }
 

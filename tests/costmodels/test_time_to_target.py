@@ -119,6 +119,12 @@ def test_the_ttt_estimate_flags_heterogeneity_and_dropout_outside_its_fitted_ran
     assert any(n.startswith("dropout 0.5 outside the fitted 0..") for n in notes)
     iid = db.plan(aq.Workload(dataset="digits", clients=10, partition="iid", snr_db=10), **kw)
     assert any("alpha = inf (iid)" in n for n in iid.candidates[0].cost.estimate.notes)
+    # a target far below fc: the level shift was measured between 0.8 and 0.97 of it
+    w = aq.Workload(dataset="digits", clients=10, alpha=0.5, snr_db=10)
+    low = db.plan(w, sla="accuracy >= 0.3", **kw).candidates[0].cost.estimate.notes
+    assert any(n.startswith("target at 0.3") and n.endswith("outside the fitted 0.8..0.97")
+               for n in low)
+    assert not db.plan(w, sla="accuracy >= 0.9 * fc", **kw).candidates[0].cost.estimate.notes
 
 
 def test_calibrate_ttt_shifts_the_dataset_level_from_executions(tmp_path):
