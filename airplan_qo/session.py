@@ -39,16 +39,6 @@ def _topologies(items: Iterable[Any] | None):
     return tuple(out)
 
 
-def _confidence(value: Any) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise ValidationError(f"confidence must be a probability in (0, 1), got {value!r}") \
-            from None
-    if not 0.0 < v < 1.0:
-        raise ValidationError(f"confidence must be a probability in (0, 1), got {value!r}")
-    return v
-
 
 class Session:
     """Plans, analyses and runs workloads against one catalog file."""
@@ -98,7 +88,8 @@ class Session:
         ``costing 7/14: ...``) once planning has run about a second (many clients); it may be
         called from a timer thread. None (the default): silent.
         """
-        from .plans.optimizer import DEFAULT_CONFIDENCE, DEFAULT_SLA, Optimizer, PlanRequest
+        from .plans.optimizer import (DEFAULT_CONFIDENCE, DEFAULT_SLA, Optimizer, PlanRequest,
+                                      check_confidence)
         from .plans.sla import SLA, parse_sla
 
         if not isinstance(workload, Workload):
@@ -111,7 +102,7 @@ class Session:
             sparsity=tuple(float(k) for k in sparsity) if sparsity else None,
             budgets=tuple(sorted((budgets or {}).items())), estimator=estimator,
             objective=objective, statement=statement,
-            confidence=DEFAULT_CONFIDENCE if confidence is None else _confidence(confidence))
+            confidence=DEFAULT_CONFIDENCE if confidence is None else check_confidence(confidence))
         result = Optimizer(self.catalog, progress=progress).plan(request)
         if confidence is not None and result.chosen.cost.estimate.p_meets is None:
             import attrs

@@ -400,10 +400,8 @@ sparsity = [1.0]
         assert len(rows) == 1 and rows[0]["oracle_plan"] is None and rows[0]["match"] is None
 
 
-def test_a_grid_planned_with_the_time_to_target_estimator_is_analysed(tmp_path):
-    # the planning context of such a grid holds ttt's constants: the time-to-target analysis
-    # must read each candidate's statistics, not dsgd's constants (beta_k, ...)
-    grid = parse_grid("""
+#: A two-workload grid planned with the time-to-target estimator, 3 rounds per run.
+TTT_GRID = """
 seeds = 2
 folds = 2
 estimator = "ttt"
@@ -415,7 +413,13 @@ rounds = 3
 local_steps = 1
 topologies = ["ring"]
 sparsity = [1.0]
-""", source="ttt.toml")
+"""
+
+
+def test_a_grid_planned_with_the_time_to_target_estimator_is_analysed(tmp_path):
+    # the planning context of such a grid holds ttt's constants: the time-to-target analysis
+    # must read each candidate's statistics, not dsgd's constants (beta_k, ...)
+    grid = parse_grid(TTT_GRID, source="ttt.toml")
     with aq.connect(str(tmp_path / "c.duckdb")) as db:
         rep = run_evaluation(db, grid, out_dir=tmp_path / "o", figures=False)
     assert rep.summary["estimator"] == "ttt"
@@ -427,20 +431,7 @@ sparsity = [1.0]
 def test_a_grid_is_planned_and_judged_at_its_confidence(tmp_path, monkeypatch):
     from airplan_qo.session import Session
 
-    text = """
-seeds = 2
-folds = 2
-estimator = "ttt"
-confidence = 0.8
-scalability_clients = [6]
-[[workloads]]
-clients = 6
-alpha = [0.1, 1.0]
-rounds = 3
-local_steps = 1
-topologies = ["ring"]
-sparsity = [1.0]
-"""
+    text = TTT_GRID.replace('estimator = "ttt"', 'estimator = "ttt"\nconfidence = 0.8')
     asked = []
     plan = Session.plan
 
@@ -459,7 +450,7 @@ sparsity = [1.0]
     assert rep.summary["time_to_target"]["confidence"] == 0.97
     report = (tmp_path / "o" / "report.md").read_text()
     assert "chance-constraint confidence 0.97" in report and "--confidence 0.97" in report
-    with pytest.raises(ValidationError, match="key 'confidence': must be a probability"):
+    with pytest.raises(ValidationError, match="key 'confidence': confidence must be a prob"):
         parse_grid(text.replace("0.8", "1.5"), source="conf.toml")
     with pytest.raises(ValidationError, match="--confidence must be a probability"):
         grid.with_confidence(0)

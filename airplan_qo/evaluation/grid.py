@@ -21,6 +21,7 @@ from typing import Any
 import attrs
 
 from ..errors import AirPlanError, ValidationError
+from ..plans.optimizer import check_confidence
 from ..plans.sla import parse_sla
 from ..plans.topology import TopologySpec, parse_topology
 from ..plans.workload import WORKLOAD_PARAMS, Workload, coerce_param
@@ -116,7 +117,7 @@ class Grid:
 
     def with_confidence(self, p: float) -> "Grid":
         """The same grid planned with chance-constraint confidence ``p`` (``--confidence``)."""
-        return attrs.evolve(self, confidence=_confidence(p, "--confidence"))
+        return attrs.evolve(self, confidence=check_confidence(p, "--confidence"))
 
     def with_folds(self, k: int) -> "Grid":
         if isinstance(k, bool) or not isinstance(k, int) or k < 2:
@@ -187,9 +188,9 @@ def parse_grid(data: bytes | str, *, source: str = "<grid>", default_name: str =
     confidence = doc.get("confidence")
     if confidence is not None:
         try:
-            confidence = _confidence(confidence, "confidence")
+            confidence = check_confidence(confidence)
         except ValidationError as exc:
-            raise where.error("confidence", str(exc).removeprefix("confidence ")) from None
+            raise where.error("confidence", str(exc)) from None
     scal = doc.get("scalability_clients", list(DEFAULT_SCALABILITY))
     if not isinstance(scal, list) or not scal:
         raise where.error("scalability_clients", "must be a non-empty list of client counts")
@@ -253,14 +254,6 @@ def _ratio(value: Any, where: _Where, key: str) -> float:
     if not (0 < v <= 1) or not math.isfinite(v):
         raise where.error(key, f"must be in (0, 1], got {value!r}")
     return v
-
-
-def _confidence(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-            not 0.0 < float(value) < 1.0:
-        raise ValidationError(f"{name} must be a probability strictly between 0 and 1, got "
-                              f"{value!r}")
-    return float(value)
 
 
 def _seeds(value: Any, where: _Where) -> tuple[int, ...]:

@@ -65,11 +65,24 @@ def parameter_variants(family: str, n: int) -> list[dict[str, Any]]:
         return [{}]
     return [{}]
 
+
 #: The default confidence of the chance constraint P(meets SLA) >= confidence (estimators that
 #: predict a distribution of rounds). 0.95 rather than 0.9: on 40 held-out workloads the
 #: shipped time-to-target fit's picks met the SLA in 39 at 0.95 and 36 at 0.9
 #: (docs/results.md, "Held-out workloads").
 DEFAULT_CONFIDENCE = 0.95
+
+
+def check_confidence(value: Any, name: str = "confidence") -> float:
+    """``value`` as a chance-constraint confidence, or a ValidationError naming ``name``."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValidationError(f"{name} must be a probability in (0, 1), got {value!r}") \
+            from None
+    if not 0.0 < v < 1.0:
+        raise ValidationError(f"{name} must be a probability in (0, 1), got {value!r}")
+    return v
 
 
 @attrs.frozen
