@@ -261,7 +261,7 @@ def request_to_json(request: Any) -> dict[str, Any] | None:
            "sparsity": list(request.sparsity) if request.sparsity else None,
            "budgets": [[k, v] for k, v in request.budgets],
            "estimator": request.estimator, "objective": request.objective,
-           "statement": request.statement}
+           "statement": request.statement, "confidence": request.confidence}
     try:
         json.dumps(doc)
     except (TypeError, ValueError):
@@ -271,7 +271,7 @@ def request_to_json(request: Any) -> dict[str, Any] | None:
 
 def request_from_json(doc: Mapping[str, Any], workload: Any) -> Any:
     """The PlanRequest stored by :func:`request_to_json`, for ``workload``."""
-    from ..plans.optimizer import PlanRequest
+    from ..plans.optimizer import DEFAULT_CONFIDENCE, PlanRequest
     from ..plans.sla import SLA, parse_sla
 
     return PlanRequest(
@@ -282,7 +282,8 @@ def request_from_json(doc: Mapping[str, Any], workload: Any) -> Any:
         sparsity=tuple(doc["sparsity"]) if doc.get("sparsity") else None,
         budgets=tuple((k, v) for k, v in doc.get("budgets") or ()),
         estimator=doc.get("estimator"), objective=doc.get("objective"),
-        statement=doc.get("statement") or "")
+        statement=doc.get("statement") or "",
+        confidence=float(doc.get("confidence") or DEFAULT_CONFIDENCE))
 
 
 def plan_mixing_p(catalog: Catalog, row: Mapping[str, Any], spec: TopologySpec) -> float:

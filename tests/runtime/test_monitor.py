@@ -366,3 +366,21 @@ def test_reoptimisation_may_raise_k_and_resume_replays_it(tmp_path):
         full = [h["channel_uses"] for h in rep.result.history]
         # channel uses jump to the dense payload after the switch
         assert full[-1] > 5 * full[0]
+
+
+def test_a_resumed_run_replans_with_the_requested_confidence():
+    # a resumed run re-plans from the stored request: the chance constraint's confidence must
+    # survive the round trip (stored requests from before it was kept get the default)
+    from airplan_qo.plans.optimizer import DEFAULT_CONFIDENCE
+    from airplan_qo.plans.sla import parse_sla
+    from airplan_qo.runtime.monitor import request_from_json, request_to_json
+
+    w = aq.Workload(dataset="digits", clients=10)
+    req = PlanRequest(workload=w, sla=parse_sla("accuracy >= 0.9 * fc"), confidence=0.99,
+                      estimator="ttt")
+    doc = request_to_json(req)
+    back = request_from_json(doc, w)
+    assert back.confidence == 0.99 and back.estimator == "ttt"
+    assert back.sla.render() == req.sla.render()
+    old = {k: v for k, v in doc.items() if k != "confidence"}
+    assert request_from_json(old, w).confidence == DEFAULT_CONFIDENCE
