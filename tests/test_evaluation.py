@@ -331,6 +331,7 @@ def test_quick_grid_end_to_end_and_cached_rerun(tmp_path, capsys):
     nc = ttt["noise_ceiling"]                       # seeds 0 seen, 1 judged
     assert nc["seen_seeds"] == [0] and nc["judged_seeds"] == [1]
     assert nc["advisors"]["time-to-target advisor (reference predicted)"]["workloads"] == 3
+    assert nc["full_hindsight"] is None             # 2 seeds: nothing above the majority rule
     assert {p["policy"] for p in summary["policies"]} >= {
         "complete [metropolis_hastings] k=1", "ring [metropolis_hastings] k=0.1"}
 
@@ -533,6 +534,28 @@ def test_noise_ceiling_judges_every_advisor_on_the_unseen_half_of_the_seeds():
     assert noise_ceiling({"w": (None, ("solid",), "solid")}, outs, {}, [0]) is None
 
 
+def test_full_hindsight_knows_every_seed_and_stays_above_the_majority_rule():
+    from airplan_qo.evaluation.metrics import full_hindsight
+
+    # 4 seeds: "flaky" reaches in 3 (the oracle by the majority rule, the cheapest), "solid" in
+    # all 4 at 1.5x its cost; "dear" in all 4 at 3x
+    outs = (_runs("flaky", [True, True, True, False], [10, 10, 10, 12])
+            + _runs("solid", [True] * 4, [20] * 4) + _runs("dear", [True] * 4, [60] * 4))
+    fh = full_hindsight({"w": (None, ("flaky", "solid", "dear"), "dear")}, outs, range(4))
+    assert fh["seeds"] == [0, 1, 2, 3]
+    # m = 4 only: m = 3 is the majority rule of 4 seeds, which picks the oracle itself
+    assert list(fh["advisors"]) == ["hindsight: reached in all 4 seeds"]
+    row = fh["advisors"]["hindsight: reached in all 4 seeds"]
+    assert row["advisor_meets_sla_rate"] == 1.0
+    assert row["median_cost_ratio"] == pytest.approx(20 / 10.5)
+    assert row["within_noise_rate"] == 0.0     # about twice the cost on every seed
+    fh6 = full_hindsight({"w": (None, ("flaky", "solid", "dear"), "dear")},
+                         _runs("solid", [True] * 6, [20] * 6), range(6))
+    assert list(fh6["advisors"]) == ["hindsight: reached in all 6 seeds",
+                                     "hindsight: reached in at least 5 of 6 seeds"]
+    assert full_hindsight({"w": (None, ("solid",), "solid")}, outs, [0, 1]) is None
+
+
 PARALLEL_GRID = """
 seeds = 2
 scalability_clients = [6, 8]
@@ -695,3 +718,20 @@ def test_censored_coverage_is_the_chance_the_interval_holds_a_run_past_its_budge
     # a run the model was sure would finish in time is a miss
     assert censored_coverage(log_b, log_b - 1.0, 0.3) == 0.0
     assert censored_coverage(log_b, log_b - 100.0, 0.3) == 0.0
+
+
+def test_workload_bootstrap_resamples_workloads_not_runs():
+    from airplan_qo.evaluation.time_to_target import workload_bootstrap
+
+    # every workload alike: no spread, whatever the number of runs
+    assert workload_bootstrap({"a": [1.0, 0.0], "b": [0.0, 1.0]}) == pytest.approx([0.5, 0.5])
+    # two workloads, all runs covered in one and none in the other: 1000 runs each, but the
+    # interval spans what resampling two workloads gives (near 0 to near 1), not a run-level
+    # binomial's +-3 points
+    lo, hi = workload_bootstrap({"a": [1.0] * 1000, "b": [0.0] * 1000})
+    assert lo == pytest.approx(0.0) and hi == pytest.approx(1.0)
+    ten = {f"w{i}": [float(i % 2)] * 5 for i in range(10)}
+    lo, hi = workload_bootstrap(ten)
+    assert 0.1 < lo < 0.5 < hi < 0.9
+    assert workload_bootstrap(ten) == workload_bootstrap(ten)      # a fixed seed
+    assert workload_bootstrap({"a": [1.0]}) is None

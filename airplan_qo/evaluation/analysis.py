@@ -28,8 +28,9 @@ from ..plans.topology import TopologySpec
 from . import advisor, time_to_target
 from .grid import Grid, WorkloadSpec
 from .metrics import (Comparison, PairedTest, PlanSummary, RunOutcome, assign_folds, compare,
-                      family_scores, geometric_mean, mape, measured_target, oracle, paired_test,
-                      noise_ceiling, policy_table, rate, stats_of, summarize)
+                      family_scores, full_hindsight, geometric_mean, mape, measured_target,
+                      noise_ceiling, oracle, paired_test, policy_table, rate, stats_of,
+                      summarize)
 from .runner import Measured, RunRecord, _matches, client_variance
 
 
@@ -613,7 +614,9 @@ def _time_to_target(measured, outcome_of, summaries, folds_of, notes: list[str],
 
 def _noise_ceiling(measured, outcome_of, ev) -> dict[str, Any] | None:
     """The time-to-target advisor and the fully connected reference beside two hindsight
-    advisors, all judged on the second half of the seeds (:func:`metrics.noise_ceiling`)."""
+    advisors, all judged on the second half of the seeds (:func:`metrics.noise_ceiling`), and
+    under ``full_hindsight`` the advisors that have seen every seed
+    (:func:`metrics.full_hindsight`)."""
     workloads, fc = {}, {}
     for m in measured:
         sp = m.seeds[min(m.seeds)]
@@ -624,7 +627,10 @@ def _noise_ceiling(measured, outcome_of, ev) -> dict[str, Any] | None:
              {c.workload: c.advisor_plan for c in ev["comparisons"]["predicted_fc"]},
              "always the fully connected reference": fc}
     seeds = sorted({o.seed for o in outcome_of.values()})
-    return noise_ceiling(workloads, outcome_of.values(), picks, seeds)
+    out = noise_ceiling(workloads, outcome_of.values(), picks, seeds)
+    if out is not None:
+        out["full_hindsight"] = full_hindsight(workloads, outcome_of.values(), seeds)
+    return out
 
 
 def _ceiling(pairs: list[tuple[float, float]]) -> dict[str, Any]:

@@ -310,11 +310,39 @@ def noise_ceiling(workloads: Mapping[str, tuple[Any, Sequence[str], str]],
         return None
     half = len(order) // 2
     seen, judged = order[:half], order[half:]
+    rules = {"hindsight: every seen seed reached": len(seen),
+             "hindsight: most seen seeds reached": len(seen) // 2 + 1}
+    rows = _judge_hindsight(workloads, outcomes, picks, seen, judged, rules)
+    return {"seen_seeds": seen, "judged_seeds": judged, "advisors": rows}
+
+
+def full_hindsight(workloads: Mapping[str, tuple[Any, Sequence[str], str]],
+                   outcomes: Iterable[RunOutcome], seeds: Sequence[int]
+                   ) -> dict[str, Any] | None:
+    """What an advisor that knew every measured run could score while staying confident:
+    hindsight advisors that have seen **all** the seeds the oracle is measured on pick the
+    cheapest plan that reached the target in at least m of the n seeds, for m from n down to
+    the last count above the oracle's own majority rule (m = n // 2 + 1 picks the oracle
+    itself), judged on the same seeds. The within-noise match of the every-seed row is the
+    most an advisor that only picks plans it is sure of can reach. ``workloads`` as for
+    :func:`noise_ceiling`; None with fewer than 3 seeds (no count above the majority's)."""
+    order = sorted(set(seeds))
+    n = len(order)
+    needs = range(n, n // 2 + 1, -1)
+    if not needs:
+        return None
+    rules = {(f"hindsight: reached in all {n} seeds" if m == n else
+              f"hindsight: reached in at least {m} of {n} seeds"): m for m in needs}
+    rows = _judge_hindsight(workloads, outcomes, {}, order, order, rules)
+    return {"seeds": order, "advisors": rows}
+
+
+def _judge_hindsight(workloads, outcomes, picks, seen, judged, rules) -> dict[str, Any]:
+    """Hindsight advisors (name -> seeds needed among ``seen``) and the advisors of ``picks``,
+    each judged against the oracle of the ``judged`` seeds."""
     by_workload: dict[str, list[RunOutcome]] = defaultdict(list)
     for o in outcomes:
         by_workload[o.workload].append(o)
-    rules = {"hindsight: every seen seed reached": len(seen),
-             "hindsight: most seen seeds reached": len(seen) // 2 + 1}
     cmps: dict[str, list[Comparison]] = defaultdict(list)
     judged_set = set(judged)
     for key, (sla, candidates, fallback) in workloads.items():
@@ -340,7 +368,7 @@ def noise_ceiling(workloads: Mapping[str, tuple[Any, Sequence[str], str]],
                       "advisor_meets_sla_rate": rate(c.advisor_meets_sla for c in cs)[0],
                       "median_cost_ratio": float(np.median(ratios)) if ratios else None,
                       "gmean_cost_ratio": geometric_mean(ratios)}
-    return {"seen_seeds": seen, "judged_seeds": judged, "advisors": rows}
+    return rows
 
 
 def family_scores(pairs: Iterable[tuple[str, str | None]]) -> dict[str, FamilyScore]:
@@ -452,4 +480,4 @@ def stats_of(values: Iterable[float | None]) -> dict[str, Any]:
 __all__ = ["RunOutcome", "PlanSummary", "Comparison", "FamilyScore", "PairedTest",
            "outcome_from_curve", "measured_target", "summarize", "oracle", "compare",
            "within_noise", "policy_table", "geometric_mean", "hindsight_pick", "noise_ceiling",
-           "family_scores", "mape", "paired_test", "assign_folds", "rate", "stats_of"]
+           "full_hindsight", "family_scores", "mape", "paired_test", "assign_folds", "rate", "stats_of"]

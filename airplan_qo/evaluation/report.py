@@ -164,12 +164,30 @@ def render(analysis, *, figures: list[Path], wall_s: float, command: str,
                               _rate(b, "advisor_meets_sla_rate"), _num(b["median_cost_ratio"]),
                               _num(b["gmean_cost_ratio"])]
                              for name, b in nc["advisors"].items()])
+            fh = nc.get("full_hindsight")
+            if fh:
+                lines += [f"**Full hindsight.** Advisors that have measured every candidate on "
+                          f"every seed ({_seeds(fh['seeds'])}, the oracle's own), picking the "
+                          "cheapest plan that reached the target in at least that many seeds, "
+                          "judged on the same seeds (the oracle is the majority rule). The "
+                          "all-seeds row is the most an advisor that picks only plans it is "
+                          "sure of can reach:", ""]
+                lines += _table(["advisor", "within-noise match", "pick meets the SLA",
+                                 "median cost ratio", "geometric-mean cost ratio"],
+                                [[name, _rate(b, "within_noise_rate"),
+                                  _rate(b, "advisor_meets_sla_rate"),
+                                  _num(b["median_cost_ratio"]), _num(b["gmean_cost_ratio"])]
+                                 for name, b in fh["advisors"].items()])
         pq = ttt["prediction"]["predicted_fc"]
         lines += ["Held-out rounds-to-target per family (reference predicted; a censored run "
-                  "counts the chance that the interval holds it):", ""]
+                  "counts the chance that the interval holds it; in brackets the 95% interval "
+                  "of the coverage from a bootstrap over workloads):", ""]
+        ci = pq.get("coverage90_ci95") or {}
         lines += _table(["family", "median abs log error", "90% interval coverage"],
                         [[f, _num(pq["median_abs_log_error"][f]),
-                          _pct(pq["coverage90"][f])] for f in pq["coverage90"]])
+                          _pct(pq["coverage90"][f]) + (
+                              f" ({_pct(ci[f][0])}-{_pct(ci[f][1])})" if ci.get(f) else "")]
+                         for f in pq["coverage90"]])
     lines += ["## Fixed single-plan policies", "",
               "Always choosing one plan label, over the workloads where it is a candidate: the "
               "share of workloads whose SLA it meets and its median and geometric-mean cost "

@@ -304,27 +304,53 @@ def censored_coverage(log_budget: float, mu: float, sd: float) -> float:
     return max(0.0, 0.95 - max(f, 0.05)) / (1.0 - f)
 
 
+#: Resamples of the bootstrap over workloads behind a coverage's interval (fixed seed: the
+#: report is reproducible).
+BOOTSTRAP = 2000
+
+
+def workload_bootstrap(values: Mapping[str, Sequence[float]], *, level: float = 0.95,
+                       resamples: int = BOOTSTRAP, seed: int = 0) -> list[float] | None:
+    """Central ``level`` interval of the mean of ``values`` (workload -> its runs' values)
+    under a bootstrap that resamples **workloads** (a workload's runs share its errors, so
+    resampling runs would understate the spread). None with fewer than 2 workloads."""
+    keys = sorted(k for k, v in values.items() if len(v))
+    if len(keys) < 2:
+        return None
+    sums = np.array([float(np.sum(values[k])) for k in keys])
+    counts = np.array([len(values[k]) for k in keys], dtype=float)
+    draw = np.random.default_rng(seed).integers(0, len(keys), size=(resamples, len(keys)))
+    means = sums[draw].sum(axis=1) / counts[draw].sum(axis=1)
+    tail = 100.0 * (1.0 - level) / 2.0
+    return [float(v) for v in np.percentile(means, [tail, 100.0 - tail])]
+
+
 def prediction_quality(errors) -> dict[str, Any]:
     """Median |log error| of held-out uncensored runs per family, and 90% interval coverage
-    (a censored run counts :func:`censored_coverage`, an uncensored one 0 or 1)."""
+    (a censored run counts :func:`censored_coverage`, an uncensored one 0 or 1) with its 95%
+    interval from a bootstrap over workloads (:func:`workload_bootstrap`)."""
     out: dict[str, Any] = {}
     for variant, idx in (("predicted_fc", 1), ("measured_fc", 2)):
         per_family: dict[str, list[float]] = defaultdict(list)
         cover: dict[str, list[bool]] = defaultdict(list)
+        by_workload: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
         for e in errors:
             r, mu, sd = e[0], e[idx], e[3] if variant == "predicted_fc" else e[4]
             lo, hi = mu - Z90 * sd, mu + Z90 * sd
             if r["censored"]:
-                cover[r["family"]].append(censored_coverage(r["log_t"], mu, sd))
-                continue
-            per_family[r["family"]].append(abs(r["log_t"] - mu))
-            cover[r["family"]].append(float(lo <= r["log_t"] <= hi))
+                c = censored_coverage(r["log_t"], mu, sd)
+            else:
+                per_family[r["family"]].append(abs(r["log_t"] - mu))
+                c = float(lo <= r["log_t"] <= hi)
+            cover[r["family"]].append(c)
+            by_workload[r["family"]][r["workload"]].append(c)
         fams = sorted(set(per_family) | set(cover))
         abs_errors = [v for f in fams for v in per_family.get(f, [])]
         out[variant] = {
             "median_abs_log_error": {f: float(np.median(per_family[f])) if per_family.get(f)
                                      else None for f in fams},
             "coverage90": {f: float(np.mean(cover[f])) if cover[f] else None for f in fams},
+            "coverage90_ci95": {f: workload_bootstrap(by_workload[f]) for f in fams},
             "coverage90_all": float(np.mean([c for f in fams for c in cover[f]]))
             if fams else None,
             "median_abs_log_error_all": float(np.median(abs_errors)) if abs_errors else None,
@@ -368,5 +394,5 @@ def reference(fit_pair: Mapping[str, Any], measured, source: str) -> dict[str, A
 
 
 __all__ = ["observations", "fit", "target_shifts", "evaluate", "censored_coverage",
-           "prediction_quality",
+           "prediction_quality", "workload_bootstrap",
            "reference", "CONFIDENCE", "PENALTY"]
