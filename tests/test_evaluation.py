@@ -735,3 +735,16 @@ def test_workload_bootstrap_resamples_workloads_not_runs():
     assert 0.1 < lo < 0.5 < hi < 0.9
     assert workload_bootstrap(ten) == workload_bootstrap(ten)      # a fixed seed
     assert workload_bootstrap({"a": [1.0]}) is None
+
+
+def test_report_shows_full_hindsight_with_three_seeds(tmp_path):
+    grid = parse_grid(PARALLEL_GRID.replace("seeds = 2", "seeds = 3"), source="three.toml")
+    with aq.connect(str(tmp_path / "three.duckdb")) as db:
+        rep = run_evaluation(db, grid, out_dir=tmp_path / "out", figures=False,
+                             scalability=False, workers=1)
+    fh = rep.summary["time_to_target"]["noise_ceiling"]["full_hindsight"]
+    assert fh["seeds"] == [0, 1, 2]
+    assert list(fh["advisors"]) == ["hindsight: reached in all 3 seeds"]
+    assert fh["advisors"]["hindsight: reached in all 3 seeds"]["workloads"] == 2
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert "**Full hindsight.**" in text and "| hindsight: reached in all 3 seeds |" in text

@@ -480,4 +480,5 @@ def stats_of(values: Iterable[float | None]) -> dict[str, Any]:
 __all__ = ["RunOutcome", "PlanSummary", "Comparison", "FamilyScore", "PairedTest",
            "outcome_from_curve", "measured_target", "summarize", "oracle", "compare",
            "within_noise", "policy_table", "geometric_mean", "hindsight_pick", "noise_ceiling",
-           "full_hindsight", "family_scores", "mape", "paired_test", "assign_folds", "rate", "stats_of"]
+           "full_hindsight", "family_scores", "mape", "paired_test", "assign_folds", "rate",
+           "stats_of"]

@@ -34,6 +34,15 @@ def _table(head: list[str], rows: list[list[Any]]) -> list[str]:
     return out + [""]
 
 
+def _advisors(rows: dict[str, dict[str, Any]]) -> list[str]:
+    """The table of advisors judged on some seeds (noise ceiling, full hindsight)."""
+    return _table(["advisor", "within-noise match", "pick meets the SLA", "median cost ratio",
+                   "geometric-mean cost ratio"],
+                  [[name, _rate(b, "within_noise_rate"), _rate(b, "advisor_meets_sla_rate"),
+                    _num(b["median_cost_ratio"]), _num(b["gmean_cost_ratio"])]
+                   for name, b in rows.items()])
+
+
 def _seeds(seeds: list[int]) -> str:
     return ", ".join(str(s) for s in seeds)
 
@@ -158,12 +167,7 @@ def render(analysis, *, figures: list[Path], wall_s: float, command: str,
                       f"advisors have measured every candidate on seeds "
                       f"{_seeds(nc['seen_seeds'])}. What no advisor predicting from statistics "
                       "can be expected to beat:", ""]
-            lines += _table(["advisor", "within-noise match", "pick meets the SLA",
-                             "median cost ratio", "geometric-mean cost ratio"],
-                            [[name, _rate(b, "within_noise_rate"),
-                              _rate(b, "advisor_meets_sla_rate"), _num(b["median_cost_ratio"]),
-                              _num(b["gmean_cost_ratio"])]
-                             for name, b in nc["advisors"].items()])
+            lines += _advisors(nc["advisors"])
             fh = nc.get("full_hindsight")
             if fh:
                 lines += [f"**Full hindsight.** Advisors that have measured every candidate on "
@@ -172,12 +176,7 @@ def render(analysis, *, figures: list[Path], wall_s: float, command: str,
                           "judged on the same seeds (the oracle is the majority rule). The "
                           "all-seeds row is the most an advisor that picks only plans it is "
                           "sure of can reach:", ""]
-                lines += _table(["advisor", "within-noise match", "pick meets the SLA",
-                                 "median cost ratio", "geometric-mean cost ratio"],
-                                [[name, _rate(b, "within_noise_rate"),
-                                  _rate(b, "advisor_meets_sla_rate"),
-                                  _num(b["median_cost_ratio"]), _num(b["gmean_cost_ratio"])]
-                                 for name, b in fh["advisors"].items()])
+                lines += _advisors(fh["advisors"])
         pq = ttt["prediction"]["predicted_fc"]
         lines += ["Held-out rounds-to-target per family (reference predicted; a censored run "
                   "counts the chance that the interval holds it; in brackets the 95% interval "
