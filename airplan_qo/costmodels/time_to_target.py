@@ -10,7 +10,9 @@ dataset's level:
 with theory-shaped plan features x (Koloskova et al. 2019, 2020; Lian et al. 2017): the topology
 through log 1/p of the *random* mixing matrix (dropout and truncation included), compression
 through log 1/k and the D-SGD -> CHOCO switch at k < 1, channel noise sigma_c^2 / p, label
-heterogeneity zeta^2 from the catalog's statistics, and their interactions (shrunk towards zero).
+heterogeneity zeta^2 from the catalog's statistics, and their interactions (shrunk towards zero),
+and the task's difficulty 1 - fc (the fully connected plan's predicted error) times topology and
+compression.
 The FC reference has its own model over workload features (:data:`FC_FEATURES`).
 
 Both are fitted by **censored regression** (a Tobit model): a run that never reached the target
@@ -46,24 +48,31 @@ PLAN_FEATURES = (
     "log_n_log_inv_p",      # network size x topology
     "averaged_log_inv_p",   # Clique Averaging x topology (d_cliques: cliques joined sparsely)
     "averaged",             # [Clique Averaging]: its own level, as CHOCO has
+    "fc_error_log_inv_p",   # the task's difficulty (1 - fc) x topology
+    "fc_error_log_inv_k",   # the task's difficulty (1 - fc) x compression
 )
-#: Features whose coefficients are shrunk harder (interactions).
-PLAN_INTERACTIONS = frozenset(PLAN_FEATURES[4:])
+#: Features whose coefficients are shrunk harder (interactions). The difficulty terms are not:
+#: they carry a difference between tasks (the target sits closer to a slowly reached plateau on
+#: a hard task) that no other feature holds.
+PLAN_INTERACTIONS = frozenset(PLAN_FEATURES[4:11])
 
 #: Workload features of the FC reference's log T (plus one offset per dataset).
 FC_FEATURES = ("zeta2", "log_n", "noise", "dropout")
 
 
 def plan_features(p_random: float, k: float, zeta2: float, sigma_c2: float, dropout: float,
-                  n: int, averaged: bool = False) -> dict[str, float]:
+                  n: int, averaged: bool = False, fc_error: float = 0.0) -> dict[str, float]:
     """The plan features of :data:`PLAN_FEATURES` (absolute; subtract the FC's to use them).
     ``zeta2`` is the heterogeneity the clients train on (scaled for Clique Averaging,
     :func:`airplan_qo.costmodels.features.plan_heterogeneity`); ``averaged``: the plan runs
     Clique Averaging, whose clique-mean updates make the sparse joins between cliques matter
-    less than a graph's p alone says."""
+    less than a graph's p alone says; ``fc_error``: 1 - the fully connected plan's final
+    accuracy (predicted by the ceiling model), the task's difficulty. A target at a fixed
+    ratio of fc sits closer to a slowly reached plateau on a hard task, where a sparser or more
+    compressed plan loses more."""
     lp = math.log(1.0 / max(p_random, 1e-12))
     lk = math.log(1.0 / max(min(k, 1.0), 1e-12))
-    return {
+    return with_fc_error({
         "log_inv_p": lp, "log_inv_k": lk, "choco": float(k < 1.0),
         "noise": sigma_c2 / max(p_random, 1e-12),
         "zeta2_log_inv_p": zeta2 * lp, "zeta2_log_inv_k": zeta2 * lk,
@@ -71,7 +80,18 @@ def plan_features(p_random: float, k: float, zeta2: float, sigma_c2: float, drop
         "log_n_log_inv_p": math.log(max(n, 1)) * lp,
         "averaged_log_inv_p": float(averaged) * lp,
         "averaged": float(averaged),
-    }
+    }, fc_error)
+
+
+#: The difficulty terms of :data:`PLAN_FEATURES`: each is 1 - fc times the feature named.
+FC_ERROR_TERMS = {"fc_error_log_inv_p": "log_inv_p", "fc_error_log_inv_k": "log_inv_k"}
+
+
+def with_fc_error(x: Mapping[str, float], fc_error: float) -> dict[str, float]:
+    """``x`` with its difficulty terms (:data:`FC_ERROR_TERMS`) set for a task whose fully
+    connected plan has error ``fc_error``; linear in the features they scale, so it applies to
+    features relative to the reference as well as to absolute ones."""
+    return {**x, **{name: fc_error * x.get(base, 0.0) for name, base in FC_ERROR_TERMS.items()}}
 
 
 def fc_features(zeta2: float, n: int, sigma_c2: float, dropout: float) -> dict[str, float]:
@@ -101,7 +121,7 @@ def fit_tobit(rows: Sequence[Mapping[str, float]], y: Sequence[float], censored:
 
     ``y`` is log T for reached runs and log B (the budget) for censored ones. ``penalty`` gives
     each coefficient's ridge weight (default 0). Fitted with L-BFGS on (beta, log s) from the
-    least-squares start.
+    penalised least-squares start.
     """
     X = np.array([[float(r.get(n, 0.0)) for n in names] for r in rows], dtype=float)
     yv = np.asarray(y, dtype=float)
@@ -112,12 +132,15 @@ def fit_tobit(rows: Sequence[Mapping[str, float]], y: Sequence[float], censored:
     if yv.size < 2:
         raise ValidationError(f"fit_tobit needs at least 2 observations, got {yv.size}")
     lam = np.array([float((penalty or {}).get(n, 0.0)) for n in names])
-    start, *_ = np.linalg.lstsq(X, yv - off, rcond=None) if X.size else (np.zeros(0),)
+    # the start: penalised least squares (plain least squares runs off to huge coefficients
+    # when features are nearly collinear, as on a grid of a few workloads)
+    start = (np.linalg.solve(X.T @ X + np.diag(lam) + 1e-9 * np.eye(X.shape[1]),
+                             X.T @ (yv - off)) if X.size else np.zeros(0))
     resid = yv - off - (X @ start if X.size else 0.0)
     theta0 = np.append(start, math.log(max(float(np.std(resid)), 0.05)))
 
     def nll(theta: np.ndarray) -> tuple[float, np.ndarray]:
-        beta, log_s = theta[:-1], theta[-1]
+        beta, log_s = theta[:-1], min(float(theta[-1]), 50.0)
         s = math.exp(log_s)
         mu = off + (X @ beta if X.size else 0.0)
         z = (yv - mu) / s
@@ -303,7 +326,8 @@ def choose(candidates: Sequence[Candidate], sd: float, budget: float,
     return c, p, False
 
 
-__all__ = ["PLAN_FEATURES", "PLAN_INTERACTIONS", "FC_FEATURES", "plan_features", "fc_features",
+__all__ = ["PLAN_FEATURES", "PLAN_INTERACTIONS", "FC_FEATURES", "FC_ERROR_TERMS", "plan_features",
+           "with_fc_error", "fc_features",
            "TobitFit", "fit_tobit", "fit_ceiling", "meets_probability", "expected_rounds",
            "pilot_update", "PILOT_SD", "Candidate", "choose", "TARGET_RATIOS", "BASE_RATIO",
            "target_level", "target_shift", "fit_target_shift"]
@@ -383,9 +407,13 @@ class TimeToTargetEstimator:
         return float(1.0 / (1.0 + math.exp(-logit)))
 
     def accuracy_at(self, ctx, plan, stats, rounds):
-        return _curve(self.terms(ctx, plan, stats)["mu"], self.ceiling(ctx, plan, stats), rounds)
+        ceiling = self.ceiling(ctx, plan, stats)
+        return _curve(self._terms(ctx, plan, stats, ceiling)["mu"], ceiling, rounds)
 
     def terms(self, ctx, plan, stats) -> dict[str, float]:
+        return self._terms(ctx, plan, stats, self.ceiling(ctx, plan, stats))
+
+    def _terms(self, ctx, plan, stats, ceiling: float) -> dict[str, float]:
         from ..plans.plan import averaged_cliques
         from .features import (approximate_survival_factor, channel_noise, channel_noise_at,
                                heterogeneity, plan_heterogeneity, survival_factor)
@@ -395,13 +423,14 @@ class TimeToTargetEstimator:
         ch = plan.channel
         p_random = max(stats.spectra.mixing_p * survival_factor(plan, stats), 1e-12)
         zeta2 = heterogeneity(ctx.alpha, ctx.n_classes)
+        fc_error = 1.0 - ceiling
         x = plan_features(p_random, plan.k_ratio, plan_heterogeneity(ctx.alpha, ctx.n_classes,
                                                                      plan),
                           channel_noise(plan, stats), ch.dropout, n,
-                          averaged=bool(averaged_cliques(plan.topology)))
+                          averaged=bool(averaged_cliques(plan.topology)), fc_error=fc_error)
         fc_p = approximate_survival_factor(1.0, n - 1, ch.dropout, ch.active_probability)
         fc_noise = channel_noise_at(ch, n - 1)
-        x_fc = plan_features(fc_p, 1.0, zeta2, fc_noise, ch.dropout, n)
+        x_fc = plan_features(fc_p, 1.0, zeta2, fc_noise, ch.dropout, n, fc_error=fc_error)
         w = fc_features(zeta2, n, fc_noise, ch.dropout)
         level = c.get(f"fc.dataset:{ctx.dataset}")
         if level is None:       # an unseen dataset: the mean level of the fitted ones
@@ -446,14 +475,14 @@ class TimeToTargetEstimator:
     def estimate(self, ctx, plan, stats, target_accuracy):
         from ..plans.plan import Estimate
 
-        t = self.terms(ctx, plan, stats)
+        ceiling = self.ceiling(ctx, plan, stats)
+        t = self._terms(ctx, plan, stats, ceiling)
         budget = max(int(ctx.round_budget), 1)
         sd = t["sd"]
         # the model is fitted for targets at a fixed ratio of the fully connected plan's final
         # accuracy A (target.base, 0.95 for the shipped fit); another target rho A is reached
         # target_shift(...) later in log rounds (fitted on the measured curves), and never when
         # rho >= 1
-        ceiling = self.ceiling(ctx, plan, stats)
         rho = float(target_accuracy) / ceiling if ceiling > 0 else math.inf
         acc = float(_curve(t["mu"], ceiling, budget))
         notes = self.notes(ctx, plan, stats)

@@ -27,7 +27,7 @@ from ..costmodels.time_to_target import (PLAN_FEATURES, PLAN_INTERACTIONS, TARGE
                                          Candidate, choose, expected_rounds, fc_features,
                                          fit_ceiling, fit_target_shift, fit_tobit,
                                          meets_probability, norm_cdf, pilot_update,
-                                         plan_features, target_level)
+                                         plan_features, target_level, with_fc_error)
 from ..plans.optimizer import DEFAULT_CONFIDENCE
 from ..plans.plan import averaged_cliques
 from ..plans.sla import first_crossing
@@ -104,25 +104,38 @@ def _fc_offsets(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     return {k: float(np.mean(v)) for k, v in by.items()}
 
 
+def predicted_fc(ceiling, fc_row: Mapping[str, float]) -> float:
+    """The fully connected plan's final accuracy by a ceiling fit (logit scale)."""
+    return 1.0 / (1.0 + math.exp(-ceiling.mean(fc_row)))
+
+
+def plan_x(row: Mapping[str, Any], ceiling) -> dict[str, float]:
+    """A run's relative plan features with the difficulty terms of its workload, 1 - fc by
+    the ``ceiling`` fit (the planner's predicted fc, not the measured one)."""
+    return with_fc_error(row["x"], 1.0 - predicted_fc(ceiling, row["fc_row"]))
+
+
 def fit(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Fit the plan model (measured FC offsets) and the FC reference model on ``rows``."""
+    """Fit the ceiling (fc) model, then the plan model (measured FC offsets, the difficulty
+    from the ceiling fit) and the FC reference model on ``rows``."""
     offsets = _fc_offsets(rows)
     use = [r for r in rows if r["workload"] in offsets]
-    plan = fit_tobit([r["x"] for r in use], [r["log_t"] for r in use],
-                     [r["censored"] for r in use], PLAN_FEATURES,
-                     offset=[offsets[r["workload"]] for r in use], penalty=PENALTY)
     fc_rows = [r for r in rows if r["is_fc"]]
     names = sorted({n for r in fc_rows for n in r["fc_row"]})
+    ceiling = fit_ceiling([r["fc_row"] for r in fc_rows],
+                          [r["final_accuracy"] for r in fc_rows], names)
+    xs = [plan_x(r, ceiling) for r in use]
+    plan = fit_tobit(xs, [r["log_t"] for r in use],
+                     [r["censored"] for r in use], PLAN_FEATURES,
+                     offset=[offsets[r["workload"]] for r in use], penalty=PENALTY)
     fc = fit_tobit([r["fc_row"] for r in fc_rows], [r["log_t"] for r in fc_rows],
                    [r["censored"] for r in fc_rows], names,
                    penalty={n: 0.1 for n in names if not n.startswith("dataset:")})
-    ceiling = fit_ceiling([r["fc_row"] for r in fc_rows],
-                          [r["final_accuracy"] for r in fc_rows], names)
     # the spread of log T about the end-to-end prediction (predicted reference + plan effect):
     # the plan model's s was fitted about the *measured* reference, whose seed noise it already
     # holds, so adding the reference model's s to it (in quadrature) counts that noise twice
     joint = fit_tobit([{} for _ in use], [r["log_t"] for r in use], [r["censored"] for r in use],
-                      [], offset=[plan.mean(r["x"], fc.mean(r["fc_row"])) for r in use])
+                      [], offset=[plan.mean(x, fc.mean(r["fc_row"])) for x, r in zip(xs, use)])
     return {"plan": plan, "fc": fc, "ceiling": ceiling, "joint": joint}
 
 
@@ -196,14 +209,14 @@ def evaluate(measured, outcome_of, summaries: Mapping[str, Mapping[str, Any]],
                 if wk == key:
                     seed_costs[label][seed] = o.cost
             x_fc = _features(sp, sp.fc_candidate)
+            fc_pred = predicted_fc(ceil, _fc_row(m, sp))
             measured_acc = [r["final_accuracy"] for r in rows
                             if r["workload"] == key and r["is_fc"]]
             if measured_acc:
-                predicted = 1.0 / (1.0 + math.exp(-ceil.mean(_fc_row(m, sp))))
-                ceiling_errors.append(100.0 * (predicted - float(np.mean(measured_acc))))
+                ceiling_errors.append(100.0 * (fc_pred - float(np.mean(measured_acc))))
             offsets = {"measured_fc": measured_fc.get(key),
                        "predicted_fc": fcm.mean(_fc_row(m, sp))}
-            relative = [{f: x[f] - x_fc[f] for f in PLAN_FEATURES}
+            relative = [with_fc_error({f: x[f] - x_fc[f] for f in PLAN_FEATURES}, 1.0 - fc_pred)
                         for x in (_features(sp, c) for c in sp.candidates)]
             for variant, off in offsets.items():
                 if off is None:
@@ -217,9 +230,8 @@ def evaluate(measured, outcome_of, summaries: Mapping[str, Mapping[str, Any]],
                 comparisons[variant].append(
                     compare(key, pick.label, summaries[key], cand_labels, seed_costs))
                 if variant == "predicted_fc":
-                    ceiling_pred = 1.0 / (1.0 + math.exp(-ceil.mean(_fc_row(m, sp))))
                     raced, pilot_cost = _race(m, seed0, cands, pick, sd, budget, confidence,
-                                              ceiling_pred)
+                                              fc_pred)
                     cmp = compare(key, raced.label, summaries[key], cand_labels, seed_costs)
                     comparisons["raced"].append(cmp)
                     orc = next((s for s in summaries[key].values()
@@ -229,8 +241,9 @@ def evaluate(measured, outcome_of, summaries: Mapping[str, Mapping[str, Any]],
             for r in rows:
                 if r["workload"] != key:
                     continue
-                mu = plan.mean(r["x"], offsets["predicted_fc"])
-                mu_m = plan.mean(r["x"], offsets["measured_fc"])
+                x = plan_x(r, ceil)
+                mu = plan.mean(x, offsets["predicted_fc"])
+                mu_m = plan.mean(x, offsets["measured_fc"])
                 held_errors.append((r, mu, mu_m, models["joint"].sd, plan.sd))
     full = fit(rows)
     shift = target_shifts(measured)
