@@ -294,3 +294,23 @@ def test_a_lower_sla_ratio_shortens_every_plan_and_slow_ones_most():
         drops[t95["relative_log_t"]] = math.log(t95["median_rounds"] / t90["median_rounds"])
     ordered = [drops[r] for r in sorted(drops)]
     assert ordered == sorted(ordered) and ordered[-1] > ordered[0]
+
+
+def test_difficulty_terms_scale_topology_and_compression_by_the_fc_error():
+    from airplan_qo.costmodels.time_to_target import plan_features, with_fc_error
+
+    easy = plan_features(0.05, 0.3, 0.2, 0.0, 0.0, 20, fc_error=0.07)
+    hard = plan_features(0.05, 0.3, 0.2, 0.0, 0.0, 20, fc_error=0.35)
+    assert hard["fc_error_log_inv_p"] == pytest.approx(0.35 * math.log(20.0))
+    assert hard["fc_error_log_inv_k"] == pytest.approx(0.35 * math.log(1 / 0.3))
+    assert easy["fc_error_log_inv_p"] == pytest.approx(0.07 * math.log(20.0))
+    # every other feature is the task's alone
+    assert {k: v for k, v in hard.items() if not k.startswith("fc_error")} == \
+        {k: v for k, v in easy.items() if not k.startswith("fc_error")}
+    # linear: set on features relative to the reference, they equal the difference of the
+    # absolute ones (how the evaluation fits them)
+    fc = plan_features(1.0, 1.0, 0.2, 0.0, 0.0, 20, fc_error=0.35)
+    base = plan_features(0.05, 0.3, 0.2, 0.0, 0.0, 20)
+    base_fc = plan_features(1.0, 1.0, 0.2, 0.0, 0.0, 20)
+    relative = with_fc_error({f: base[f] - base_fc[f] for f in base}, 0.35)
+    assert relative == pytest.approx({f: hard[f] - fc[f] for f in hard})
