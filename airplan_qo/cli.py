@@ -444,7 +444,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--folds", type=int, help="cross-validation folds (default: the grid's)")
     p.add_argument("--confidence", type=float, metavar="P",
                    help="plan with the chance constraint P(meets SLA) >= P (default: the "
-                        "grid's, else the planner's 0.9); estimators with a distribution only")
+                        "grid's, else the planner's 0.95); estimators with a distribution only")
     p.add_argument("--out", metavar="DIR", help="output directory (default evaluation-GRID)")
     p.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
     p.add_argument("--workers", type=int, metavar="N",

@@ -39,7 +39,6 @@ def _topologies(items: Iterable[Any] | None):
     return tuple(out)
 
 
-
 class Session:
     """Plans, analyses and runs workloads against one catalog file."""
 
