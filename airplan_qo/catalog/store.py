@@ -194,6 +194,11 @@ class Catalog:
         self.timeout = check_timeout(timeout)
         self._tx_depth = 0
         self._columns: dict[str, dict[str, str]] = {}
+        #: Rows the engine never changes once committed (cached topologies), kept in memory by
+        #: whoever reads them, one dict per kind: emptied when the connection is closed or
+        #: released (another process may write meanwhile) and on every rollback (a row read
+        #: inside a transaction may be one of its own, undone).
+        self.memo: dict[str, dict[Any, Any]] = {}
         if self.read_only and self.path == MEMORY:
             raise CatalogError("an in-memory catalog cannot be opened read-only: it would be empty")
         if self.path != MEMORY:
@@ -322,6 +327,7 @@ class Catalog:
         if self._con is None:
             return
         con, self._con = self._con, None
+        self.memo.clear()
         with contextlib.suppress(duckdb.Error):
             con.close()
         if self.path == MEMORY:
@@ -747,6 +753,7 @@ class Catalog:
             yield self
         except BaseException:
             self._tx_depth = 0
+            self.memo.clear()
             with contextlib.suppress(duckdb.Error):
                 con.execute("ROLLBACK")
             raise
@@ -754,6 +761,7 @@ class Catalog:
         try:
             con.execute("COMMIT")
         except duckdb.Error as exc:
+            self.memo.clear()
             with contextlib.suppress(duckdb.Error):
                 con.execute("ROLLBACK")
             raise CatalogError(

@@ -405,33 +405,41 @@ class Optimizer:
     # ---- statistics --------------------------------------------------------------------------
 
     def topology_stats(self, specs: list[TopologySpec]) -> tuple[list[TopologyStats], list[int]]:
-        """Statistics for each spec: from the catalog cache, computing and caching the misses."""
+        """Statistics for each spec: from the catalog cache (its rows kept in the catalog's
+        memo once read), computing and caching the misses."""
         if not specs:
             return [], []
-        n, seeds = specs[0].n, sorted({s.seed for s in specs})
+        n = specs[0].n
+        memo = self.catalog.memo.setdefault("topologies", {})
         cached: dict[tuple, tuple[TopologyStats, int]] = {}
+        for spec in specs:
+            hit = memo.get((n, _cache_key(spec))) if _cacheable(spec) else None
+            if hit is not None:
+                st, tid = hit
+                cached[_cache_key(spec)] = (st if st.spec == spec
+                                            else attrs.evolve(st, spec=spec), tid)
+        unread = [s for s in specs if _cacheable(s) and _cache_key(s) not in cached]
         rows = self.catalog.query(
             "SELECT topology_id, family, params::VARCHAR AS params, seed, weights_rule, n_edges, "
             "max_degree, mean_degree, lambda2_laplacian, lambda2_normalized, mixing_rho, "
             "mixing_gap, mixing_p, slots_per_round, slots_lower_bound, compute_ms "
             "FROM airplan.topologies WHERE n_nodes = ? AND list_contains(?, seed)",
-            [n, seeds])
+            [n, sorted({s.seed for s in unread})]) if unread else []
         by_key = {(r["family"], json.dumps(json.loads(r["params"]), sort_keys=True), r["seed"],
                    r["weights_rule"]): r for r in rows}
-        missing: list[TopologySpec] = []
-        for spec in specs:
-            row = by_key.get(_cache_key(spec)) if _cacheable(spec) else None
+        for spec in unread:
+            row = by_key.get(_cache_key(spec))
             if row is None:
-                missing.append(spec)
                 continue
             spectra = SpectralStats(
                 n_nodes=n, n_edges=row["n_edges"], max_degree=row["max_degree"],
                 mean_degree=row["mean_degree"], lambda2_laplacian=row["lambda2_laplacian"],
                 lambda2_normalized=row["lambda2_normalized"], mixing_rho=row["mixing_rho"],
                 mixing_gap=row["mixing_gap"], mixing_p=row["mixing_p"], method="cached")
-            cached[_cache_key(spec)] = (TopologyStats(
+            cached[_cache_key(spec)] = memo[(n, _cache_key(spec))] = (TopologyStats(
                 spec, spectra, row["slots_per_round"], row["slots_lower_bound"],
                 row["compute_ms"] or 0.0), row["topology_id"])
+        missing = [s for s in specs if _cache_key(s) not in cached]
         if missing:
             graphs: dict[tuple, list[TopologySpec]] = {}   # one graph, several weight rules
             for spec in missing:
@@ -690,13 +698,14 @@ class Optimizer:
         here when None)."""
         req, w = result.request, result.request.workload
         cands = result.candidates
-        cols: dict[str, list[Any]] = {k: [] for k in (
-            "planning_run_id", "chosen", "rank", "family", "topology_params", "topology_seed",
-            "weights_rule", "topology_id", "k_ratio", "algorithm", "snr_db", "g_th",
-            "tx_power_dbm", "est_rounds", "reaches_target", "est_accuracy", "est_accuracy_lo",
-            "est_accuracy_hi", "channel_uses", "slots", "airtime_s", "energy_j", "bits",
-            "privacy_epsilon", "total_cost", "pruned_reason", "calibration_ids", "terms")}
+        names = ("planning_run_id", "chosen", "rank", "family", "topology_params",
+                 "topology_seed", "weights_rule", "topology_id", "k_ratio", "algorithm",
+                 "snr_db", "g_th", "tx_power_dbm", "est_rounds", "reaches_target",
+                 "est_accuracy", "est_accuracy_lo", "est_accuracy_hi", "channel_uses", "slots",
+                 "airtime_s", "energy_j", "bits", "privacy_epsilon", "total_cost",
+                 "pruned_reason", "calibration_ids", "terms")
         self._step(f"recording {len(cands)} candidates in the catalog")
+        params_json: dict[TopologySpec, str] = {}
         with self.catalog.transaction():
             # the plans' ids first, so that the run row names its chosen plan as it is inserted
             ids = self.catalog.next_ids("plans", len(cands))
@@ -710,30 +719,22 @@ class Optimizer:
                 "n_candidates": len(cands), "fallback": result.fallback,
                 "warnings": list(result.warnings),
                 "planning_time_ms": result.planning_time_ms, "chosen_plan_id": chosen_id})
-            cols["plan_id"] = [int(pid) for pid in ids]
+            rows = []
             for c in cands:
-                bd = c.cost.breakdown()
-                e = c.cost.estimate
-                for key, value in (
-                        ("planning_run_id", run_id), ("chosen", c is result.chosen),
-                        ("rank", c.rank), ("family", c.plan.topology.family),
-                        ("topology_params", c.plan.topology.params_json()),
-                        ("topology_seed", c.plan.topology.seed),
-                        ("weights_rule", c.plan.topology.weights),
-                        ("topology_id", c.topology_id), ("k_ratio", c.plan.k_ratio),
-                        ("algorithm", c.plan.effective_algorithm),
-                        ("snr_db", c.plan.channel.snr_db), ("g_th", c.plan.channel.g_th),
-                        ("tx_power_dbm", c.plan.channel.tx_power_dbm),
-                        ("est_rounds", e.rounds), ("reaches_target", c.cost.reaches_target),
-                        ("est_accuracy", e.accuracy), ("est_accuracy_lo", e.accuracy_lo),
-                        ("est_accuracy_hi", e.accuracy_hi),
-                        ("channel_uses", bd["channel_uses"]), ("slots", bd["slots"]),
-                        ("airtime_s", bd["airtime_s"]), ("energy_j", bd["energy_j"]),
-                        ("bits", bd["bits"]), ("privacy_epsilon", bd["privacy_epsilon"]),
-                        ("total_cost", c.cost.total()), ("pruned_reason", c.pruned_reason),
-                        ("calibration_ids", list(e.calibration_ids)),
-                        ("terms", json.dumps(_finite(e.terms), sort_keys=True))):
-                    cols[key].append(value)
+                bd, e, spec, ch = c.cost.breakdown(), c.cost.estimate, c.plan.topology, \
+                    c.plan.channel
+                if spec not in params_json:
+                    params_json[spec] = spec.params_json()
+                rows.append((
+                    run_id, c is result.chosen, c.rank, spec.family, params_json[spec],
+                    spec.seed, spec.weights, c.topology_id, c.plan.k_ratio,
+                    c.plan.effective_algorithm, ch.snr_db, ch.g_th, ch.tx_power_dbm, e.rounds,
+                    c.cost.reaches_target, e.accuracy, e.accuracy_lo, e.accuracy_hi,
+                    bd["channel_uses"], bd["slots"], bd["airtime_s"], bd["energy_j"], bd["bits"],
+                    bd["privacy_epsilon"], c.cost.total(), c.pruned_reason,
+                    list(e.calibration_ids), json.dumps(_finite(e.terms), sort_keys=True)))
+            cols: dict[str, Any] = dict(zip(names, (list(col) for col in zip(*rows))))
+            cols["plan_id"] = [int(pid) for pid in ids]
             self.catalog.insert_rows("plans", cols)
             for c, pid in zip(cands, ids):
                 c.plan_id = int(pid)

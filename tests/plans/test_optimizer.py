@@ -64,6 +64,44 @@ def test_topology_cache_is_used(db):
                if c.plan.topology.family != "complete" or True)
 
 
+def _topology_ids(db) -> set[int]:
+    return {r["topology_id"] for r in
+            db.catalog.query("SELECT topology_id FROM airplan.topologies")}
+
+
+def test_cached_topologies_are_kept_in_memory_once_read(db, monkeypatch):
+    first = db.plan(W)
+    second = db.plan(W)       # reads the rows the first plan cached, and keeps them
+    assert db.catalog.memo["topologies"]
+    queries = []
+    real = db.catalog.query
+    monkeypatch.setattr(db.catalog, "query", lambda sql, *a: queries.append(sql) or
+                        real(sql, *a))
+    third = db.plan(W)
+    assert not any("airplan.topologies" in q for q in queries)
+    for a, b in ((first, third), (second, third)):
+        assert [(c.plan, c.topology_id, c.cost.total()) for c in a.candidates] == \
+            [(c.plan, c.topology_id, c.cost.total()) for c in b.candidates]
+    assert {c.topology_id for c in third.candidates} <= _topology_ids(db)
+
+
+def test_memory_of_topologies_goes_with_a_rollback_and_a_release(db):
+    other = aq.Workload(dataset="digits", clients=12, alpha=0.5, snr_db=10)
+    with pytest.raises(RuntimeError, match="undo"):
+        with db.catalog.transaction():
+            db.plan(other)
+            db.plan(other)   # its own uncommitted topology rows, read back into the memory
+            assert db.catalog.memo["topologies"]
+            raise RuntimeError("undo")
+    assert not db.catalog.memo.get("topologies")
+    r = db.plan(other)       # computed again, not the undone rows' ids
+    assert {c.topology_id for c in r.candidates} <= _topology_ids(db)
+    db.plan(other)
+    assert db.catalog.memo["topologies"]
+    db.catalog.release()
+    assert not db.catalog.memo
+
+
 def test_infeasible_sla_falls_back_to_fc_and_warns(db):
     r = db.plan(W, sla="accuracy >= 0.999")
     assert r.fallback
