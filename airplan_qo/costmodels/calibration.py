@@ -396,15 +396,24 @@ class _DSGDProblem:
         return np.concatenate([self.data_residuals(theta), prior])
 
     def jacobian(self, theta: np.ndarray) -> np.ndarray:
-        """d residuals / d theta in closed form (beta_k fixed; the 2-point difference of
-        ``least_squares`` otherwise): the floor and tau are linear in the constants, so
-        d/d log c_j = c_j * (regressor j) * d residual / d (floor or tau)."""
+        """d residuals / d theta in closed form. The floor and tau are linear in their
+        constants, so d/d log c_j = c_j * (regressor j) * d residual / d (floor or tau); beta_k
+        acts through p_eff = p k^beta_k q (where not clipped): d p_eff / d log beta_k =
+        p_eff beta_k ln k, and the floor and tau fall with p_eff."""
         c = self.constants(theta)
-        p_eff = self.p_eff_fixed
+        p_eff = self._p_eff(c)
         inv = 1.0 / p_eff - 1.0
         regressor = {"f0": np.ones_like(inv), "f1": inv,
                      "f2": self.zeta2 * (1.0 / p_eff ** 2 - 1.0), "f3": self.sigma_c2 / p_eff,
                      "tau0": np.ones_like(inv), "tau1": inv}
+        if "beta_k" in self.names:
+            raw = self.p * self.k ** c["beta_k"] * self.q
+            moving = ~np.isnan(self.p) & (raw > _P_FLOOR) & (raw < 1.0)
+            dp = np.where(moving, p_eff * c["beta_k"] * np.log(self.k), 0.0)
+            regressor["beta_k"] = (
+                dp * -(c["f1"] / p_eff ** 2 + 2.0 * c["f2"] * self.zeta2 / p_eff ** 3
+                       + c["f3"] * self.sigma_c2 / p_eff ** 2),          # d floor
+                dp * -c["tau1"] / p_eff ** 2)                             # d tau
         floor, tau = _dsgd_floor_tau(c, p_eff, self.zeta2, self.sigma_c2)
         blocks = []
         if self.idx.size:
@@ -433,9 +442,14 @@ class _DSGDProblem:
             blocks.append((self.r_idx, d_floor, d_tau))
         cols = []
         for name in self.names:
-            reg = regressor[name] * c[name]
-            part = [(d_tau if name.startswith("tau") else d_floor) * reg[rows]
-                    for rows, d_floor, d_tau in blocks]
+            if name == "beta_k":
+                by_floor, by_tau = regressor[name]
+                part = [d_floor * by_floor[rows] + d_tau * by_tau[rows]
+                        for rows, d_floor, d_tau in blocks]
+            else:
+                reg = regressor[name] * c[name]
+                part = [(d_tau if name.startswith("tau") else d_floor) * reg[rows]
+                        for rows, d_floor, d_tau in blocks]
             cols.append(np.concatenate(part) if part else np.empty(0))
         data = np.column_stack(cols) if cols else np.empty((0, 0))
         return np.vstack([data, self.prior_scale * np.eye(len(self.names))])
@@ -526,7 +540,7 @@ def fit_dsgd(observations: Sequence[Observation], priors: Mapping[str, float] | 
         best = None
         for start in problem.starts():
             res = least_squares(problem.residuals, np.clip(start, lo + 1e-9, hi - 1e-9),
-                                jac="2-point" if "beta_k" in names else problem.jacobian,
+                                jac=problem.jacobian,
                                 bounds=(lo, hi), x_scale=1.0, method="trf", xtol=1e-10,
                                 ftol=1e-10, max_nfev=2000)
             if best is None or res.cost < best.cost:

@@ -386,6 +386,15 @@ class PlanningProgress:
         self._stop.set()
 
 
+
+#: Statistics of periodic topologies kept by this process, oldest dropped first beyond
+#: ``PERIODIC_KEPT``: the catalog's cache does not hold their per-round figures, and building
+#: their rounds' schedules is most of the time of planning a small workload again.
+PERIODIC_KEPT = 256
+_PERIODIC: dict[TopologySpec, TopologyStats] = {}
+_PERIODIC_LOCK = threading.Lock()
+
+
 class Optimizer:
     """Plans workloads against one catalog.
 
@@ -439,6 +448,10 @@ class Optimizer:
             cached[_cache_key(spec)] = memo[(n, _cache_key(spec))] = (TopologyStats(
                 spec, spectra, row["slots_per_round"], row["slots_lower_bound"],
                 row["compute_ms"] or 0.0), row["topology_id"])
+        with _PERIODIC_LOCK:   # periodic: not in the catalog, but a pure function of the spec
+            for spec in specs:
+                if spec.periodic and spec in _PERIODIC:
+                    cached[_cache_key(spec)] = (_PERIODIC[spec], None)
         missing = [s for s in specs if _cache_key(s) not in cached]
         if missing:
             graphs: dict[tuple, list[TopologySpec]] = {}   # one graph, several weight rules
@@ -450,6 +463,12 @@ class Optimizer:
                            f"{n} clients (graph, OTA schedule, spectra; weights "
                            f"{', '.join(s.weights for s in members)})")
                 computed += describe_many(members, max_edges_kept=MAX_CACHED_EDGES)
+            with _PERIODIC_LOCK:
+                for stats, _ in computed:
+                    if stats.spec.periodic:
+                        _PERIODIC[stats.spec] = stats
+                while len(_PERIODIC) > PERIODIC_KEPT:
+                    del _PERIODIC[next(iter(_PERIODIC))]
             cacheable = [c for c in computed if _cacheable(c[0].spec)]
             ids = self._cache(cacheable) if cacheable and not self.catalog.read_only else []
             for (stats, _), tid in zip(cacheable, ids):

@@ -3,6 +3,7 @@
 import json
 import math
 
+import attrs
 import numpy as np
 import pytest
 
@@ -421,3 +422,32 @@ def test_dsgd_jacobian_matches_finite_differences():
             step[j] = h
             numeric = (problem.residuals(theta + step) - problem.residuals(theta - step)) / (2 * h)
             assert np.allclose(jac[:, j], numeric, rtol=1e-4, atol=1e-6), FITTED[j]
+
+
+def test_dsgd_jacobian_with_beta_k_matches_finite_differences():
+    """With beta_k fitted (runs at several k, some with link losses and one without p, whose
+    p_eff stays put) the closed form moves p_eff = p k^beta_k q too."""
+    from airplan_qo.costmodels.calibration import _DSGDProblem
+
+    obs = []
+    for i, o in enumerate(synthetic(12, budget=60) + _rounds_only()):
+        k = (0.1, 0.3, 1.0)[i % 3]
+        obs.append(attrs.evolve(o, k_ratio=k, link_survival=(1.0, 0.8)[i % 2],
+                                p_eff=o.p * k ** PRIORS["beta_k"] * (1.0, 0.8)[i % 2]))
+    obs.append(Observation("dsgd", "ring", 0.25, 30, False, p=None, p_eff=0.2, k_ratio=0.3,
+                           zeta2=0.1, sigma_c2=0.0, e0=E0, exec_id=97))
+    names = FITTED + ("beta_k",)
+    problem = _DSGDProblem(obs, dict(PRIORS), names, 1e-3, 50, 1.0)
+    rng = np.random.default_rng(1)
+    for theta in (problem.theta0,
+                  np.log([TRUE[n] for n in FITTED] + [0.7]),
+                  problem.theta0 + rng.normal(0, 0.3, len(names))):
+        jac = problem.jacobian(theta)
+        assert jac.shape == (problem.residuals(theta).size, len(names))
+        h = 1e-6
+        for j in range(len(names)):
+            step = np.zeros(len(names))
+            step[j] = h
+            numeric = (problem.residuals(theta + step) - problem.residuals(theta - step)) / (2 * h)
+            assert np.allclose(jac[:, j], numeric, rtol=1e-4, atol=1e-6), names[j]
+        assert np.any(jac[:, -1] != 0.0)

@@ -102,6 +102,26 @@ def test_memory_of_topologies_goes_with_a_rollback_and_a_release(db):
     assert not db.catalog.memo
 
 
+def test_periodic_topologies_are_built_once_per_process(db, monkeypatch):
+    from airplan_qo.plans import optimizer
+
+    monkeypatch.setattr(optimizer, "_PERIODIC", {})
+    w = aq.Workload(dataset="digits", clients=24, alpha=0.5, snr_db=10)
+    families = ["one_peer_exponential", "base_k(k=1)", "ring"]
+    first = db.plan(w, topologies=families)
+    built = []
+    real = optimizer.describe_many
+    monkeypatch.setattr(optimizer, "describe_many",
+                        lambda specs, **kw: built.extend(specs) or real(specs, **kw))
+    again = db.plan(w, topologies=families)
+    assert not built
+    assert [(c.plan, c.cost.total(), c.stats.phases) for c in first.candidates] == \
+        [(c.plan, c.cost.total(), c.stats.phases) for c in again.candidates]
+    monkeypatch.setattr(optimizer, "PERIODIC_KEPT", 1)
+    db.plan(aq.Workload(dataset="digits", clients=25, alpha=0.5, snr_db=10), topologies=families)
+    assert len(optimizer._PERIODIC) == 1 and sum(s.periodic for s in built) == 2
+
+
 def test_infeasible_sla_falls_back_to_fc_and_warns(db):
     r = db.plan(W, sla="accuracy >= 0.999")
     assert r.fallback
