@@ -386,7 +386,6 @@ class PlanningProgress:
         self._stop.set()
 
 
-
 #: Statistics of periodic topologies kept by this process, oldest dropped first beyond
 #: ``PERIODIC_KEPT``: the catalog's cache does not hold their per-round figures, and building
 #: their rounds' schedules is most of the time of planning a small workload again.
