@@ -38,7 +38,7 @@ from .advisor import fc_plan
 from .grid import Grid, WorkloadSpec
 
 #: Version of the measurement protocol; part of every cache key.
-PROTOCOL = 2
+PROTOCOL = 3
 _REUSABLE = ("succeeded", "failed")
 
 

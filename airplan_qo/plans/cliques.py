@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 
+import networkx as nx
 import numpy as np
 
 from ..errors import ValidationError
@@ -189,4 +190,51 @@ def decode_cliques(text: str, n: int) -> list[list[int]]:
 
 
 __all__ = ["form_cliques", "clique_skew", "clique_sizes", "random_cliques", "encode_cliques",
+           "exchange_conflicts", "exchange_slots",
            "decode_cliques"]
+
+
+def exchange_slots(graph, groups: list[list[int]]) -> np.ndarray:
+    """The slot of each receiver in Clique Averaging's exchange (each client receives its
+    clique-mates' updates once per round), valid under the rule the gossip schedule follows.
+
+    In a slot every receiver r listens to its clique-mates, who all transmit; r must not
+    transmit itself (half-duplex) and must hear no other transmitter of the slot: no neighbour
+    of r in ``graph`` (the radio neighbourhood) may be transmitting to another clique. So two
+    receivers conflict when they share a clique, or when one is adjacent to a clique-mate of
+    the other (an inter-clique edge (a, b) keeps b out of the slots of a's clique-mates and a
+    out of those of b's). The slots are a greedy colouring of these conflicts (DSatur), which
+    reaches max(clique sizes) on the ring and small-world joins: it pairs the ends of each
+    inter-clique edge in one slot. Returns an (N,) int array."""
+    n = graph.number_of_nodes()
+    clique_of = np.empty(n, dtype=np.int64)
+    for c, members in enumerate(groups):
+        clique_of[members] = c
+    conflicts = nx.Graph()
+    conflicts.add_nodes_from(range(n))
+    for members in groups:
+        conflicts.add_edges_from((u, v) for k, u in enumerate(members) for v in members[k + 1:])
+    for a, b in graph.edges():
+        if clique_of[a] == clique_of[b]:
+            continue
+        for x, y in ((a, b), (b, a)):
+            conflicts.add_edges_from((y, m) for m in groups[clique_of[x]] if m != x)
+    colour = nx.greedy_color(conflicts, strategy="saturation_largest_first")
+    return np.array([colour[v] for v in range(n)], dtype=np.int64)
+
+
+def exchange_conflicts(graph, groups: list[list[int]], slot_of: np.ndarray) -> list[tuple]:
+    """(slot, receiver, why) for every receiver of a Clique Averaging slot that transmits or
+    hears a transmitter it does not listen to; empty for a valid schedule."""
+    clique_of = {v: c for c, members in enumerate(groups) for v in members}
+    bad = []
+    for s in np.unique(slot_of):
+        receivers = set(np.flatnonzero(slot_of == s).tolist())
+        senders = {m for r in receivers for m in groups[clique_of[r]] if m != r}
+        for r in sorted(receivers):
+            if r in senders:
+                bad.append((int(s), r, "transmits while it receives"))
+            heard = set(graph.neighbors(r)) & senders
+            if any(clique_of[t] != clique_of[r] for t in heard):
+                bad.append((int(s), r, "hears a transmitter of another clique"))
+    return bad

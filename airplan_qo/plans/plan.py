@@ -29,9 +29,13 @@ Cost accounting (shared by every estimator; estimators only predict rounds and a
   clique also exchanges the members' full updates once per round: ``max(clique sizes)`` more
   slots of ``ceil(d / 2)`` channel uses (scaled by the probability that such a slot has a live
   receiver), and ``sum c (c - 1)`` more directed links for energy and bits.
-* bits (a digital comparison): the same payloads sent as 32-bit floats over every directed link,
-  plus ``ceil(log2 d)`` index bits per coordinate when sparse (digital links cannot share masks
-  for free): ``2|E| * coords * (32 + index_bits)``.
+* bits (a digital comparison, :func:`link_bits`, the runtime's count too): the same payloads
+  sent as 32-bit floats over every directed link that delivers (both ends online, not
+  truncated: ``2|E| exp(-g_th) (1 - dropout)^2`` links), plus ``ceil(log2 d)`` index bits per
+  coordinate whose position the receiver cannot derive from the round's shared seed (top-k
+  supports; none for the common rand-k mask): ``delivered links * coords * (32 [+ index
+  bits])``. For top-k the runtime sends the union of supports a receiver listens on, which can
+  exceed ``coords``: the planner's figure is then a lower bound.
 * startup: the statistics broadcast (each client's label release, an exact histogram or a
   Count-Min sketch, whichever ``ANALYZE WORKLOAD`` chooses: ``cells / 2`` channel uses per
   client, one slot each), the ``cost=startup..total`` of EXPLAIN.
@@ -59,6 +63,22 @@ from .topology import TopologySpec, TopologyStats
 
 OBJECTIVES = ("channel_uses", "energy_j", "airtime_s", "c_ours")
 BITS_PER_COORD = 32
+
+
+def index_bits(d: int) -> int:
+    """Bits that name one coordinate of a d-dimensional model."""
+    return math.ceil(math.log2(d)) if d > 1 else 1
+
+
+def link_bits(coords: float, index_coords: float, d: int) -> float:
+    """Digital bits one delivered link carries: 32 per coordinate, plus :func:`index_bits` for
+    each of ``index_coords`` coordinates whose position the receiver cannot derive."""
+    return float(coords * BITS_PER_COORD + index_coords * index_bits(d))
+
+
+def _indexed(plan: "PhysicalPlan", coords: int) -> int:
+    """Coordinates per link that need index bits: the top-k supports of a sparse plan."""
+    return coords if plan.k_ratio < 1 and plan.mask == "topk" else 0
 
 
 def _check_k(instance, attribute, value):
@@ -168,8 +188,7 @@ def round_cost(plan: PhysicalPlan, stats: TopologyStats, d: int) -> RoundCost:
     links = (2 * stats.spectra.n_edges * plan.channel.active_probability
              * (1 - plan.channel.dropout) ** 2)
     symbols = links * uses_per_payload
-    index_bits = math.ceil(math.log2(d)) if plan.k_ratio < 1 and d > 1 else 0
-    bits = float(2 * stats.spectra.n_edges * coords * (BITS_PER_COORD + index_bits))
+    bits = links * link_bits(coords, _indexed(plan, coords), d)
     exchange = clique_exchange_cost(plan, d)
     if exchange is not None:
         channel_uses += exchange.channel_uses
@@ -206,10 +225,9 @@ def clique_exchange_cost(plan: PhysicalPlan, d: int) -> CliqueExchange | None:
     mean_deg = sum(c * (c - 1) for c in sizes) / sum(sizes)
     silent = ch.dropout + (1 - ch.dropout) * link_down ** mean_deg
     live = 1.0 - silent ** len(sizes) if silent > 0 else 1.0
-    directed = sum(c * (c - 1) for c in sizes)
-    return CliqueExchange(len(sizes), max(sizes), max(sizes) * full * live,
-                          directed * ch.active_probability * (1 - ch.dropout) ** 2 * full,
-                          float(directed * d * BITS_PER_COORD))
+    delivered = sum(c * (c - 1) for c in sizes) * ch.active_probability * (1 - ch.dropout) ** 2
+    return CliqueExchange(len(sizes), max(sizes), max(sizes) * full * live, delivered * full,
+                          delivered * link_bits(d, 0, d))
 
 
 def averaged_cliques(spec: TopologySpec) -> tuple[int, ...]:
@@ -239,7 +257,6 @@ def _periodic_round_cost(plan: PhysicalPlan, stats: TopologyStats, d: int) -> Ro
     uses_per_payload = math.ceil(coords / 2)
     symbol_s = 1.0 / plan.channel.bandwidth_hz
     delivered = plan.channel.active_probability * (1 - plan.channel.dropout) ** 2
-    index_bits = math.ceil(math.log2(d)) if plan.k_ratio < 1 and d > 1 else 0
     phases = stats.phases
     channel_uses = sum(ph.slots * uses_per_payload * phase_live_slot_probability(plan, ph)
                        for ph in phases) / len(phases)
@@ -249,7 +266,8 @@ def _periodic_round_cost(plan: PhysicalPlan, stats: TopologyStats, d: int) -> Ro
                      slots=sum(ph.slots for ph in phases) / len(phases),
                      airtime_s=channel_uses * symbol_s,
                      energy_j=plan.channel.tx_power_w * symbol_s * symbols,
-                     bits=float(links * coords * (BITS_PER_COORD + index_bits)), symbols=symbols)
+                     bits=links * delivered * link_bits(coords, _indexed(plan, coords), d),
+                     symbols=symbols)
 
 
 @attrs.frozen

@@ -64,6 +64,10 @@ WORKLOAD_PARAMS: dict[str, WorkloadParam] = {p.name: p for p in [
     WorkloadParam("dropout", float, 0.0, "per-round client dropout probability",
                   _range(0, 1, hi_open=True)),
     WorkloadParam("channel", str, "ota", "channel model", choices=("ota", "ideal")),
+    WorkloadParam("ota_payload", str, "difference",
+                  "what uncompressed D-SGD sends over the air: its change since the link's last "
+                  "delivery ('difference') or the whole model, as in the AirPlan paper ('model')",
+                  choices=("difference", "model")),
     WorkloadParam("topology_seed", int, 0, "seed of random topologies", _range(0, None)),
     WorkloadParam("seed", int, 0, "master seed (data, training and channel seeds derive from it)",
                   _range(0, None)),
@@ -162,6 +166,7 @@ class Workload:
     bandwidth_hz: float = 1e6
     dropout: float = 0.0
     channel: str = "ota"
+    ota_payload: str = "difference"
     topology_seed: int = 0
     seed: int = 0
     sketch_eps: float = 0.05

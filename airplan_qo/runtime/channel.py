@@ -22,7 +22,8 @@ Accounting per round, from what is really sent: receivers of one slot of the sch
 parallel, so a slot lasts max over its receivers of ceil(k_i / 2) channel uses and the round's
 channel uses are the sum over slots; ``slots`` counts the slots that carried anything; energy is
 P_tx * (1 / bandwidth) * (symbols sent by all transmitters); ``bits`` is what a digital link
-would carry instead: 32 bits per transmitted coordinate, plus ceil(log2 d) index bits per
+would carry instead (:func:`~..plans.plan.link_bits`, the planner's count too): 32 bits per
+transmitted coordinate, plus ceil(log2 d) index bits per
 coordinate whose position the receiver cannot derive from a shared seed.
 """
 
@@ -35,6 +36,7 @@ import numpy as np
 import torch
 
 from ..errors import ValidationError
+from ..plans.plan import link_bits
 
 __all__ = [
     "CHANNELS",
@@ -50,7 +52,6 @@ __all__ = [
 ]
 
 CHANNELS = ("ideal", "ota")
-FLOAT_BITS = 32
 
 
 def snr_linear(snr_db: float) -> float:
@@ -209,7 +210,6 @@ def traffic(k_recv: np.ndarray, n_tx: np.ndarray, slot_of: np.ndarray, link_nnz:
     n_slots = int(slot_of.max()) + 1 if slot_of.size else 0
     slot_len = np.zeros(n_slots)
     np.maximum.at(slot_len, slot_of, symbols)
-    index_bits = math.ceil(math.log2(d)) if d > 1 else 1
-    bits = float(np.sum(link_nnz) * FLOAT_BITS + np.sum(link_index_bits) * index_bits)
+    bits = link_bits(float(np.sum(link_nnz)), float(np.sum(link_index_bits)), d)
     energy = tx_power_w / bandwidth_hz * float(np.sum(n_tx * symbols))
     return Traffic(float(slot_len.sum()), int((slot_len > 0).sum()), energy, bits)

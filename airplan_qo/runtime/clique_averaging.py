@@ -15,9 +15,10 @@ pre-scale by the weight, so the noise power is set by the strongest weighted upd
 the same James-Stein shrinkage toward its own update as the gossip step. The payload is the full
 update (d coordinates, uncompressed, whatever the plan's k).
 
-Slots: the cliques are disjoint and each is complete, so the clique member at position p of
-every clique can receive in slot p at once: a clique exchange takes as many slots as the largest
-clique. A single clique (the complete graph) needs no exchange: its gossip step already averages
+Slots: each client receives its clique-mates' updates once, in a slot where it hears no
+transmitter of another clique (:func:`~..plans.cliques.exchange_slots`, the gossip schedule's
+rule); the ends of each inter-clique edge share a slot, so the exchange takes as many slots as
+the largest clique on the ring and small-world joins. A single clique (the complete graph) needs no exchange: its gossip step already averages
 every update.
 """
 
@@ -26,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..plans.cliques import decode_cliques
+from ..plans.cliques import decode_cliques, exchange_slots
 from ..plans.plan import averaged_cliques
 from .channel import Channel, RoundLinks, Traffic, dbm_to_watt, traffic
 from .device import to_device
@@ -45,16 +46,14 @@ class CliqueAveraging:
         n = links.n
         groups = decode_cliques(topology.spec.param_dict["cliques"], n)
         clique_of = np.empty(n, dtype=np.int64)
-        position = np.empty(n, dtype=np.int64)
         for c, members in enumerate(groups):
             clique_of[members] = c
-            position[members] = np.arange(len(members))
         self.n = n
         self.links = links
         #: directed links of the topology that join two members of one clique
         self.intra = clique_of[links.recv] == clique_of[links.send]
-        #: receiver slots: position within the clique (cliques are disjoint and complete)
-        self.slot_of = position
+        #: receiver slots: a schedule valid under the gossip's rule (plans.cliques)
+        self.slot_of = exchange_slots(topology.graph, groups)
 
     def apply(self, x: torch.Tensor, before: torch.Tensor, rl: RoundLinks, channel: Channel,
               trained: np.ndarray, tx_power_dbm: float, bandwidth_hz: float,

@@ -37,8 +37,8 @@ from .compression import MASKS, k_from_ratio
 from .device import DEFAULT_DEVICE, check_device, device_name, resolve_device, to_device
 from .flat import STRATEGIES, GradientEngine, ParamLayout, chunks, client_logits, \
     resolve_strategy, single_logits
-from .gossip import ALGORITHMS, DSGD, Choco, PaperLiteral, check_schedule, link_schedule, \
-    round_traffic
+from .gossip import ALGORITHMS, DSGD, OTA_PAYLOADS, Choco, PaperLiteral, \
+    check_schedule, difference_decay, link_schedule, round_traffic
 from ..plans.sla import TARGET_METRICS, first_crossing
 from .metrics import consensus_distance, consensus_exploded, diverged, jain_index, \
     stuck_after_explosion
@@ -165,6 +165,7 @@ class RunConfig:
     error_feedback: bool = False
     gamma: float | None = attrs.field(default=None, validator=_finite(0.0, lo_open=True))
     channel: str = attrs.field(default="ideal", validator=_choice(CHANNELS))
+    ota_payload: str = attrs.field(default="difference", validator=_choice(OTA_PAYLOADS))
     snr_db: float = attrs.field(default=10.0, validator=_finite())
     g_th: float = attrs.field(default=0.1, validator=_finite(0.0, lo_open=True))
     tx_power_dbm: float = attrs.field(default=20.0, validator=_finite())
@@ -370,7 +371,7 @@ class Trainer:
                            if cap is not None and cap < n_test else None)
 
         if self.algorithm == "dsgd":
-            self.rule: Any = DSGD(n, self.d)
+            self.rule: Any = self._dsgd(x0)
         elif self.algorithm == "choco":
             self.rule = Choco(n, self.d, self.k, config.mask, self.gamma, x0)
         else:
@@ -662,8 +663,27 @@ class Trainer:
         self.links = links
         self.clique_averaging = (CliqueAveraging(topology, links)
                                  if clique_averaging_enabled(topology) else None)
+        if isinstance(self.rule, DSGD):
+            self.rule.decay = self._decay(topology)
         with torch_threads(self.config.threads):
             self.rule.rewire(links)
+
+    def _dsgd(self, x0: torch.Tensor) -> DSGD:
+        """The D-SGD rule of this run: over a noisy channel it sends ``config.ota_payload``; a
+        topology that changes every round sends the centred models (decay 0), as the links
+        whose history the difference form follows are those of one fixed W."""
+        return DSGD(self.n, self.d, x0=x0, payload=self.config.ota_payload,
+                    decay=self._decay(self.topology))
+
+    def _decay(self, topology: Any) -> float:
+        """The difference form's decay for a topology (:func:`.gossip.difference_decay` of its
+        W's mixing rate; 0 for one that changes every round or a noiseless channel)."""
+        if (self.config.channel != "ota" or self.config.ota_payload != "difference"
+                or topology.weights is None):
+            return 0.0
+        from ..plans.spectra import mixing_rho
+
+        return difference_decay(mixing_rho(topology.weights))
 
     def _recompress(self, k_ratio: float) -> None:
         cfg = self.config
@@ -677,7 +697,7 @@ class Trainer:
         self.gamma = self.config.resolved_gamma
         algorithm = self.config.resolved_algorithm
         if algorithm == "dsgd" and self.algorithm == "choco":
-            self.rule = DSGD(self.n, self.d)
+            self.rule = self._dsgd(self.rule.ref)
         elif algorithm == "choco":
             self.rule.k, self.rule.gamma = self.k, float(self.gamma)
         self.algorithm = algorithm

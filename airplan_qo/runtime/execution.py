@@ -82,7 +82,8 @@ def run_config(workload, plan, rounds: int, target: float | None, seeds: dict[st
         batch_size=workload.batch_size, local_steps=workload.local_steps, rounds=rounds,
         k_ratio=plan.k_ratio, algorithm="auto", mask=plan.mask, channel=ch.kind,
         snr_db=ch.snr_db, g_th=ch.g_th, tx_power_dbm=ch.tx_power_dbm,
-        bandwidth_hz=ch.bandwidth_hz, dropout=ch.dropout, target_accuracy=target,
+        bandwidth_hz=ch.bandwidth_hz, dropout=ch.dropout,
+        ota_payload=getattr(workload, "ota_payload", "difference"), target_accuracy=target,
         target_metric=target_metric, device=device, **seeds)
 
 

@@ -146,7 +146,10 @@ def test_round_cost_arithmetic():
     drop = round_cost(attrs.evolve(plan, channel=attrs.evolve(plan.channel, dropout=0.2)),
                       st, d=1001)
     assert drop.energy_j == pytest.approx(1e-6 * symbols * 0.8 ** 2)
-    assert rc.bits == 2 * 10 * coords * (32 + math.ceil(math.log2(1001)))
+    # bits: delivered links only; the shared rand-k mask needs no index bits, top-k does
+    assert rc.bits == pytest.approx(2 * 10 * a * coords * 32)
+    topk = round_cost(attrs.evolve(plan, mask="topk"), st, d=1001)
+    assert topk.bits == pytest.approx(2 * 10 * a * coords * (32 + math.ceil(math.log2(1001))))
     dense = round_cost(attrs.evolve(plan, k_ratio=1.0), st, d=1001)
     assert dense.channel_uses == pytest.approx(st.slots_per_round * math.ceil(1001 / 2) * live)
 

@@ -166,7 +166,10 @@ def test_per_round_cost_is_the_mean_of_each_rounds_own_figures():
     ideal = round_cost(PhysicalPlan(stats.spec, 0.1, ChannelConfig(kind="ideal")), stats, d)
     assert ideal.channel_uses == pytest.approx(np.mean(slots) * 50)
     assert ideal.slots == pytest.approx(np.mean(slots))
-    assert ideal.bits == pytest.approx(np.mean(links) * 100 * (32 + 10))
+    assert ideal.bits == pytest.approx(np.mean(links) * 100 * 32)    # shared mask: no index
+    topk = round_cost(PhysicalPlan(stats.spec, 0.1, ChannelConfig(kind="ideal"), mask="topk"),
+                      stats, d)
+    assert topk.bits == pytest.approx(np.mean(links) * 100 * (32 + 10))
     ota = ChannelConfig(kind="ota", g_th=0.1, dropout=0.1)
     cost = round_cost(PhysicalPlan(stats.spec, 1.0, ota), stats, d)
     assert cost.energy_j == pytest.approx(

@@ -13,7 +13,8 @@ FAMILIES = ["ring", "erdos_renyi", "small_world", "clustered", "complete", "expo
 
 @pytest.fixture(scope="module")
 def measured():
-    """(plan, predicted per-round cost, measured mean channel uses and energy per round)."""
+    """(plan, predicted per-round cost, measured mean channel uses, energy and bits per
+    round)."""
     db = aq.connect(":memory:")
     out = []
     for dropout in (0.0, 0.2):
@@ -25,11 +26,12 @@ def measured():
         for cand in result.candidates:
             report = db.execute(attrs.evolve(result, chosen=cand), stop_at_target=False,
                                 reoptimize=False)
-            rows = db.catalog.query("SELECT channel_uses, energy_j FROM airplan.round_stats "
+            rows = db.catalog.query("SELECT channel_uses, energy_j, bits FROM airplan.round_stats "
                                     "WHERE exec_id = ? AND round >= 1", [report.exec_id])
             out.append((dropout, cand.plan, cand.cost.per_round,
                         float(np.mean([r["channel_uses"] for r in rows])),
-                        float(np.mean([r["energy_j"] for r in rows]))))
+                        float(np.mean([r["energy_j"] for r in rows])),
+                        float(np.mean([r["bits"] for r in rows]))))
     db.close()
     return out
 
@@ -40,16 +42,25 @@ def test_every_family_and_k_is_measured(measured):
 
 
 def test_predicted_channel_uses_per_round_match_the_runtime(measured):
-    for dropout, plan, per_round, uses, _ in measured:
+    for dropout, plan, per_round, uses, *_ in measured:
         tol = 0.03 if dropout == 0.0 else 0.10      # dropout: live slots vary round to round
         assert uses == pytest.approx(per_round.channel_uses, rel=tol), (dropout, plan.label())
 
 
 def test_predicted_energy_per_round_matches_the_runtime(measured):
     # a link transmits when both ends are online: (1 - dropout)^2, not (1 - dropout)
-    for dropout, plan, per_round, _, energy in measured:
+    for dropout, plan, per_round, _, energy, _ in measured:
         tol = 0.10 if dropout == 0.0 else 0.20
         assert energy == pytest.approx(per_round.energy_j, rel=tol), (dropout, plan.label())
+
+
+def test_predicted_bits_per_round_match_the_runtime(measured):
+    """One bits model (plans.plan.link_bits): delivered links only, index bits only where an
+    index is sent (none for the shared rand-k mask)."""
+    for dropout, plan, per_round, _, _, bits in measured:
+        tight = dropout == 0.0 and plan.topology.family in ("complete", "d_cliques")
+        tol = 0.02 if tight else 0.06 if dropout == 0.0 else 0.15
+        assert bits == pytest.approx(per_round.bits, rel=tol), (dropout, plan.label())
 
 
 @pytest.mark.parametrize("family,params", [("ring", {}), ("small_world", {"k": 4}),

@@ -168,3 +168,25 @@ def test_explain_shows_the_clique_exchange_beside_the_gossip_step():
                    "USING TOPOLOGY d_cliques(averaging = 'none') USING SPARSITY 1")[-1].text
     assert "Clique Averaging" not in plain
     db.close()
+
+
+@pytest.mark.parametrize("n", [20, 30, 50, 60, 100])
+@pytest.mark.parametrize("inter", ["ring", "small_world"])
+def test_exchange_schedule_follows_the_gossip_rule_on_every_slot(n, inter):
+    """No receiver of a Clique Averaging slot transmits or hears another clique's transmitter,
+    in max(clique sizes) slots (the planner's count), for the default grid's sizes."""
+    from airplan_qo.plans.cliques import (decode_cliques, encode_cliques, exchange_conflicts,
+                                          exchange_slots, random_cliques)
+    from airplan_qo.plans.families import d_cliques
+
+    text = encode_cliques(random_cliques(n, 10, seed=n))
+    graph = d_cliques(n, cliques=text, inter=inter)
+    groups = decode_cliques(text, n)
+    position = np.empty(n, dtype=np.int64)
+    for members in groups:
+        position[members] = np.arange(len(members))
+    if n >= 30:     # the old order (position in the clique) broke the rule here
+        assert exchange_conflicts(graph, groups, position)
+    slots = exchange_slots(graph, groups)
+    assert exchange_conflicts(graph, groups, slots) == []
+    assert slots.max() + 1 == max(len(c) for c in groups)

@@ -1,5 +1,6 @@
 """Update rules on toy problems: D-SGD and CHOCO reach the optimum, mixing preserves the mean."""
 
+import attrs
 import numpy as np
 import pytest
 import torch
@@ -175,3 +176,74 @@ def test_noisy_gossip_is_stable_over_long_runs(digits, k_ratio):
     assert at300["client_acc_mean"] >= at40["client_acc_mean"] - 0.02
     distances = [hist[r]["consensus_distance"] for r in range(40, 301, 10)]
     assert max(distances) <= 1.5 * distances[0]
+
+
+def test_difference_decay_follows_the_mixing_rate():
+    from airplan_qo.runtime.gossip import difference_decay
+
+    assert difference_decay(0.0) == 0.75                  # the complete graph: remember most
+    assert difference_decay(0.99) == 0.0                  # a slow ring: fresh noise only
+    decays = [difference_decay(r) for r in np.linspace(0, 1, 21)]
+    assert decays == sorted(decays, reverse=True)
+
+
+@pytest.mark.parametrize("family,decay", [("complete", 0.75), ("erdos_renyi", 0.5),
+                                          ("ring", 0.2)])
+def test_difference_form_is_dsgd_when_every_link_delivers(family, decay):
+    """Without noise and with every link up, the decayed differences rebuild W x exactly."""
+    topo = build(TopologySpec.create(family, 10, seed=1, **({"p": 0.4} if family ==
+                                                              "erdos_renyi" else {})))
+    links = LinkSet(topo)
+    rng = np.random.default_rng(0)
+    x0 = torch.from_numpy(rng.normal(0, 1, 7).astype(np.float32))
+    rule = DSGD(10, 7, x0=x0, payload="difference", decay=decay)
+    channel = Channel("ota", snr_db=200, g_th=1e-12, dropout=0.0, seed=0)
+    x = x0.expand(10, 7).clone()
+    for _ in range(6):
+        x += torch.from_numpy(rng.normal(0, 0.5, (10, 7)).astype(np.float32))
+        rl = channel.draw(links.n, links.u, links.v)
+        assert rl.up.all()
+        want = dsgd_mix(x, links, np.ones(links.recv.size, dtype=bool))
+        x = rule.communicate(x, links, rl, channel)[-1]
+        torch.testing.assert_close(x, want, atol=1e-5, rtol=0)
+
+
+def test_difference_form_keeps_a_dropped_links_last_value_decayed():
+    """A link down for a round: the receiver's aggregate holds decay * the sender's last
+    delivered value for it and its own model stands in for the rest of that weight."""
+    topo = build(TopologySpec.create("complete", 3))
+    links = LinkSet(topo)
+    x0 = torch.zeros(2)
+    rule = DSGD(3, 2, x0=x0, payload="difference", decay=0.5)
+    channel = Channel("ota", snr_db=200, g_th=1e-12, dropout=0.0, seed=0)
+    all_up = channel.draw(3, links.u, links.v)
+    x1 = torch.tensor([[1.0, 0.0], [0.0, 1.0], [2.0, 2.0]])
+    rule.communicate(x1.clone(), links, all_up, channel)
+    # round 2: edge {0, 1} down
+    edge01 = int(np.flatnonzero((links.u == 0) & (links.v == 1))[0])
+    up = all_up.up.copy()
+    up[edge01] = False
+    rl = attrs.evolve(all_up, up=up)
+    x2 = torch.tensor([[3.0, 0.0], [0.0, 3.0], [1.0, 1.0]])
+    out = rule.communicate(x2.clone(), links, rl, channel)[-1]
+    w = 1.0 / 3.0
+    want0 = w * x2[0] + w * x2[2] + w * (0.5 * x1[1] + 0.5 * x2[0])
+    torch.testing.assert_close(out[0], want0, atol=1e-5, rtol=0)
+
+
+def test_difference_form_at_0_db_stays_near_the_ideal_channel(digits):
+    """Sending differences, not models: the clients' accuracy at 0 dB on the complete graph
+    stays within 2 points of the ideal channel's; sending whole models loses more."""
+    from airplan_qo.data.partition import partition
+    from airplan_qo.runtime.engine import RunConfig, Trainer
+
+    part = partition("dirichlet", digits.y_train, 20, seed=0, alpha=0.5)
+    topo = build(TopologySpec.create("complete", 20))
+
+    def acc(**kw):
+        cfg = RunConfig(model="mlp", rounds=30, local_steps=5, snr_db=0.0, **kw)
+        return Trainer(cfg, digits, part, topo).run().client_acc_mean
+
+    ideal = acc(channel="ideal")
+    assert acc(channel="ota") >= ideal - 0.02
+    assert acc(channel="ota", ota_payload="model") < ideal - 0.03
