@@ -4,7 +4,8 @@ Shared by the catalog's statistics and the PyTorch runtime; nothing here imports
 """
 
 from .datasets import DATA_DIR_ENV, DATASETS, Dataset, dataset_info, load, safe_extract
-from .partition import PARTITIONERS, Partition, dirichlet, iid, partition, shards
+from .partition import (PARTITIONERS, Partition, dirichlet, iid, natural, partition,
+                        partition_dataset, shards)
 
 __all__ = [
     "DATA_DIR_ENV",
@@ -16,7 +17,9 @@ __all__ = [
     "dirichlet",
     "iid",
     "load",
+    "natural",
     "partition",
+    "partition_dataset",
     "safe_extract",
     "shards",
 ]
