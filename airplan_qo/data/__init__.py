@@ -3,7 +3,8 @@
 Shared by the catalog's statistics and the PyTorch runtime; nothing here imports torch.
 """
 
-from .datasets import DATA_DIR_ENV, DATASETS, Dataset, dataset_info, load, safe_extract
+from .datasets import (DATA_DIR_ENV, DATASETS, Dataset, dataset_info, load, register_dataset,
+                       safe_extract)
 from .partition import (PARTITIONERS, Partition, dirichlet, iid, natural, partition,
                         partition_dataset, shards)
 
@@ -20,6 +21,7 @@ __all__ = [
     "natural",
     "partition",
     "partition_dataset",
+    "register_dataset",
     "safe_extract",
     "shards",
 ]

@@ -33,6 +33,7 @@ __all__ = [
     "DATASETS",
     "Dataset",
     "load",
+    "register_dataset",
     "safe_extract",
 ]
 
@@ -216,6 +217,93 @@ def load(name: str, *, root: str | os.PathLike | None = None, seed: int = 0,
                 f"its options are: {', '.join(accepted) or '(none)'}"
             )
     return loader(root=root, seed=_check_seed(seed), **options)
+
+
+#: The datasets that ship with the package (a user's own cannot take these names).
+BUILTIN_DATASETS = ("digits", "synthetic", "mnist1d", "leaf_synthetic", "cifar10", "cifar100",
+                    "tiny_imagenet")
+
+
+def register_dataset(name: str, data: Any, *, replace: bool = False) -> None:
+    """Make your own data plannable and trainable as dataset ``name`` (``TRAIN name ON ...``).
+
+    ``data`` is one of:
+
+    - a :class:`Dataset` (e.g. from :meth:`Dataset.from_arrays`), used as it is;
+    - a tuple ``(x_train, y_train, x_test, y_test)`` of arrays (features ``(n, *shape)``,
+      integer labels), wrapped with :meth:`Dataset.from_arrays`;
+    - a loader, called as ``loader(seed=..., **options)`` when it takes a ``seed`` (and
+      ``root=`` when it takes one), else as ``loader()``, returning either of the above. The
+      workload's seed reaches it, so a loader that draws or splits at random can follow it.
+
+    The registration lasts for this process (register again in each process that plans or
+    trains it). Built-in names cannot be replaced; your own can with ``replace=True``.
+    """
+    if not isinstance(name, str) or not name.strip() or not name.strip().replace("_", "a") \
+            .isalnum() or name.strip()[0].isdigit():
+        raise ValidationError(f"a dataset name is a word of letters, digits and underscores "
+                              f"(not starting with a digit), got {name!r}")
+    key = name.strip().lower()
+    if key in BUILTIN_DATASETS:
+        raise ValidationError(f"'{key}' is a built-in dataset and cannot be replaced; register "
+                              f"yours under another name")
+    if key in DATASETS and not replace:
+        raise ValidationError(f"dataset '{key}' is already registered; pass replace=True to "
+                              f"replace it")
+    if isinstance(data, Dataset) or isinstance(data, (tuple, list)):
+        fixed = _as_dataset(key, data)
+
+        def fixed_loader(*, root: Any = None, seed: int = 0) -> Dataset:
+            return fixed
+
+        loader = fixed_loader
+    elif callable(data):
+        loader = _wrap_loader(key, data)
+    else:
+        raise ValidationError(
+            f"dataset '{key}': expected a Dataset, a tuple (x_train, y_train, x_test, y_test) "
+            f"or a loader function, got {type(data).__name__}")
+    DATASETS.register(key, loader, replace=True)
+
+
+def _as_dataset(name: str, value: Any) -> Dataset:
+    if isinstance(value, Dataset):
+        return value
+    if isinstance(value, (tuple, list)) and len(value) == 4:
+        return Dataset.from_arrays(name, *value, source="register_dataset")
+    raise DataError(f"dataset '{name}': expected a Dataset or a tuple (x_train, y_train, "
+                    f"x_test, y_test), got {type(value).__name__}"
+                    + (f" of length {len(value)}" if isinstance(value, (tuple, list)) else ""))
+
+
+def _wrap_loader(name: str, fn: Callable[..., Any]) -> Callable[..., Dataset]:
+    """A registry loader ``(*, root, seed, **options) -> Dataset`` around a user's function."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        params = {}
+    takes = {p for p in ("root", "seed") if p in params}
+    extra = [p for p in params.values()
+             if p.name not in ("root", "seed") and p.kind in (p.KEYWORD_ONLY,
+                                                              p.POSITIONAL_OR_KEYWORD)]
+
+    # a signature load() can inspect: the user's options, then root and seed
+    options = [inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY, default=p.default)
+               for p in extra]
+
+    def loader(*, root: Any = None, seed: int = 0, **options_given: Any) -> Dataset:
+        kwargs = dict(options_given)
+        if "root" in takes:
+            kwargs["root"] = root
+        if "seed" in takes:
+            kwargs["seed"] = seed
+        return _as_dataset(name, fn(**kwargs))
+
+    loader.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter("root", inspect.Parameter.KEYWORD_ONLY, default=None),
+         inspect.Parameter("seed", inspect.Parameter.KEYWORD_ONLY, default=0), *options])
+    loader.__doc__ = fn.__doc__
+    return loader
 
 
 # (input_shape, n_classes) of each registered dataset, known without reading any data, so the

@@ -197,8 +197,13 @@ class Workload:
                 object.__setattr__(self, name, coerce_param(name, value))
         object.__setattr__(self, "dataset", str(self.dataset).lower())
         from ..data.datasets import DATASETS
+        from ..errors import UnknownNameError
 
-        DATASETS.get(self.dataset)          # an unknown name fails here, with a suggestion
+        try:
+            DATASETS.get(self.dataset)      # an unknown name fails here, with a suggestion
+        except UnknownNameError as exc:
+            raise UnknownNameError(f"{exc}; add your own with airplan_qo.register_dataset("
+                                   f"name, data)") from None
 
     @classmethod
     def from_params(cls, dataset: str, clients: int, params: dict[str, Any] | None = None
