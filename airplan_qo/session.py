@@ -25,17 +25,21 @@ from .plans.workload import Workload
 def _topologies(items: Iterable[Any] | None):
     if items is None:
         return None
-    from .plans.topology import parse_topology
+    from .plans.topology import as_graph, parse_topology
 
     out = []
+    if isinstance(items, (str, Mapping)) or as_graph(items) is not None:
+        items = [items]                          # one topology rather than a list of them
     for item in items:
-        if isinstance(item, str):
-            out.append(parse_topology(item))     # "ring" or "small_world(k=4)"
+        if isinstance(item, str) or isinstance(item, Mapping) or as_graph(item) is not None:
+            out.append(parse_topology(item))     # "ring", "small_world(k=4)", a networkx graph
         elif isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[1], Mapping):
             out.append((str(item[0]), tuple(sorted(item[1].items()))))
         else:
-            raise ValidationError(f"a topology is a family name, 'name(key=value, ...)' or "
-                                  f"(name, params dict), got {item!r}")
+            raise ValidationError(f"a topology is a family name, 'name(key=value, ...)', "
+                                  f"(name, params dict) or a networkx graph (or scipy sparse "
+                                  f"adjacency, planned as from_edges), got {item!r}; pass an "
+                                  f"edge list as networkx.Graph(edges)")
     return tuple(out)
 
 
@@ -82,6 +86,10 @@ class Session:
         (``ttt``), the chosen plan must meet the SLA with at least this probability (a chance
         constraint). Given with an estimator that does not (``dsgd``, ``paper``), it has no
         effect and the result says so in a warning.
+
+        ``topologies``: restrict the plan space to these: family names (``"ring"``),
+        ``"small_world(k=4)"``, ``(name, params dict)``, or your own graphs as networkx graphs
+        (or scipy sparse adjacency matrices), each planned as a ``from_edges`` topology.
 
         ``progress``: a callable given one line per step (``building topology 3/14: ...``,
         ``costing 7/14: ...``) once planning has run about a second (many clients); it may be

@@ -21,7 +21,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from ..data import load, partition
+from ..data import load, partition_dataset
 from ..errors import CatalogError, ValidationError
 from .heterogeneity import dirichlet_alpha, label_entropy, paper_alpha
 from .privacy import (
@@ -101,8 +101,8 @@ def model_bytes(model: str, input_shape: tuple[int, ...], n_classes: int) -> int
 def analyze_workload(catalog: Catalog, workload: Any) -> WorkloadStats:
     """Analyse ``workload`` (a :class:`~airplan_qo.plans.workload.Workload`) into the catalog."""
     dataset = load(workload.dataset, seed=workload.seed)
-    part = partition(workload.partition, dataset.y_train, workload.clients, seed=workload.seed,
-                     **({"alpha": workload.alpha} if workload.partition == "dirichlet" else {}))
+    part = partition_dataset(dataset, workload.partition, workload.clients, seed=workload.seed,
+                             alpha=workload.alpha)
     alpha = workload.alpha if workload.partition == "dirichlet" else None
     fingerprint = workload_fingerprint(workload.dataset, workload.clients, workload.partition,
                                        alpha, workload.seed)

@@ -340,6 +340,41 @@ def _curve(mu: float, ceiling: float, rounds: float) -> float:
     return ceiling * (1.0 - math.exp(-float(rounds) / tau))
 
 
+# ---- datasets the fit has not seen --------------------------------------------------------------
+
+
+def unseen_dataset_spread(constants: Mapping[str, float], dataset: str | None
+                          ) -> tuple[float, float] | None:
+    """For a dataset without fitted (or calibrated) levels: the standard deviations of the
+    fitted datasets' fc levels of log rounds (``fc.dataset:*``) and of their fc accuracy logits
+    (``ceil.dataset:*``), each at least its fit's residual spread (``fc.sd``, ``ceil.sd``); an
+    unseen dataset's levels are drawn from that spread. None when the dataset has its levels."""
+    if not dataset or f"fc.dataset:{dataset}" in constants:
+        return None
+
+    def spread(prefix: str) -> float:
+        levels = [v for k, v in constants.items() if k.startswith(f"{prefix}.dataset:")]
+        between = float(np.std(levels, ddof=1)) if len(levels) > 1 else 0.0
+        return max(between, float(constants.get(f"{prefix}.sd", 0.0)))
+
+    return spread("fc"), spread("ceil")
+
+
+def ceiling_above(ceiling: float, target: float, logit_sd: float) -> float:
+    """P(A > target) for logit(A) ~ N(logit(ceiling), logit_sd^2)."""
+    if target <= 0.0:
+        return 1.0
+    if target >= 1.0 or ceiling <= 0.0:
+        return 0.0
+    ceiling = min(ceiling, 1.0 - 1e-12)
+    z = (math.log(target / (1.0 - target)) - math.log(ceiling / (1.0 - ceiling))) \
+        / max(logit_sd, 1e-9)
+    return float(norm_sf(z))
+
+
+__all__ += ["unseen_dataset_spread", "ceiling_above"]
+
+
 # ---- the estimator ----------------------------------------------------------------------------
 
 #: The reference fit shipped with the package (regenerate: docs/planner.md).
@@ -496,13 +531,27 @@ class TimeToTargetEstimator:
             notes += (f"target at {rho:.3g} of the predicted fc outside the fitted "
                       f"{ratios[0]:g}..{ratios[1]:g}",)
         mu = t["mu"] + target_shift(rho, t["relative_log_t"], ctx.constants)
-        p = meets_probability(mu, sd, budget)
+        unseen = unseen_dataset_spread(ctx.constants, ctx.dataset)
+        p_ceiling = 1.0
+        if unseen is not None:
+            # a dataset the fit never saw: its fc level (log rounds) and its fc accuracy are
+            # the fitted datasets' mean, as uncertain as those levels are spread; the target
+            # is out of reach when the real fc accuracy lies below it
+            sd = math.hypot(sd, unseen[0])
+            p_ceiling = ceiling_above(ceiling, float(target_accuracy), unseen[1])
+            notes += (f"dataset {ctx.dataset} unseen: its fully connected accuracy and rounds "
+                      f"are unknown, so P(meets SLA) and the rounds interval are widened "
+                      f"(P(fc accuracy above the target) {p_ceiling:.2f}); a pilot run or "
+                      f"CALIBRATE measures them",)
+        p = meets_probability(mu, sd, budget) * p_ceiling
         rounds = max(1.0, expected_rounds(mu, sd, budget))
         lo = math.exp(min(mu - 1.6448536269514722 * sd, 700.0))
         hi = math.exp(min(mu + 1.6448536269514722 * sd, 700.0))
         terms = {k: float(v) for k, v in dict(t, mu=mu, p_meets=p,
                                               median_rounds=math.exp(min(mu, 700.0)),
                                               target_over_ceiling=rho).items()}
+        if unseen is not None:
+            terms.update(sd=float(sd), p_ceiling_above_target=float(p_ceiling))
         if ctx.privacy_epsilon:
             terms["privacy_epsilon"] = ctx.privacy_epsilon
         return Estimate(rounds=rounds, accuracy=acc, rounds_lo=max(1.0, lo),

@@ -3,8 +3,10 @@
 Shared by the catalog's statistics and the PyTorch runtime; nothing here imports torch.
 """
 
-from .datasets import DATA_DIR_ENV, DATASETS, Dataset, dataset_info, load, safe_extract
-from .partition import PARTITIONERS, Partition, dirichlet, iid, partition, shards
+from .datasets import (DATA_DIR_ENV, DATASETS, Dataset, dataset_info, load, register_dataset,
+                       safe_extract)
+from .partition import (PARTITIONERS, Partition, dirichlet, iid, natural, partition,
+                        partition_dataset, shards)
 
 __all__ = [
     "DATA_DIR_ENV",
@@ -16,7 +18,10 @@ __all__ = [
     "dirichlet",
     "iid",
     "load",
+    "natural",
     "partition",
+    "partition_dataset",
+    "register_dataset",
     "safe_extract",
     "shards",
 ]

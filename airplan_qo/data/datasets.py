@@ -33,6 +33,7 @@ __all__ = [
     "DATASETS",
     "Dataset",
     "load",
+    "register_dataset",
     "safe_extract",
 ]
 
@@ -72,12 +73,24 @@ def _labels(value: Any) -> np.ndarray:
     return _readonly(raw.astype(np.int64, copy=False))
 
 
+def _groups(value: Any) -> np.ndarray | None:
+    if value is None:
+        return None
+    raw = np.asarray(value)
+    if raw.ndim != 1 or (raw.size and raw.dtype.kind not in "iu") or (raw.size and raw.min() < 0):
+        raise DataError("groups must be a 1-D array of non-negative integer user ids, one per "
+                        "train sample")
+    return _readonly(raw.astype(np.int64, copy=False))
+
+
 @attrs.frozen(eq=False)
 class Dataset:
     """An immutable train/test pair of float32 features and int64 labels.
 
     Arrays are stored as read-only views. ``input_shape`` is the shape of one sample (e.g.
     ``(3, 32, 32)``, channel first for images); labels lie in ``[0, n_classes)``.
+    ``groups`` (optional) names the user each train sample came from, for datasets with a
+    natural per-user split (``leaf_synthetic``); the ``natural`` partition follows it.
     """
 
     name: str
@@ -89,8 +102,15 @@ class Dataset:
     input_shape: tuple[int, ...] = attrs.field(converter=lambda s: tuple(int(d) for d in s))
     class_names: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     source: str = ""
+    groups: np.ndarray | None = attrs.field(default=None, converter=lambda g: _groups(g),
+                                            repr=False)
 
     def __attrs_post_init__(self) -> None:
+        if self.groups is not None and self.groups.shape != self.y_train.shape:
+            raise DataError(
+                f"dataset '{self.name}': groups has shape {self.groups.shape}, expected one "
+                f"user id per train sample {self.y_train.shape}"
+            )
         if self.n_classes < 1:
             raise DataError(f"dataset '{self.name}': n_classes must be >= 1, got {self.n_classes}")
         for split, x, y in (("train", self.x_train, self.y_train),
@@ -125,11 +145,13 @@ class Dataset:
     @classmethod
     def from_arrays(cls, name: str, x_train: Any, y_train: Any, x_test: Any, y_test: Any, *,
                     n_classes: int | None = None, class_names: tuple[str, ...] = (),
-                    source: str = "arrays") -> "Dataset":
+                    source: str = "arrays", groups: Any = None) -> "Dataset":
         """Wrap user-supplied numpy arrays (features ``(n, *shape)``, integer labels).
 
         ``n_classes`` defaults to the largest label + 1 over both splits. Features must be
         finite; they are converted to float32 and labels to int64 (no copy when already so).
+        ``groups``: the user id of each train sample, when the data has a natural per-user
+        split (then ``partition = 'natural'`` gives each client whole users).
         """
         x_tr, x_te = _features(x_train), _features(x_test)
         y_tr, y_te = _labels(y_train), _labels(y_test)
@@ -148,7 +170,7 @@ class Dataset:
             n_classes = int(max(y_tr.max(initial=-1), y_te.max(initial=-1))) + 1
         return cls(name=name, x_train=x_tr, y_train=y_tr, x_test=x_te, y_test=y_te,
                    n_classes=n_classes, input_shape=x_tr.shape[1:], class_names=class_names,
-                   source=source)
+                   source=source, groups=groups)
 
     @property
     def n_train(self) -> int:
@@ -197,10 +219,98 @@ def load(name: str, *, root: str | os.PathLike | None = None, seed: int = 0,
     return loader(root=root, seed=_check_seed(seed), **options)
 
 
+#: The datasets that ship with the package (a user's own cannot take these names).
+BUILTIN_DATASETS = ("digits", "synthetic", "mnist1d", "leaf_synthetic", "cifar10", "cifar100",
+                    "tiny_imagenet")
+
+
+def register_dataset(name: str, data: Any, *, replace: bool = False) -> None:
+    """Make your own data plannable and trainable as dataset ``name`` (``TRAIN name ON ...``).
+
+    ``data`` is one of:
+
+    - a :class:`Dataset` (e.g. from :meth:`Dataset.from_arrays`), used as it is;
+    - a tuple ``(x_train, y_train, x_test, y_test)`` of arrays (features ``(n, *shape)``,
+      integer labels), wrapped with :meth:`Dataset.from_arrays`;
+    - a loader, called as ``loader(seed=..., **options)`` when it takes a ``seed`` (and
+      ``root=`` when it takes one), else as ``loader()``, returning either of the above. The
+      workload's seed reaches it, so a loader that draws or splits at random can follow it.
+
+    The registration lasts for this process (register again in each process that plans or
+    trains it). Built-in names cannot be replaced; your own can with ``replace=True``.
+    """
+    if not isinstance(name, str) or not name.strip() or not name.strip().replace("_", "a") \
+            .isalnum() or name.strip()[0].isdigit():
+        raise ValidationError(f"a dataset name is a word of letters, digits and underscores "
+                              f"(not starting with a digit), got {name!r}")
+    key = name.strip().lower()
+    if key in BUILTIN_DATASETS:
+        raise ValidationError(f"'{key}' is a built-in dataset and cannot be replaced; register "
+                              f"yours under another name")
+    if key in DATASETS and not replace:
+        raise ValidationError(f"dataset '{key}' is already registered; pass replace=True to "
+                              f"replace it")
+    if isinstance(data, Dataset) or isinstance(data, (tuple, list)):
+        fixed = _as_dataset(key, data)
+
+        def fixed_loader(*, root: Any = None, seed: int = 0) -> Dataset:
+            return fixed
+
+        loader = fixed_loader
+    elif callable(data):
+        loader = _wrap_loader(key, data)
+    else:
+        raise ValidationError(
+            f"dataset '{key}': expected a Dataset, a tuple (x_train, y_train, x_test, y_test) "
+            f"or a loader function, got {type(data).__name__}")
+    DATASETS.register(key, loader, replace=True)
+
+
+def _as_dataset(name: str, value: Any) -> Dataset:
+    if isinstance(value, Dataset):
+        return value
+    if isinstance(value, (tuple, list)) and len(value) == 4:
+        return Dataset.from_arrays(name, *value, source="register_dataset")
+    raise DataError(f"dataset '{name}': expected a Dataset or a tuple (x_train, y_train, "
+                    f"x_test, y_test), got {type(value).__name__}"
+                    + (f" of length {len(value)}" if isinstance(value, (tuple, list)) else ""))
+
+
+def _wrap_loader(name: str, fn: Callable[..., Any]) -> Callable[..., Dataset]:
+    """A registry loader ``(*, root, seed, **options) -> Dataset`` around a user's function."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        params = {}
+    takes = {p for p in ("root", "seed") if p in params}
+    extra = [p for p in params.values()
+             if p.name not in ("root", "seed") and p.kind in (p.KEYWORD_ONLY,
+                                                              p.POSITIONAL_OR_KEYWORD)]
+
+    # a signature load() can inspect: the user's options, then root and seed
+    options = [inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY, default=p.default)
+               for p in extra]
+
+    def loader(*, root: Any = None, seed: int = 0, **options_given: Any) -> Dataset:
+        kwargs = dict(options_given)
+        if "root" in takes:
+            kwargs["root"] = root
+        if "seed" in takes:
+            kwargs["seed"] = seed
+        return _as_dataset(name, fn(**kwargs))
+
+    loader.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter("root", inspect.Parameter.KEYWORD_ONLY, default=None),
+         inspect.Parameter("seed", inspect.Parameter.KEYWORD_ONLY, default=0), *options])
+    loader.__doc__ = fn.__doc__
+    return loader
+
+
 # (input_shape, n_classes) of each registered dataset, known without reading any data, so the
 # planner can size a model (d parameters) cheaply; synthetic's depend on its options.
 _SHAPES: dict[str, tuple[tuple[int, ...], int]] = {
     "digits": ((1, 8, 8), 10),
+    "mnist1d": ((1, 40), 10),
     "cifar10": ((3, 32, 32), 10),
     "cifar100": ((3, 32, 32), 100),
     "tiny_imagenet": ((3, 64, 64), 200),
@@ -211,6 +321,8 @@ def dataset_info(name: str, **options: Any) -> tuple[tuple[int, ...], int]:
     """(input_shape, n_classes) of a dataset without loading it."""
     key = DATASETS.get(name) and name.lower()
     if key == "synthetic":
+        return (int(options.get("n_features", 60)),), int(options.get("n_classes", 10))
+    if key == "leaf_synthetic":
         return (int(options.get("n_features", 60)),), int(options.get("n_classes", 10))
     if key in _SHAPES:
         if key == "cifar100" and options.get("label_mode") == "coarse":
@@ -714,3 +826,6 @@ def load_tiny_imagenet(*, root: str | os.PathLike | None = None, seed: int = 0,
                    y_test=np.asarray(test_labels, dtype=np.int64),
                    n_classes=len(wnids), input_shape=(3, 64, 64), class_names=tuple(wnids),
                    source=str(folder))
+
+
+from . import generated  # noqa: E402,F401  (registers mnist1d and leaf_synthetic)

@@ -7,7 +7,9 @@ Generator built from the explicit ``seed``, so a partition is reproduced exactly
 ``(scheme, labels, n_clients, seed, params)``.
 
 Schemes: ``iid`` (uniform random split), ``dirichlet`` (label skew p_i ~ Dir(alpha * 1_C), the
-model the heterogeneity estimators assume) and ``shards`` (sort by label, deal out shards).
+model the heterogeneity estimators assume), ``shards`` (sort by label, deal out shards) and
+``natural`` (whole users of a dataset that records which user each sample came from).
+:func:`partition_dataset` partitions a :class:`~.datasets.Dataset` as a workload asks.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ __all__ = [
     "Partition",
     "dirichlet",
     "iid",
+    "natural",
     "partition",
+    "partition_dataset",
     "shards",
 ]
 
@@ -307,6 +311,61 @@ def dirichlet(y: Any, n_clients: int, alpha: float, *, seed: int | np.random.Gen
               "n_classes": n_classes}
     return Partition(indices=parts, n_samples=n, scheme="dirichlet", alpha=alpha,
                      seed=recorded, params=params, redrawn=redrawn)
+
+
+@PARTITIONERS.register("natural")
+def natural(y: Any, n_clients: int, *, seed: int | np.random.Generator,
+            groups: Any) -> Partition:
+    """Each client holds whole users: ``groups[j]`` is the user of sample j (a dataset's
+    :attr:`~.datasets.Dataset.groups`, e.g. ``leaf_synthetic``'s users).
+
+    With as many clients as users, client i is user i. With fewer clients, the users are
+    shuffled and dealt out in turn (client i gets users ``perm[i::n_clients]``), so every
+    sample is used and each client's data is a union of whole users. More clients than users
+    is a DataError naming the number of users.
+    """
+    labels = _check_labels(y)
+    n = labels.size
+    n_clients = _check_clients(n_clients, n)
+    if groups is None:
+        raise DataError("partition scheme 'natural' needs the user of every sample (groups); "
+                        "use a dataset with a natural per-user split, such as leaf_synthetic, "
+                        "or Dataset.from_arrays(..., groups=...)")
+    owner = np.asarray(groups)
+    if owner.shape != (n,) or (owner.size and owner.dtype.kind not in "iu"):
+        raise DataError(f"groups must hold one integer user id per sample ({n}), got "
+                        f"{owner.dtype} {owner.shape}")
+    users = np.unique(owner)
+    if n_clients > users.size:
+        raise DataError(f"partition 'natural' gives each client whole users, but the data has "
+                        f"only {users.size} users for {n_clients} clients; use at most "
+                        f"{users.size} clients or another partition")
+    rng, recorded = _rng(seed)
+    order = users if n_clients == users.size else rng.permutation(users)
+    client_of_user = np.empty(int(users.max()) + 1, dtype=np.int64)
+    client_of_user[order] = np.arange(order.size) % n_clients
+    client = client_of_user[owner]
+    parts = [np.flatnonzero(client == c) for c in range(n_clients)]
+    return Partition(indices=parts, n_samples=n, scheme="natural", seed=recorded,
+                     params={"users": int(users.size)})
+
+
+def partition_dataset(dataset: Any, scheme: str, n_clients: int, *,
+                      seed: int | np.random.Generator, alpha: float | None = None) -> Partition:
+    """Partition ``dataset``'s train split as a workload asks: ``alpha`` goes to ``dirichlet``
+    and the dataset's users (:attr:`~.datasets.Dataset.groups`) to ``natural``; other schemes
+    take neither."""
+    params: dict[str, Any] = {}
+    if scheme == "dirichlet":
+        params["alpha"] = alpha
+    elif scheme == "natural":
+        if dataset.groups is None:
+            raise DataError(f"dataset '{dataset.name}' has no natural per-user split, so "
+                            f"partition 'natural' cannot be used with it; use dirichlet, iid "
+                            f"or shards, or a dataset that records its users (leaf_synthetic, "
+                            f"Dataset.from_arrays(..., groups=...))")
+        params["groups"] = dataset.groups
+    return partition(scheme, dataset.y_train, n_clients, seed=seed, **params)
 
 
 def partition(scheme: str, y: Any, n_clients: int, *, seed: int | np.random.Generator,

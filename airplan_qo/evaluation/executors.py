@@ -199,15 +199,14 @@ def train_cached(job):
     its dataset, the plan's topology, the job's RunConfig; bit for bit the same run), with the
     dataset loaded on this worker (the job carries only the workload's parameters) and kept for
     the runs that follow. Returns (RunResult, wall seconds, the dataset's loading included)."""
-    from ..data import partition
+    from ..data import partition_dataset
     from ..plans.topology import build
     from ..runtime.engine import Trainer
 
     start = time.perf_counter()
     w = job.workload
     data = _dataset(w)
-    part = partition(w.partition, data.y_train, w.clients, seed=w.seed,
-                     **({"alpha": w.alpha} if w.partition == "dirichlet" else {}))
+    part = partition_dataset(data, w.partition, w.clients, seed=w.seed, alpha=w.alpha)
     run = Trainer(job.config, data, part, build(job.spec)).run(None)
     return run, time.perf_counter() - start
 

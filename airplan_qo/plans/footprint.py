@@ -29,7 +29,8 @@ BYTES_PER_NODE = 3000
 #: Share of the available memory a plan may use.
 MEMORY_SHARE = 0.8
 #: Training records of the shipped datasets with their default options (train split).
-TRAIN_RECORDS = {"digits": 1438, "synthetic": 4800, "cifar10": 50_000, "cifar100": 50_000,
+TRAIN_RECORDS = {"digits": 1438, "synthetic": 4800, "mnist1d": 20_000, "leaf_synthetic": 21_000,
+                 "cifar10": 50_000, "cifar100": 50_000,
                  "tiny_imagenet": 100_000}
 
 

@@ -36,9 +36,13 @@ def _freeze_params(params: Any) -> tuple[tuple[str, Any], ...]:
 
 
 def parse_topology(item: Any) -> tuple[str, tuple[tuple[str, Any], ...]]:
-    """``"small_world(k=4)"``, ``"ring"`` or ``{"family": "small_world", "k": 4}`` (a grid's
-    TOML table) to ``(family, ((param, value), ...))``: how grids and the Python API name a
+    """``"small_world(k=4)"``, ``"ring"``, ``{"family": "small_world", "k": 4}`` (a grid's
+    TOML table), a networkx graph or a scipy sparse adjacency matrix (both planned as
+    ``from_edges``) to ``(family, ((param, value), ...))``: how grids and the Python API name a
     topology with its parameters."""
+    graph = as_graph(item)
+    if graph is not None:
+        return "from_edges", (("edges", graph),)
     if isinstance(item, dict):
         params = dict(item)
         family = params.pop("family", None)
@@ -46,8 +50,9 @@ def parse_topology(item: Any) -> tuple[str, tuple[tuple[str, Any], ...]]:
             raise ValidationError(f"a topology table needs a 'family' string, got {item!r}")
         return family.strip().lower(), tuple(sorted(params.items()))
     if not isinstance(item, str):
-        raise ValidationError(f"a topology is a string like 'small_world(k=4)' or a table, got "
-                              f"{item!r}")
+        raise ValidationError(f"a topology is a string like 'small_world(k=4)', a table, or a "
+                              f"networkx graph (planned as from_edges), got {item!r}; for an "
+                              f"edge list use from_edges(edges='FILE') or a networkx graph")
     name, sep, rest = item.strip().partition("(")
     params: dict[str, Any] = {}
     if sep:
@@ -64,6 +69,21 @@ def parse_topology(item: Any) -> tuple[str, tuple[tuple[str, Any], ...]]:
     if not name.strip():
         raise ValidationError(f"topology {item!r} has no family name")
     return name.strip().lower(), tuple(sorted(params.items()))
+
+
+def as_graph(item: Any) -> nx.Graph | None:
+    """``item`` as an undirected networkx graph when it is one (or a scipy sparse adjacency
+    matrix), else None. A directed graph is refused: the plan space is undirected."""
+    if isinstance(item, nx.Graph):
+        if item.is_directed():
+            raise ValidationError("a directed graph cannot be a topology (links are used both "
+                                  "ways); pass G.to_undirected() to plan it as from_edges")
+        return item
+    if sp.issparse(item):
+        if item.shape[0] != item.shape[1]:
+            raise ValidationError(f"an adjacency matrix must be square, got shape {item.shape}")
+        return nx.from_scipy_sparse_array(sp.csr_array(item))
+    return None
 
 
 def _literal(text: str) -> Any:

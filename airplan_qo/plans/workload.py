@@ -7,7 +7,7 @@ default and range, so SQL, the CLI and the Python API validate parameters identi
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import attrs
 
@@ -22,7 +22,25 @@ class WorkloadParam:
     default: Any
     doc: str
     check: Callable[[Any], str | None] = lambda v: None
-    choices: tuple[str, ...] = ()
+    #: the allowed values, or a function returning them (registries that users extend)
+    choices: tuple[str, ...] | Callable[[], Sequence[str]] = ()
+    #: said after the allowed values when a value is not among them
+    hint: str = ""
+
+    def allowed(self) -> tuple[str, ...]:
+        return tuple(self.choices() if callable(self.choices) else self.choices)
+
+
+def _model_names() -> list[str]:
+    from ..runtime.model_size import MODELS
+
+    return MODELS.names()
+
+
+def _partition_schemes() -> list[str]:
+    from ..data.partition import PARTITIONERS
+
+    return PARTITIONERS.names()
 
 
 def _range(lo: float | None = None, hi: float | None = None, *, lo_open: bool = False,
@@ -45,10 +63,11 @@ WORKLOAD_PARAMS: dict[str, WorkloadParam] = {p.name: p for p in [
     WorkloadParam("alpha", float, 0.5, "Dirichlet label-skew concentration (smaller = more skew)",
                   _range(0, None, lo_open=True)),
     WorkloadParam("partition", str, "dirichlet", "partition scheme",
-                  choices=("dirichlet", "iid", "shards")),
+                  choices=_partition_schemes),
     WorkloadParam("snr_db", float, 10.0, "channel SNR in dB", _range(-30, 60)),
     WorkloadParam("model", str, "mlp", "model architecture",
-                  choices=("logistic", "mlp", "mlp2", "cnn4", "resnet18")),
+                  choices=_model_names,
+                  hint="; add your own with airplan_qo.register_model(name, factory)"),
     WorkloadParam("lr", float, 0.05, "local SGD learning rate", _range(0, 10, lo_open=True)),
     WorkloadParam("momentum", float, 0.9, "local SGD momentum", _range(0, 1, hi_open=True)),
     WorkloadParam("batch_size", int, 32, "local mini-batch size", _range(1, 1 << 16)),
@@ -131,9 +150,10 @@ def coerce_param(name: str, value: Any) -> Any:
     except (TypeError, ValueError, OverflowError):
         raise ValidationError(
             f"parameter '{name}' must be {spec.kind.__name__}, got {value!r}") from None
-    if spec.choices and out not in spec.choices:
-        raise ValidationError(f"parameter '{name}' must be one of {', '.join(spec.choices)}, "
-                              f"got {out!r}{suggest(out, list(spec.choices))}")
+    allowed = spec.allowed()
+    if allowed and out not in allowed:
+        raise ValidationError(f"parameter '{name}' must be one of {', '.join(allowed)}, "
+                              f"got {out!r}{suggest(out, list(allowed))}{spec.hint}")
     problem = spec.check(out)
     if problem:
         raise ValidationError(f"parameter '{name}' {problem}, got {out!r}")
@@ -182,8 +202,13 @@ class Workload:
                 object.__setattr__(self, name, coerce_param(name, value))
         object.__setattr__(self, "dataset", str(self.dataset).lower())
         from ..data.datasets import DATASETS
+        from ..errors import UnknownNameError
 
-        DATASETS.get(self.dataset)          # an unknown name fails here, with a suggestion
+        try:
+            DATASETS.get(self.dataset)      # an unknown name fails here, with a suggestion
+        except UnknownNameError as exc:
+            raise UnknownNameError(f"{exc}; add your own with airplan_qo.register_dataset("
+                                   f"name, data)") from None
 
     @classmethod
     def from_params(cls, dataset: str, clients: int, params: dict[str, Any] | None = None

@@ -1,7 +1,8 @@
 """PyTorch execution runtime: stacked client models, gossip rules, channel, metrics, checkpoints.
 
 Importing this package does not import torch; the torch-backed names below load on first use, so
-``from airplan_qo.runtime.model_size import parameter_count`` stays cheap for the planner.
+``from airplan_qo.runtime.model_size import MODELS, parameter_count`` stays cheap for the planner
+(counting parameters itself imports torch).
 See docs/runtime.md.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .model_size import MODEL_SIZES, parameter_count
+from .model_size import MODELS, parameter_count, register_model
 
 _LAZY = {
     "RunConfig": "engine",
@@ -18,7 +19,6 @@ _LAZY = {
     "Trainer": "engine",
     "ROUND_KEYS": "engine",
     "default_gamma": "engine",
-    "MODELS": "models",
     "build_model": "models",
     "CHANNELS": "channel",
     "truncation_probability": "channel",
@@ -28,7 +28,7 @@ _LAZY = {
     "jain_index": "metrics",
 }
 
-__all__ = ["MODEL_SIZES", "parameter_count", *sorted(_LAZY)]
+__all__ = ["MODELS", "parameter_count", "register_model", *sorted(_LAZY)]
 
 
 def __getattr__(name: str) -> Any:

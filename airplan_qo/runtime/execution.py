@@ -42,7 +42,7 @@ import numpy as np
 
 from ..catalog.owners import describe_owner, owner_alive, this_owner
 from ..catalog.store import Catalog, now_utc
-from ..data import load, partition
+from ..data import load, partition_dataset
 from ..errors import CatalogLockedError, ExecutionError
 from ..costmodels import ESTIMATORS
 from ..plans.topology import TopologySpec, build
@@ -292,8 +292,7 @@ def record_trained(catalog: Catalog, job: TrainJob, options: dict[str, Any], run
 
 def _trainer(w, spec: TopologySpec, config: RunConfig) -> Trainer:
     dataset = load(w.dataset, seed=w.seed)
-    part = partition(w.partition, dataset.y_train, w.clients, seed=w.seed,
-                     **({"alpha": w.alpha} if w.partition == "dirichlet" else {}))
+    part = partition_dataset(dataset, w.partition, w.clients, seed=w.seed, alpha=w.alpha)
     return Trainer(config, dataset, part, build(spec))
 
 

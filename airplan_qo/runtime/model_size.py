@@ -1,45 +1,108 @@
-"""Closed-form parameter counts of the runtime's models, without importing torch.
+"""The model registry and the model dimension d, counted on the modules themselves.
 
-The planner needs the model dimension d (channel uses, energy and bits scale with it) long before
-anything is trained, and planning must not pay for importing torch. Each entry of
-:data:`MODEL_SIZES` mirrors one builder of :data:`airplan_qo.runtime.models.MODELS` exactly; the
-test suite checks every pair against ``sum(p.numel() for p in model.parameters())``.
+:data:`MODELS` maps a name to a factory ``fn(input_shape, n_classes) -> nn.Module``. It is
+importable without torch, so SQL, the CLI and the planner can validate model names cheaply:
+the built-in factories (``runtime/models.py``) load on first call, and a user's own factory is
+added with :func:`register_model` (``airplan_qo.register_model``).
+
+The planner needs d (channel uses, energy and bits scale with it) before anything is trained.
+:func:`parameter_count` builds the model on torch's ``meta`` device (no memory is allocated,
+even for ResNet-18) and counts its parameters, so d always equals what the runtime trains;
+nothing keeps a separate table of sizes. Counting needs torch; without it the error says how to
+install it. Counts are cached per (factory, input shape, classes).
 """
 
 from __future__ import annotations
 
+import inspect
 import math
-from typing import Callable, Sequence
+import re
+from typing import Any, Callable, Sequence
 
-from ..errors import ValidationError
+from ..errors import AirPlanError, ValidationError
 from ..registry import Registry
 
-__all__ = [
-    "CNN4_CHANNELS",
-    "CNN4_HIDDEN",
-    "MLP_HIDDEN",
-    "MLP2_HIDDEN",
-    "MODEL_SIZES",
-    "RESNET18_WIDTHS",
-    "cnn4_feature_shape",
-    "parameter_count",
-]
+__all__ = ["BUILTIN_MODELS", "MODELS", "parameter_count", "register_model"]
 
-#: Hidden width of ``mlp`` (one hidden layer).
-MLP_HIDDEN: tuple[int, ...] = (64,)
-#: Hidden widths of ``mlp2`` (two hidden layers).
-MLP2_HIDDEN: tuple[int, ...] = (128, 64)
-#: Output channels of the two 3x3 convolutions of ``cnn4``.
-CNN4_CHANNELS: tuple[int, int] = (16, 32)
-#: Width of the hidden fully connected layer of ``cnn4``.
-CNN4_HIDDEN = 64
-#: Stage widths of the CIFAR ResNet-18 (two basic blocks per stage).
-RESNET18_WIDTHS: tuple[int, ...] = (64, 128, 256, 512)
+ModelFactory = Callable[[tuple[int, ...], int], Any]
 
-SizeRule = Callable[[tuple[int, ...], int], int]
+#: Registry of model factories: ``fn(input_shape, n_classes) -> nn.Module``.
+MODELS: Registry[ModelFactory] = Registry("model")
 
-#: Registry of closed-form parameter counts: ``fn(input_shape, n_classes) -> int``.
-MODEL_SIZES: Registry[SizeRule] = Registry("model")
+#: The models that ship with the runtime (``runtime/models.py``).
+BUILTIN_MODELS = ("logistic", "mlp", "mlp2", "cnn4", "cnn1d", "resnet18")
+
+
+class _Builtin:
+    """A built-in factory of ``runtime/models.py``, imported (with torch) on first call."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __call__(self, input_shape: tuple[int, ...], n_classes: int) -> Any:
+        from . import models
+
+        return getattr(models, self.name)(input_shape, n_classes)
+
+    def __repr__(self) -> str:
+        return f"<built-in model {self.name}>"
+
+
+for _name in BUILTIN_MODELS:
+    MODELS.register(_name, _Builtin(_name))
+
+_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
+_COUNTS: dict[tuple[int, str, tuple[int, ...], int], int] = {}
+
+
+def register_model(name: str, factory: Callable[..., Any], *, replace: bool = False) -> None:
+    """Make ``factory`` plannable and trainable as model ``name`` (``WITH (model = 'name')``).
+
+    ``factory(input_shape, n_classes)`` returns a new ``torch.nn.Module`` that maps a batch
+    ``(b, *input_shape)`` to logits ``(b, n_classes)``; a factory that takes no arguments is
+    called as ``factory()``. The module must have no buffers (one client's state is its flat
+    parameter vector). d, its number of parameters, is counted on the module itself. A built-in
+    name cannot be replaced; a name of your own can with ``replace=True``.
+    """
+    if not isinstance(name, str) or not _NAME.match(name.strip().lower()):
+        raise ValidationError(f"a model name is a word of letters, digits and underscores "
+                              f"(not starting with a digit), got {name!r}")
+    if not callable(factory):
+        raise ValidationError(f"model '{name}': the factory must be callable "
+                              f"(input_shape, n_classes) -> nn.Module, got {factory!r}")
+    key = name.strip().lower()
+    if key in BUILTIN_MODELS:
+        raise ValidationError(f"'{key}' is a built-in model and cannot be replaced; register "
+                              f"yours under another name")
+    if key in MODELS and not replace:
+        raise ValidationError(f"model '{key}' is already registered; pass replace=True to "
+                              f"replace it")
+    MODELS.register(key, _adapt(factory), replace=True)
+    for cached in [k for k in _COUNTS if k[1] == key]:
+        del _COUNTS[cached]
+
+
+def _adapt(factory: Callable[..., Any]) -> ModelFactory:
+    """``factory`` as a two-argument factory (a zero-argument one ignores the shape)."""
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):     # builtins without a signature: call as documented
+        return factory
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    variadic = any(p.kind is p.VAR_POSITIONAL for p in params)
+    required = [p for p in positional if p.default is p.empty]
+    if not required and not variadic and not positional:
+
+        def no_arguments(input_shape: tuple[int, ...], n_classes: int) -> Any:
+            return factory()
+
+        no_arguments.__wrapped__ = factory  # type: ignore[attr-defined]
+        return no_arguments
+    if len(required) > 2:
+        raise ValidationError(f"a model factory is called as factory(input_shape, n_classes); "
+                              f"{getattr(factory, '__name__', factory)!r} needs "
+                              f"{len(required)} arguments")
+    return factory
 
 
 def _shape(input_shape: Sequence[int]) -> tuple[int, ...]:
@@ -58,80 +121,53 @@ def _classes(n_classes: int) -> int:
     return int(n_classes)
 
 
-def _linear(n_in: int, n_out: int) -> int:
-    return n_in * n_out + n_out
-
-
-def _mlp(widths: Sequence[int], shape: tuple[int, ...], n_classes: int) -> int:
-    total, n_in = 0, math.prod(shape)
-    for width in widths:
-        total += _linear(n_in, width)
-        n_in = width
-    return total + _linear(n_in, n_classes)
-
-
-@MODEL_SIZES.register("logistic")
-def _logistic_size(input_shape: tuple[int, ...], n_classes: int) -> int:
-    return _linear(math.prod(input_shape), n_classes)
-
-
-@MODEL_SIZES.register("mlp")
-def _mlp_size(input_shape: tuple[int, ...], n_classes: int) -> int:
-    return _mlp(MLP_HIDDEN, input_shape, n_classes)
-
-
-@MODEL_SIZES.register("mlp2")
-def _mlp2_size(input_shape: tuple[int, ...], n_classes: int) -> int:
-    return _mlp(MLP2_HIDDEN, input_shape, n_classes)
-
-
-def cnn4_feature_shape(input_shape: Sequence[int]) -> tuple[int, int, int]:
-    """(channels, height, width) entering the first fully connected layer of ``cnn4``.
-
-    Two 3x3 same-padding convolutions, each followed by a 2x2 max-pool (floor), so images must
-    be at least 4x4 and channel first: ``(C, H, W)``.
-    """
-    shape = _shape(input_shape)
-    if len(shape) != 3:
+def _torch():
+    try:
+        import torch
+    except ImportError:
         raise ValidationError(
-            f"cnn4 needs image inputs shaped (channels, height, width), got {shape}; "
-            f"use 'mlp' or 'logistic' for flat features"
-        )
-    _, h, w = shape
-    if h < 4 or w < 4:
-        raise ValidationError(f"cnn4 needs images of at least 4x4 pixels, got {h}x{w}")
-    return CNN4_CHANNELS[1], h // 4, w // 4
+            "counting a model's parameters needs PyTorch, which is not installed; install it "
+            "with `pip install torch` (CPU: `pip install torch==2.13.0`)") from None
+    return torch
 
 
-@MODEL_SIZES.register("cnn4")
-def _cnn4_size(input_shape: tuple[int, ...], n_classes: int) -> int:
-    c_in = input_shape[0]
-    c1, c2 = CNN4_CHANNELS
-    c, h, w = cnn4_feature_shape(input_shape)
-    return (c_in * c1 * 9 + c1) + (c1 * c2 * 9 + c2) + _linear(c * h * w, CNN4_HIDDEN) \
-        + _linear(CNN4_HIDDEN, n_classes)
-
-
-@MODEL_SIZES.register("resnet18")
-def _resnet18_size(input_shape: tuple[int, ...], n_classes: int) -> int:
-    if len(input_shape) != 3:
-        raise ValidationError(
-            f"resnet18 needs image inputs shaped (channels, height, width), got {input_shape}"
-        )
-    c_in = input_shape[0]
-    stem = RESNET18_WIDTHS[0]
-    total = c_in * stem * 9 + 2 * stem          # bias-free 3x3 stem conv + its norm
-    n_in = stem
-    for stage, width in enumerate(RESNET18_WIDTHS):
-        for block in range(2):
-            total += n_in * width * 9 + 2 * width + width * width * 9 + 2 * width
-            if block == 0 and (stage > 0 or n_in != width):
-                total += n_in * width + 2 * width   # 1x1 projection shortcut + its norm
-            n_in = width
-    return total + _linear(n_in, n_classes)
+def instantiate(name: str, input_shape: Sequence[int], n_classes: int, *,
+                device: Any = None) -> Any:
+    """Call model ``name``'s factory and check that it returned an ``nn.Module``."""
+    torch = _torch()
+    factory = MODELS.get(name)
+    shape, classes = _shape(input_shape), _classes(n_classes)
+    try:
+        if device is None:
+            model = factory(shape, classes)
+        else:
+            with torch.device(device):
+                model = factory(shape, classes)
+    except AirPlanError:
+        raise
+    except Exception as exc:
+        if device is not None:
+            raise
+        raise ValidationError(f"model '{name}' could not be built for input shape {shape} and "
+                              f"{classes} classes: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(model, torch.nn.Module):
+        raise ValidationError(f"model '{name}': the factory returned {type(model).__name__}, "
+                              f"not a torch.nn.Module")
+    return model
 
 
 def parameter_count(model_name: str, input_shape: Sequence[int], n_classes: int) -> int:
-    """Number of trainable parameters d of ``model_name`` for one input shape and class count."""
-    rule = MODEL_SIZES.get(model_name)
-    return int(rule(_shape(input_shape), _classes(n_classes)))
+    """Number of trainable parameters d of ``model_name`` for one input shape and class count,
+    counted on the module its factory builds (on the ``meta`` device: nothing is allocated)."""
+    factory = MODELS.get(model_name)
+    shape, classes = _shape(input_shape), _classes(n_classes)
+    key = (id(factory), str(model_name).lower(), shape, classes)
+    if key not in _COUNTS:
+        try:
+            model = instantiate(model_name, shape, classes, device="meta")
+        except AirPlanError:
+            raise
+        except Exception:   # a factory that cannot run on the meta device: build it for real
+            model = instantiate(model_name, shape, classes)
+        _COUNTS[key] = int(sum(math.prod(p.shape) for p in model.parameters()))
+    return _COUNTS[key]

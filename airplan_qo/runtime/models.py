@@ -3,7 +3,8 @@
 Every model is buffer-free (no BatchNorm running statistics), so one client's whole state is its
 flat parameter vector and N clients fit in one stacked (N x d) tensor. ResNet-18 therefore uses
 GroupNorm (same parameter count as BatchNorm): batch statistics would be extra per-client state
-that does not average well under label skew. Sizes follow :mod:`.model_size` exactly.
+that does not average well under label skew. The registry itself lives in :mod:`.model_size`
+(torch-free), which loads these builders on first use and counts d on the modules they build.
 """
 
 from __future__ import annotations
@@ -15,23 +16,42 @@ import torch
 from torch import nn
 
 from ..errors import ValidationError
-from ..registry import Registry
-from .model_size import (
-    CNN4_CHANNELS,
-    CNN4_HIDDEN,
-    MLP2_HIDDEN,
-    MLP_HIDDEN,
-    RESNET18_WIDTHS,
-    cnn4_feature_shape,
-    parameter_count,
-)
+from .model_size import MODELS, instantiate, parameter_count, register_model
 
-__all__ = ["MODELS", "build_model", "parameter_count"]
+__all__ = ["MODELS", "build_model", "parameter_count", "register_model"]
 
 ModelBuilder = Callable[[tuple[int, ...], int], nn.Module]
 
-#: Registry of model builders: ``fn(input_shape, n_classes) -> nn.Module``.
-MODELS: Registry[ModelBuilder] = Registry("model")
+#: Hidden width of ``mlp`` (one hidden layer).
+MLP_HIDDEN: tuple[int, ...] = (64,)
+#: Hidden widths of ``mlp2`` (two hidden layers).
+MLP2_HIDDEN: tuple[int, ...] = (128, 64)
+#: Output channels of the two 3x3 convolutions of ``cnn4``.
+CNN4_CHANNELS: tuple[int, int] = (16, 32)
+#: Width of the hidden fully connected layer of ``cnn4``.
+CNN4_HIDDEN = 64
+#: Output channels of the three stride-2 convolutions of ``cnn1d``.
+CNN1D_CHANNELS: tuple[int, int, int] = (16, 32, 32)
+#: Stage widths of the CIFAR ResNet-18 (two basic blocks per stage).
+RESNET18_WIDTHS: tuple[int, ...] = (64, 128, 256, 512)
+
+
+def cnn4_feature_shape(input_shape: Sequence[int]) -> tuple[int, int, int]:
+    """(channels, height, width) entering the first fully connected layer of ``cnn4``.
+
+    Two 3x3 same-padding convolutions, each followed by a 2x2 max-pool (floor), so images must
+    be at least 4x4 and channel first: ``(C, H, W)``.
+    """
+    shape = tuple(int(s) for s in input_shape)
+    if len(shape) != 3:
+        raise ValidationError(
+            f"cnn4 needs image inputs shaped (channels, height, width), got {shape}; "
+            f"use 'cnn1d' for signals (channels, length), 'mlp' or 'logistic' for flat features"
+        )
+    _, h, w = shape
+    if h < 4 or w < 4:
+        raise ValidationError(f"cnn4 needs images of at least 4x4 pixels, got {h}x{w}")
+    return CNN4_CHANNELS[1], h // 4, w // 4
 
 
 def _mlp(widths: Sequence[int], input_shape: tuple[int, ...], n_classes: int) -> nn.Module:
@@ -44,25 +64,21 @@ def _mlp(widths: Sequence[int], input_shape: tuple[int, ...], n_classes: int) ->
     return nn.Sequential(*layers)
 
 
-@MODELS.register("logistic")
 def logistic(input_shape: tuple[int, ...], n_classes: int) -> nn.Module:
     """Multinomial logistic regression on the flattened input."""
     return _mlp((), input_shape, n_classes)
 
 
-@MODELS.register("mlp")
 def mlp(input_shape: tuple[int, ...], n_classes: int) -> nn.Module:
     """One hidden ReLU layer of width 64."""
     return _mlp(MLP_HIDDEN, input_shape, n_classes)
 
 
-@MODELS.register("mlp2")
 def mlp2(input_shape: tuple[int, ...], n_classes: int) -> nn.Module:
     """Two hidden ReLU layers (128, 64)."""
     return _mlp(MLP2_HIDDEN, input_shape, n_classes)
 
 
-@MODELS.register("cnn4")
 def cnn4(input_shape: tuple[int, ...], n_classes: int) -> nn.Module:
     """The light four-layer CNN: two 3x3 conv + 2x2 max-pool stages (16, 32 channels), then two
     fully connected layers (64 hidden). Works on 1x8x8 digits as on 3x32x32 CIFAR."""
@@ -74,6 +90,31 @@ def cnn4(input_shape: tuple[int, ...], n_classes: int) -> nn.Module:
         nn.Flatten(),
         nn.Linear(c * h * w, CNN4_HIDDEN), nn.ReLU(),
         nn.Linear(CNN4_HIDDEN, n_classes),
+    )
+
+
+def cnn1d(input_shape: tuple[int, ...], n_classes: int) -> nn.Module:
+    """A small 1-D CNN for signals shaped (channels, length), e.g. MNIST-1D's (1, 40): three
+    stride-2 convolutions (kernel 5, 3, 3; 16, 32, 32 channels; ReLU), then one linear layer.
+    About 6.4k parameters on MNIST-1D."""
+    shape = tuple(int(s) for s in input_shape)
+    if len(shape) != 2:
+        raise ValidationError(
+            f"cnn1d needs signal inputs shaped (channels, length), got {shape}; use 'cnn4' for "
+            f"images, 'mlp' or 'logistic' for flat features")
+    c_in, length = shape
+    if length < 8:
+        raise ValidationError(f"cnn1d needs signals of at least 8 steps, got {length}")
+    c1, c2, c3 = CNN1D_CHANNELS
+    out = length
+    for kernel, pad in ((5, 2), (3, 1), (3, 1)):
+        out = (out + 2 * pad - kernel) // 2 + 1
+    return nn.Sequential(
+        nn.Conv1d(c_in, c1, 5, stride=2, padding=2), nn.ReLU(),
+        nn.Conv1d(c1, c2, 3, stride=2, padding=1), nn.ReLU(),
+        nn.Conv1d(c2, c3, 3, stride=2, padding=1), nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(c3 * out, n_classes),
     )
 
 
@@ -127,7 +168,6 @@ class ResNet18(nn.Module):
         return self.fc(torch.flatten(out, 1))
 
 
-@MODELS.register("resnet18")
 def resnet18(input_shape: tuple[int, ...], n_classes: int) -> nn.Module:
     """ResNet-18, CIFAR variant (see :class:`ResNet18`)."""
     return ResNet18(input_shape, n_classes)
@@ -135,14 +175,12 @@ def resnet18(input_shape: tuple[int, ...], n_classes: int) -> nn.Module:
 
 def build_model(name: str, input_shape: Sequence[int], n_classes: int) -> nn.Module:
     """Build ``name`` for one input shape and class count; checks it has no buffers."""
-    shape = tuple(int(s) for s in input_shape)
-    model = MODELS.get(name)(shape, int(n_classes))
+    model = instantiate(name, input_shape, n_classes)
     if any(True for _ in model.buffers()):
-        raise ValidationError(f"model '{name}' has buffers; the runtime needs buffer-free models")
-    expected = parameter_count(name, shape, n_classes)
-    actual = sum(p.numel() for p in model.parameters())
-    if actual != expected:  # a builder and its closed-form size drifted apart
         raise ValidationError(
-            f"model '{name}' has {actual} parameters but model_size says {expected}"
-        )
+            f"model '{name}' has buffers (e.g. BatchNorm running statistics); the runtime keeps "
+            f"one flat parameter vector per client and needs buffer-free models (use GroupNorm "
+            f"or LayerNorm, or track_running_stats=False)")
+    if not any(True for _ in model.parameters()):
+        raise ValidationError(f"model '{name}' has no parameters to train")
     return model

@@ -314,3 +314,26 @@ def test_difficulty_terms_scale_topology_and_compression_by_the_fc_error():
     base_fc = plan_features(1.0, 1.0, 0.2, 0.0, 0.0, 20)
     relative = with_fc_error({f: base[f] - base_fc[f] for f in base}, 0.35)
     assert relative == pytest.approx({f: hard[f] - fc[f] for f in hard})
+
+
+def test_an_unseen_dataset_widens_the_uncertainty_and_is_flagged(tmp_path):
+    import airplan_qo as aq
+    from airplan_qo.costmodels.time_to_target import ceiling_above, unseen_dataset_spread
+
+    with aq.connect(tmp_path / "c.duckdb") as db:
+        seen = db.plan(aq.Workload(dataset="digits", clients=20, alpha=0.3))
+        unseen = db.plan(aq.Workload(dataset="mnist1d", clients=20, alpha=0.3),
+                         topologies=["complete"])
+    e_seen, e_unseen = seen.chosen.cost.estimate, unseen.chosen.cost.estimate
+    assert e_seen.p_meets > 0.99 and "unseen" not in seen.explain()
+    assert e_unseen.p_meets < 0.9
+    assert 0 < e_unseen.terms["p_ceiling_above_target"] < 1
+    assert "dataset mnist1d unseen" in unseen.explain()
+    # the widening: the fitted datasets' spread of levels, at least each fit's residual sd
+    constants = {"fc.dataset:a": 1.0, "fc.dataset:b": 3.0, "fc.sd": 0.5,
+                 "ceil.dataset:a": 0.0, "ceil.dataset:b": 0.1, "ceil.sd": 0.4}
+    fc_sd, ceil_sd = unseen_dataset_spread(constants, "new")
+    assert fc_sd == pytest.approx(2 ** 0.5) and ceil_sd == 0.4
+    assert unseen_dataset_spread(constants, "a") is None
+    assert ceiling_above(0.8, 0.8, 1.0) == pytest.approx(0.5)
+    assert ceiling_above(0.9, 0.5, 0.1) > 0.999 and ceiling_above(0.5, 0.9, 0.1) < 1e-3

@@ -31,7 +31,7 @@ def mean_label_entropy(counts: np.ndarray) -> float:
 
 
 def test_registry():
-    assert PARTITIONERS.names() == ["dirichlet", "iid", "shards"]
+    assert PARTITIONERS.names() == ["dirichlet", "iid", "natural", "shards"]
     with pytest.raises(UnknownNameError, match="did you mean 'dirichlet'"):
         partition("dirichlet_", balanced_labels(100), 4, seed=0, alpha=1.0)
 

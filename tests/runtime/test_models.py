@@ -1,4 +1,4 @@
-"""Model builders, closed-form parameter counts and the local-training strategies."""
+"""Model builders, parameter counts and the local-training strategies."""
 
 import subprocess
 import sys
@@ -8,42 +8,40 @@ import torch
 
 from airplan_qo.errors import UnknownNameError, ValidationError
 from airplan_qo.runtime.flat import ParamLayout, auto_strategy, client_gradients
-from airplan_qo.runtime.model_size import MODEL_SIZES, parameter_count
+from airplan_qo.runtime.model_size import BUILTIN_MODELS, parameter_count
 from airplan_qo.runtime.models import MODELS, build_model
 
 SHAPES = [(1, 8, 8), (3, 32, 32), (1, 28, 28), (3, 64, 64), (2, 5, 7)]
 
 
-def test_every_model_has_a_size_rule():
-    assert MODELS.names() == MODEL_SIZES.names()
+def test_builtin_models_are_registered():
+    assert set(BUILTIN_MODELS) <= set(MODELS.names())
 
 
 @pytest.mark.parametrize("name", ["logistic", "mlp", "mlp2", "cnn4"])
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("n_classes", [2, 10, 100])
-def test_parameter_count_matches_torch(name, shape, n_classes):
+def test_parameter_count_matches_the_built_model(name, shape, n_classes):
     model = MODELS.get(name)(shape, n_classes)
     assert parameter_count(name, shape, n_classes) == sum(p.numel() for p in model.parameters())
 
 
-@pytest.mark.parametrize("shape,n_classes", [((3, 32, 32), 10), ((3, 32, 32), 100),
-                                             ((1, 8, 8), 10), ((3, 64, 64), 200)])
-def test_resnet18_parameter_count(shape, n_classes):
-    model = MODELS.get("resnet18")(shape, n_classes)
-    assert parameter_count("resnet18", shape, n_classes) == \
-        sum(p.numel() for p in model.parameters())
-
-
-def test_resnet18_cifar_size_is_the_standard_one():
+def test_parameter_counts_are_the_textbook_ones():
     assert parameter_count("resnet18", (3, 32, 32), 10) == 11_173_962
+    assert parameter_count("mlp", (60,), 10) == 60 * 64 + 64 + 64 * 10 + 10
+    assert parameter_count("logistic", (1, 8, 8), 10) == 64 * 10 + 10
+    # cnn1d on (1, 40): 40 -> 20 -> 10 -> 5 steps, then 32 * 5 features
+    assert parameter_count("cnn1d", (1, 40), 10) == \
+        (5 * 16 + 16) + (16 * 3 * 32 + 32) + (32 * 3 * 32 + 32) + (32 * 5 * 10 + 10)
 
 
 def test_flat_features_work_for_mlp_not_cnn():
-    assert parameter_count("mlp", (60,), 10) == 60 * 64 + 64 + 64 * 10 + 10
     with pytest.raises(ValidationError, match="cnn4 needs image inputs"):
         parameter_count("cnn4", (60,), 10)
     with pytest.raises(ValidationError, match="at least 4x4"):
         parameter_count("cnn4", (1, 3, 3), 10)
+    with pytest.raises(ValidationError, match="cnn1d needs signal inputs"):
+        parameter_count("cnn1d", (1, 8, 8), 10)
 
 
 def test_unknown_model_suggests():
@@ -51,13 +49,18 @@ def test_unknown_model_suggests():
         parameter_count("cnn44", (1, 8, 8), 10)
 
 
-def test_model_size_does_not_import_torch():
-    code = ("import sys; from airplan_qo.runtime.model_size import parameter_count; "
-            "import airplan_qo.runtime; parameter_count('cnn4', (3, 32, 32), 10); "
-            "print('torch' in sys.modules)")
+def test_model_registry_does_not_import_torch_and_counting_without_it_says_how():
+    code = ("import sys; from airplan_qo.runtime.model_size import MODELS, parameter_count; "
+            "import airplan_qo.runtime; from airplan_qo.plans.workload import Workload; "
+            "Workload(model='cnn1d'); print('torch' in sys.modules); "
+            "sys.modules['torch'] = None\n"
+            "try:\n    parameter_count('cnn4', (3, 32, 32), 10)\n"
+            "except Exception as exc:\n    print(type(exc).__name__, exc)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
-    assert out.stdout.strip() == "False"
+    first, second = out.stdout.strip().split("\n")
+    assert first == "False"
+    assert second.startswith("ValidationError") and "pip install torch" in second
 
 
 def test_models_are_buffer_free_and_run():
@@ -74,7 +77,8 @@ def test_auto_strategy_rule():
 
 
 @pytest.mark.parametrize("name,shape", [("mlp", (1, 8, 8)), ("cnn4", (1, 8, 8)),
-                                        ("logistic", (12,)), ("mlp2", (2, 4, 4))])
+                                        ("logistic", (12,)), ("mlp2", (2, 4, 4)),
+                                        ("cnn1d", (1, 40)), ("cnn1d", (2, 12))])
 def test_strategies_compute_the_same_gradients(name, shape):
     torch.manual_seed(0)
     model = build_model(name, shape, 5)
