@@ -227,11 +227,10 @@ class Session:
                 document = json.loads(text)
                 document[0]["execution"] = dict(outcome)
                 text = json.dumps(document, indent=2)
-                explain = _with_execution_line(plan.explain(
-                    verbose=opts.verbose, costs=opts.costs, alternatives=opts.alternatives,
-                    analyze=fields), outcome)
+                explain = plan.explain(verbose=opts.verbose, costs=opts.costs,
+                                       alternatives=opts.alternatives, analyze=fields)
             else:
-                text = explain = _with_execution_line(text, outcome)
+                explain = text
             return train_result(self, plan, report, "explain", text=text, document=document,
                                 explain=explain)
         row = {"exec_id": report.exec_id, "plan_id": report.plan_id,
@@ -239,7 +238,7 @@ class Session:
                "status": r.status, "rounds": r.rounds, "rounds_to_target": r.rounds_to_target,
                "final_accuracy": r.final_accuracy, "channel_uses": r.total_channel_uses,
                "reason": r.reason}
-        explain = _with_execution_line(plan.explain(analyze=fields), outcome)
+        explain = plan.explain(analyze=fields)
         return train_result(self, plan, report, "table", columns=tuple(row),
                             rows=(tuple(row.values()),), explain=explain)
 
@@ -297,18 +296,6 @@ def sla_with_target(sla, target: float | None):
             f"({' AND '.join(c.render() for c in bounds)}) both set the accuracy target; give "
             "one of them")
     return sla
-
-
-def _with_execution_line(text: str, outcome: Mapping[str, Any]) -> str:
-    """EXPLAIN ANALYZE text with an ``Execution:`` line naming the execution, before the
-    ``Execution Time:`` line (or last)."""
-    line = f"Execution: exec_id={outcome['exec_id']} status={outcome['status']}"
-    if outcome.get("reason"):
-        line += f" reason={json.dumps(outcome['reason'])}"
-    lines = text.split("\n")
-    at = next((i for i, ln in enumerate(lines) if ln.startswith("Execution Time:")), len(lines))
-    lines.insert(at, line)
-    return "\n".join(lines)
 
 
 def connect(path: str | os.PathLike[str] | None = None, *, read_only: bool = False,

@@ -111,7 +111,7 @@ def build_tree(result, analyze: dict[str, Any] | None = None) -> Node:
     loop = Node("Gossip Loop", {"per_round_cost": per_round_obj,
                                 "rounds_interval": _interval(est.rounds_lo, est.rounds_hi)},
                 startup_cost=startup, total_cost=total, rounds=est.rounds,
-                actual={k: act[k] for k in ("actual_rounds", "actual_channel_uses")
+                actual={k: act[k] for k in ("actual_rounds_run", "actual_channel_uses")
                         if k in act},
                 children=tuple(children))
     top_attrs = {"plan": plan.label(), "estimator": result.estimator,
@@ -210,15 +210,14 @@ def _text(result, tree: Node, verbose, costs, alternatives, analyze) -> str:
     lines.append(f"SLA: {sla.render()}  => accuracy >= {result.target_accuracy:.4f} "
                  f"(fc = {result.fc_accuracy:.4f} after {result.context.round_budget} rounds, "
                  f"predicted by the {result.estimator} model, not measured)")
-    lines.append(f"Figures: {figures_legend(result)}")
+    lines.append(f"Figures: {figures_legend(result, bool(analyze))}")
     bd = result.chosen.cost.breakdown()
     lines.append("Cost Breakdown: " + " ".join(
         f"{k}={_rounds(v) if k == 'rounds' else _num(v)}" for k, v in bd.items()
         if k not in ("startup_channel_uses", "per_round_channel_uses")))
     ctx = result.context
     lines.append(f"Workload: {result.request.workload.dataset} on "
-                 f"{result.request.workload.clients} clients, alpha="
-                 f"{_num(ctx.alpha)} ({ctx.alpha_source}), d={ctx.d}")
+                 f"{result.request.workload.clients} clients, {alpha_text(result)}, d={ctx.d}")
     cand = _candidates(result)
     pruned = ", ".join(f"{k}: {v}" for k, v in cand["pruned"].items()) or "none"
     line = f"Candidates: {cand['considered']} considered, {cand['pruned_total']} pruned ({pruned})"
@@ -236,7 +235,7 @@ def _text(result, tree: Node, verbose, costs, alternatives, analyze) -> str:
     for alt in _alternatives(result, alternatives):
         chance = ""
         if alt.get("p_meets_sla") is not None:
-            chance = (f" P(meets SLA)={alt['p_meets_sla']:.2f} "
+            chance = (f" p_meets_sla={_num(alt['p_meets_sla'])} "
                       f"rounds_90={_fmt_attr(alt['rounds_90'])}")
         lines.append(f"Alternative {alt['rank']}: {alt['plan']} rounds={_rounds(alt['rounds'])} "
                      f"acc={_num(alt['accuracy'])} total_cost={_cost(alt['total_cost'])}{chance}"
@@ -255,6 +254,8 @@ def _text(result, tree: Node, verbose, costs, alternatives, analyze) -> str:
             lines.append(f"Event: {ev}")
         if analyze.get("device"):
             lines.append(f"Device: {analyze['device']}")
+        if analyze.get("exec_id") is not None:
+            lines.append(execution_line(analyze))
         if "execution_time_ms" in analyze:
             lines.append(f"Execution Time: {analyze['execution_time_ms']:.3f} ms")
     return "\n".join(lines)
@@ -304,14 +305,49 @@ def _lost(result, c) -> str:
     return "ranked lower"
 
 
-def figures_legend(result) -> str:
-    """What the numbers on the plan nodes are."""
+def figures_legend(result, analyze: bool = False) -> str:
+    """What the numbers on the plan nodes are (and, under ANALYZE, the actual ones)."""
     est = result.chosen.cost.estimate
     rounds = ("expected rounds paid, E[min(T, budget)], T the rounds to the target"
               if est.p_meets is not None else "predicted rounds to the target")
-    return (f"cost=startup..total {result.objective} (startup = the statistics broadcast); "
+    text = (f"cost=startup..total {result.objective} (startup = the statistics broadcast); "
             f"rounds = {rounds}; acc = predicted accuracy of the clients' own models after "
             f"the {result.context.round_budget}-round budget")
+    if analyze:
+        text += ("; actual: rounds = the round the target was reached (rounds count from 1; "
+                 "no round 0 is evaluated), rounds_run = rounds trained (the run stops one "
+                 "round after the crossing, which the smoothed curve confirms), channel_uses "
+                 "over rounds_run, accuracy = the clients' own models at the last round run "
+                 "(Feedback: accuracy compares it with the prediction for that round)")
+    return text
+
+
+def alpha_text(result) -> str:
+    """The requested label skew beside the one the planner used (estimated or given)."""
+    ctx = result.context
+    asked = result.request.workload.alpha
+    used = f"{_num(ctx.alpha)} ({ctx.alpha_source})"
+    if result.request.workload.partition != "dirichlet":
+        return f"alpha={used}"
+    if ctx.alpha is not None and math.isclose(float(ctx.alpha), float(asked), rel_tol=1e-9):
+        return f"alpha={used}"
+    return f"alpha requested={_num(asked)}, planned with {used}"
+
+
+def execution_line(analyze: dict[str, Any]) -> str:
+    """The ``Execution:`` line of EXPLAIN ANALYZE: which execution, its outcome, and its
+    figures under their ``executions`` column names."""
+    line = f"Execution: exec_id={analyze['exec_id']} status={analyze['status']}"
+    if analyze.get("actual_rounds_run") is not None:
+        line += f" rounds_run={analyze['actual_rounds_run']} (executions.actual_rounds)"
+    if analyze.get("actual_accuracy") is not None:
+        line += f" accuracy={_num(analyze['actual_accuracy'])} (executions.client_acc_mean)"
+    if analyze.get("actual_avg_model_accuracy") is not None:
+        line += (f" avg_model_accuracy={_num(analyze['actual_avg_model_accuracy'])} "
+                 "(executions.final_accuracy)")
+    if analyze.get("reason"):
+        line += f" reason={json.dumps(analyze['reason'])}"
+    return line
 
 
 def why_chosen(result) -> str:
@@ -323,20 +359,21 @@ def why_chosen(result) -> str:
                 "the fallback")
     text = f"cheapest plan by {result.objective} that passed every check"
     if est.p_meets is not None:
-        text += (f" (P(meets SLA) {est.p_meets:.2f} >= confidence "
+        text += (f" (p_meets_sla={_num(est.p_meets)} >= confidence "
                  f"{result.request.confidence:g})")
     total = chosen.cost.total()
     cheaper = Counter(_reason_kind(c.pruned_reason) for c in result.candidates
                       if c.pruned_reason and total is not None
                       and (c.cost.total() or math.inf) < total)
     if cheaper:
-        text += "; cheaper plans were pruned: " + ", ".join(
-            f"{k} {v}" for k, v in sorted(cheaper.items()))
+        pruned = sum(1 for c in result.candidates if c.pruned_reason)
+        text += (f"; {sum(cheaper.values())} of the {pruned} pruned plans were cheaper ("
+                 + ", ".join(f"{k}: {v}" for k, v in sorted(cheaper.items())) + ")")
     ru = result.runner_up()
     if ru is not None and total:
         text += f"; runner-up {ru.plan.label()} costs {100 * (ru.cost.total() / total - 1):+.1f}%"
         if ru.cost.estimate.p_meets is not None:
-            text += f" (P {ru.cost.estimate.p_meets:.2f})"
+            text += f" (p_meets_sla={_num(ru.cost.estimate.p_meets)})"
     return text
 
 
@@ -383,9 +420,10 @@ def _json_doc(result, tree: Node, verbose, alternatives, analyze) -> dict[str, A
         "cost_breakdown": _clean(result.chosen.cost.breakdown()),
         "candidates": _clean(_candidates(result)),
         "why_chosen": why_chosen(result),
-        "figures": figures_legend(result),
+        "figures": figures_legend(result, bool(analyze)),
         "workload": {"dataset": result.request.workload.dataset,
                      "clients": result.request.workload.clients, "alpha": _clean(ctx.alpha),
+                     "alpha_requested": result.request.workload.alpha,
                      "alpha_source": ctx.alpha_source, "d": ctx.d},
         "fallback": result.fallback,
         "warnings": list(result.warnings),

@@ -106,6 +106,7 @@ class ExecutionReport:
         return {
             "status": r.status,
             "actual_rounds": r.rounds_to_target if r.rounds_to_target is not None else r.rounds,
+            "actual_rounds_run": r.rounds,
             "actual_accuracy": r.client_acc_mean,
             "actual_avg_model_accuracy": r.final_accuracy,
             "actual_channel_uses": r.total_channel_uses,
