@@ -494,7 +494,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("exec_ids", type=int, nargs="*", metavar="EXEC_ID")
     p.add_argument("--planning-run", type=int, metavar="ID",
                    help="instead: every candidate of a planning run, predicted cost against "
-                        "P(meets SLA), the chosen plan circled")
+                        "P(meets SLA), the chosen plan a labelled star")
     p.add_argument("--confidence", type=float, help="with --planning-run: draw this level")
     p.add_argument("--out", help="PNG file to write (default airplan-executions.png, or "
                                  "airplan-plan.png with --planning-run)")

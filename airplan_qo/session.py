@@ -188,7 +188,7 @@ class Session:
     def plot_plan(self, planning_run_id: int, out: str | os.PathLike[str] = "airplan-plan.png",
                   *, confidence: float | None = None):
         """Every candidate of a planning run: predicted cost against P(meets SLA), the chosen
-        plan circled (needs matplotlib); returns the PNG path."""
+        plan a labelled star (needs matplotlib); returns the PNG path."""
         try:
             import matplotlib  # noqa: F401
         except ImportError:
