@@ -136,7 +136,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
             topologies=[_parse_topology(t) for t in args.topology] if args.topology else None,
             weights=args.weights, sparsity=args.sparsity, budgets=budgets,
             estimator=args.estimator, objective=args.objective,
-            progress=_planning_progress(args))
+            progress=_planning_progress(args), fallback=args.fallback)
         print(result.explain(format=args.format, verbose=args.verbose,
                              alternatives=args.alternatives))
     return 0
@@ -184,7 +184,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             if args.clients is None:
                 raise ValidationError("--pilot needs --clients N")
             report = run_pilot(db, args.pilot, args.clients, rounds=args.rounds,
-                               params=_parse_params(args.param), estimator=args.estimator,
+                               params=_parse_params(args.param),
+                               estimator=args.estimator or "dsgd",
                                quiet=args.quiet)
         else:
             report = db.calibrate(args.estimator, scope=args.scope, scope_key=args.scope_key,
@@ -369,8 +370,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--weights", action="append", help="mixing weights rules to consider")
     p.add_argument("--sparsity", "-k", type=float, action="append",
                    help="sparsification ratios to consider (repeatable)")
+    p.add_argument("--fallback", choices=["error", "auto", "complete"],
+                   help="when nothing in the --topology/--weights/--sparsity restriction meets "
+                        "the SLA: error (the default), auto (plan the whole space instead) or "
+                        "complete (the fully connected plan)")
     p.add_argument("--within-rounds", type=int, help="round budget")
-    p.add_argument("--estimator", help="cost model: dsgd (default), ttt or paper")
+    p.add_argument("--estimator", help="cost model: ttt (default), dsgd or paper")
     p.add_argument("--objective", help="channel_uses (default), energy_j, airtime_s, c_ours")
     p.add_argument("--verbose", action="store_true", help="show the estimator's terms")
     p.add_argument("--alternatives", type=int, default=0, help="list the best N rejected plans")
@@ -415,7 +420,9 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Refit an estimator's constants from the feedback rows "
                                    "(new versioned calibration rows), or run a pilot design "
                                    "first with --pilot DATASET --clients N. See docs/feedback.md.")
-    p.add_argument("--estimator", default="dsgd", help="dsgd (default), ttt or paper")
+    p.add_argument("--estimator",
+                   help="ttt, dsgd or paper (default: every estimator that has enough "
+                        "observations, and the report says which; pilots: dsgd)")
     p.add_argument("--scope", default="global", choices=["global", "dataset", "dataset_family"])
     p.add_argument("--scope-key", default="",
                    help="dataset name, or DATASET:FAMILY for the dataset_family scope")
@@ -487,7 +494,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("exec_ids", type=int, nargs="*", metavar="EXEC_ID")
     p.add_argument("--planning-run", type=int, metavar="ID",
                    help="instead: every candidate of a planning run, predicted cost against "
-                        "P(meets SLA), the chosen plan circled")
+                        "P(meets SLA), the chosen plan a labelled star")
     p.add_argument("--confidence", type=float, help="with --planning-run: draw this level")
     p.add_argument("--out", help="PNG file to write (default airplan-executions.png, or "
                                  "airplan-plan.png with --planning-run)")

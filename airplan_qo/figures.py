@@ -26,6 +26,28 @@ def _figure(w: float, h: float):
     return Figure(figsize=(w, h), dpi=110, layout="constrained")
 
 
+def _short_power(x: float, _pos: int = 0) -> str:
+    """A log-axis tick as ``2e5`` (``1e5`` for powers of ten): short enough not to overlap."""
+    if x <= 0:
+        return ""
+    exp = int(math.floor(math.log10(x) + 1e-9))
+    mant = x / 10 ** exp
+    return f"{mant:.0f}e{exp}" if abs(mant - round(mant)) < 1e-6 else f"{x:.2g}"
+
+
+def _log(ax, which: str = "x") -> None:
+    """A log scale whose labels do not overlap: ticks at 1, 2 and 5 times the powers of ten,
+    labelled ``2e5``, and unlabelled minor ticks (matplotlib labels the minor ticks of a
+    short log range as ``3 x 10^4`` and they run into each other)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    (ax.set_xscale if which == "x" else ax.set_yscale)("log")
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(_short_power))
+    axis.set_minor_formatter(NullFormatter())
+
+
 def _order(families) -> list[str]:
     fams = set(f for f in families if f is not None)
     known = [f for f in FAMILY_ORDER if f in fams]
@@ -113,8 +135,8 @@ def predicted_vs_actual(analysis, path: Path) -> Path:
             title += f": MAPE {np.mean(ape):.1f}% (n={len(pts)})"
         if never:
             title += f", {never} 'never'"
-        ax.set_xscale("log")
-        ax.set_yscale("log")
+        _log(ax, "x")
+        _log(ax, "y")
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("measured rounds to the target")
         ax.set_ylabel("predicted rounds")
@@ -168,7 +190,7 @@ def pareto_fronts(analysis, path: Path, max_panels: int = 6) -> Path:
             a = w.summaries[w.after.advisor_plan]
             ax.scatter(a.cost, 100 * a.accuracy, marker="+", s=110, color="purple",
                        label="advisor (calibrated)")
-        ax.set_xscale("log")
+        _log(ax, "x")
         ax.set_title(w.key, fontsize=8)
         ax.set_xlabel("channel uses to the target (mean over seeds)", fontsize=8)
         ax.set_ylabel("final accuracy (%)", fontsize=8)
@@ -294,8 +316,8 @@ def scalability(analysis, path: Path) -> Path | None:
             ax2.scatter([n], [s.cost], color=colours[fam], marker="s", s=40, edgecolor="black",
                         zorder=3)
     for ax in (ax1, ax2):
-        ax.set_xscale("log")
-        ax.set_yscale("log")
+        _log(ax, "x")
+        _log(ax, "y")
         ax.axvline(n, color="grey", lw=0.8, ls=":")
         ax.set_xlabel("clients N")
     ax1.set_ylabel("predicted rounds to the target")
@@ -383,6 +405,8 @@ def execution_curves(catalog, exec_ids, path: str | Path) -> Path:
                       fontsize=9)
         top.set_ylabel("accuracy")
         top.set_ylim(0, 1)
+        last = max([r["round"] for r in stats] + [ev["round"] for ev in events] + [2])
+        top.set_xlim(1, last + 0.02 * last)   # the axis ends where the run did, not at the budget
         bottom.set_ylabel("consensus distance")
         bottom.set_xlabel("round")
         if col == 0:
@@ -397,7 +421,7 @@ def plan_comparison(catalog, planning_run_id: int, path: str | Path,
     """Every candidate of a planning run: predicted cost (its objective total) against the
     predicted probability of meeting the SLA (estimators with a distribution of rounds; for the
     others, 1 when the plan is predicted to reach the target and 0 when not), coloured by family,
-    k as the marker size, the chosen plan circled and ``confidence`` (when given) drawn."""
+    k as the marker size, the chosen plan a labelled star and ``confidence`` (when given) drawn."""
     import json
 
     from .errors import ValidationError
@@ -410,6 +434,7 @@ def plan_comparison(catalog, planning_run_id: int, path: str | Path,
     colours = _colours([r["family"] for r in rows])
     fig = _figure(6.4, 4.4)
     ax = fig.subplots()
+    chosen = None
     for r in rows:
         terms = json.loads(r["terms"] or "{}")
         p = terms.get("p_meets")
@@ -418,20 +443,28 @@ def plan_comparison(catalog, planning_run_id: int, path: str | Path,
         cost = r["total_cost"]
         if cost is None or not math.isfinite(cost):
             continue
+        if r["chosen"]:
+            chosen = (cost, p, r)
+            continue
         ax.scatter(cost, p, s=20 + 60 * float(r["k_ratio"]), color=colours[r["family"]],
-                   alpha=0.5 if r["pruned_reason"] else 0.9,
-                   edgecolors="black" if r["chosen"] else "none",
-                   linewidths=1.5 if r["chosen"] else 0)
+                   alpha=0.35 if r["pruned_reason"] else 0.8, edgecolors="none")
+    if chosen is not None:   # drawn last, large and outlined, with its name beside it
+        cost, p, r = chosen
+        ax.scatter(cost, p, s=320, marker="*", color=colours[r["family"]], edgecolors="black",
+                   linewidths=1.2, zorder=5, label="chosen plan")
+        ax.annotate(f"chosen: {r['family']} k={float(r['k_ratio']):g}", (cost, p),
+                    xytext=(8, -14 if p > 0.5 else 10), textcoords="offset points", fontsize=8,
+                    fontweight="bold", zorder=6)
     if confidence is not None:
         ax.axhline(float(confidence), color="C3", linewidth=0.8, label=f"confidence {confidence}")
     for fam, col in colours.items():
         ax.scatter([], [], color=col, label=fam)
-    ax.set_xscale("log")
+    _log(ax, "x")
     ax.set_xlabel("predicted cost (objective total)")
     ax.set_ylabel("P(meets SLA)")
     ax.set_ylim(-0.05, 1.05)
-    ax.set_title(f"planning run {planning_run_id}: candidates (chosen circled, size ~ k)",
-                 fontsize=9)
+    ax.set_title(f"planning run {planning_run_id}: candidates (chosen: the star; size ~ k; "
+                 "faded: rejected)", fontsize=9)
     ax.legend(fontsize=7, loc="lower right")
     out = Path(path)
     fig.savefig(out)

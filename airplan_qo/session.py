@@ -13,6 +13,7 @@ and a memory limit; see the Security section of docs/sql.md.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from typing import Any, Iterable, Mapping
 
@@ -20,6 +21,10 @@ from .catalog.sandbox import DEFAULT_TIMEOUT, SESSION_DEFAULT
 from .catalog.store import Catalog
 from .errors import ValidationError
 from .plans.workload import Workload
+
+#: TRAIN statements print no EXPLAIN, so the planner's warnings go here (the CLI shows them).
+planner_log = logging.getLogger("airplan_qo.planner")
+planner_log.addHandler(logging.NullHandler())
 
 
 def _topologies(items: Iterable[Any] | None):
@@ -79,8 +84,15 @@ class Session:
              weights: Iterable[str] | None = None, sparsity: Iterable[float] | None = None,
              budgets: Mapping[str, float] | None = None, estimator: str | None = None,
              objective: str | None = None, statement: str = "",
-             confidence: float | None = None, progress=None):
+             confidence: float | None = None, progress=None, fallback: str | None = None):
         """Enumerate, cost and choose a plan; returns a PlanResult (``.explain()``).
+
+        ``fallback``: what happens when ``topologies``, ``weights`` or ``sparsity`` restrict
+        the plan space and no plan in it meets the SLA: ``'error'`` (the default for a
+        restricted request) raises a PlanningError naming the best plan of the restriction and
+        the cheapest one outside it; ``'auto'`` plans the whole space instead and says so in
+        the result's warnings; ``'complete'`` takes the fully connected uncompressed plan (the
+        default, and only choice, for an unrestricted request).
 
         ``confidence`` (default 0.95): with an estimator that predicts a distribution of rounds
         (``ttt``), the chosen plan must meet the SLA with at least this probability (a chance
@@ -109,7 +121,9 @@ class Session:
             sparsity=tuple(float(k) for k in sparsity) if sparsity else None,
             budgets=tuple(sorted((budgets or {}).items())), estimator=estimator,
             objective=objective, statement=statement,
-            confidence=DEFAULT_CONFIDENCE if confidence is None else check_confidence(confidence))
+            confidence=DEFAULT_CONFIDENCE if confidence is None else check_confidence(confidence),
+            fallback=(fallback if fallback is not None
+                      else "error" if topologies or weights or sparsity else "complete"))
         result = Optimizer(self.catalog, progress=progress).plan(request)
         if confidence is not None and result.chosen.cost.estimate.p_meets is None:
             import attrs
@@ -152,11 +166,17 @@ class Session:
 
         return check_device(device) if device is not None else self.device
 
-    def calibrate(self, estimator: str = "dsgd", *, scope: str = "global", scope_key: str = "",
-                  min_obs: int = 3):
-        """Refit an estimator's constants from the feedback rows (new versioned rows)."""
-        from .costmodels.calibration import calibrate
+    def calibrate(self, estimator: str | None = None, *, scope: str = "global",
+                  scope_key: str = "", min_obs: int = 3):
+        """Refit an estimator's constants from the feedback rows (new versioned rows); returns
+        its ``CalibrationReport``. Without ``estimator``: every estimator that has enough
+        observations (an execution leaves feedback for the estimator its plan was costed with,
+        by default ``ttt``), as a ``CalibrationSummary`` that says which."""
+        from .costmodels.calibration import calibrate, calibrate_observed
 
+        if estimator is None:
+            return calibrate_observed(self.catalog, scope=scope, scope_key=scope_key,
+                                      min_obs=min_obs)
         return calibrate(self.catalog, estimator, scope=scope, scope_key=scope_key,
                          min_obs=min_obs)
 
@@ -176,7 +196,7 @@ class Session:
     def plot_plan(self, planning_run_id: int, out: str | os.PathLike[str] = "airplan-plan.png",
                   *, confidence: float | None = None):
         """Every candidate of a planning run: predicted cost against P(meets SLA), the chosen
-        plan circled (needs matplotlib); returns the PNG path."""
+        plan a labelled star (needs matplotlib); returns the PNG path."""
         try:
             import matplotlib  # noqa: F401
         except ImportError:
@@ -211,7 +231,11 @@ class Session:
         plan = self.plan(bound.workload, sla=bound.sla, topologies=bound.topologies,
                          weights=bound.weights, sparsity=bound.sparsity, budgets=bound.budgets,
                          estimator=bound.estimator, statement=bound.text, progress=progress,
+                         fallback=getattr(bound, "fallback", None),
                          **({"confidence": bound.confidence} if bound.confidence else {}))
+        if not bound.explain:   # EXPLAIN ANALYZE prints them among its lines
+            for warning in plan.warnings:
+                planner_log.warning("planner warning: %s", warning)
         report = self.execute(plan, quiet=quiet, reoptimize=True, device=device)
         fields = report.analyze_fields()
         if bound.explain and bound.options.calibrate:

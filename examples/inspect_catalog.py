@@ -16,7 +16,7 @@ import airplan_qo as aq
 path = sys.argv[1] if len(sys.argv) > 1 else "example-catalog.duckdb"
 with aq.connect(path) as db:
     db.sql("TRAIN digits ON 8 CLIENTS WITH (alpha = 1.0, rounds = 25) "
-           "USING TOPOLOGY small_world(k = 4) USING SPARSITY 1")
+           "USING TOPOLOGY small_world(k = 4) USING SPARSITY 1 FALLBACK AUTO")
 
 con = duckdb.connect(path, read_only=True)
 print("estimated vs actual:")

@@ -79,7 +79,8 @@ def test_console_script_exit_status():
 def test_explain_options(tmp_path, capsys):
     cat = str(tmp_path / "c.duckdb")
     assert main(["explain", "--catalog", cat, "-n", "20", "-p", "alpha=0.3", "-t", "ring",
-                 "-t", "small_world(k=4)", "-k", "0.1", "-k", "1", "--format", "json"]) == 0
+                 "-t", "small_world(k=4)", "-k", "0.1", "-k", "1", "--format", "json",
+                 "--fallback", "complete"]) == 0
     doc = json.loads(capsys.readouterr().out)
     # topologies x k x weights rules, plus the fully connected plan when it is the fallback
     assert doc[0]["candidates"]["considered"] == 2 * 2 * 2 + int(doc[0]["fallback"])
@@ -200,3 +201,27 @@ def test_no_command_is_a_one_line_hint_and_exit_2(capsys):
     captured = capsys.readouterr()
     assert captured.out == "" and len(captured.err.strip().splitlines()) == 1
     assert "no command given" in captured.err and "airplan --help" in captured.err
+
+
+def test_calibrate_after_default_trains_calibrates_the_planner_s_model(tmp_path, capsys):
+    cat = str(tmp_path / "c.duckdb")
+    assert main(["calibrate", "--catalog", cat]) == 2
+    assert "nothing to calibrate: no finished execution has left feedback yet" in \
+        capsys.readouterr().err
+    trains = "; ".join(f"TRAIN digits ON 10 CLIENTS WITH (rounds = 5, seed = {s})"
+                       for s in range(3))
+    assert main(["sql", "--catalog", cat, "--quiet", trains]) == 0
+    capsys.readouterr()
+    assert main(["calibrate", "--catalog", cat, "--min-obs", "4"]) == 2
+    err = capsys.readouterr().err
+    assert "no estimator has enough observations to calibrate (at least 4 needed): 3 from " \
+           "executions planned with ttt" in err
+    assert main(["calibrate", "--catalog", cat]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("calibrated: ttt (the estimators with enough observations)")
+    assert "calibration of the ttt estimator, scope global, 3 observations" in out
+    assert "fc.dataset:digits" in out
+    # naming an estimator still calibrates that one alone, with its own error
+    assert main(["calibrate", "--catalog", cat, "--estimator", "dsgd"]) == 2
+    assert "calibrating the dsgd estimator for scope global needs at least 3" in \
+        capsys.readouterr().err

@@ -12,7 +12,7 @@ from airplan_qo.cli import main
 from airplan_qo.runtime.engine import Trainer
 
 TRAIN = ("TRAIN digits ON 6 CLIENTS WITH (alpha = 1.0, rounds = 12, seed = 3) "
-         "USING TOPOLOGY small_world(k = 2) USING SPARSITY 1")
+         "USING TOPOLOGY small_world(k = 2) USING SPARSITY 1 FALLBACK COMPLETE")
 
 
 def _interrupt_at(monkeypatch, at_round):

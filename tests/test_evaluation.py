@@ -280,7 +280,7 @@ def test_recosting_with_the_planners_constants_reproduces_its_choice():
 def test_cache_key_identifies_workload_seed_plan_and_budget():
     with aq.connect(":memory:") as db:
         w = aq.Workload(dataset="digits", clients=10, rounds=5)
-        r = db.plan(w, topologies=["ring", "complete"], sparsity=[1.0],
+        r = db.plan(w, topologies=["ring", "complete"], sparsity=[1.0], fallback="complete",
                     weights=["metropolis_hastings"])
         a, b = (c.plan for c in r.candidates)
         k = cache_key(w, a, 5)
@@ -427,6 +427,15 @@ def test_a_grid_planned_with_the_time_to_target_estimator_is_analysed(tmp_path):
     ttt = rep.summary["time_to_target"]
     assert ttt is not None and set(ttt["prediction"]["predicted_fc"]["coverage90"]) == {"ring", "complete"}
     assert rep.summary["confidence"] is None and ttt["confidence"] == 0.95   # the default
+    # the report opens with three lines on the shipped advisor against the best fixed policy
+    report = (tmp_path / "o" / "report.md").read_text()
+    short = report.split("## In short\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert report.index("## In short") < report.index("## Summary")
+    assert len(short) == 3
+    assert short[0].startswith("- **Advisor** (the planner's default cost model `ttt`, as "
+                               "shipped): its pick met the SLA on ")
+    assert short[1].startswith("- **Best fixed policy** (always `")
+    assert short[2].startswith("- **So**: ")
 
 
 def test_a_grid_is_planned_and_judged_at_its_confidence(tmp_path, monkeypatch):

@@ -47,6 +47,11 @@ DEFAULT_TIMEOUT = 30.0
 DEFAULT_MEMORY_LIMIT = 1 << 30
 #: The smallest memory limit accepted: below it DuckDB cannot run the engine's own statements.
 MIN_MEMORY_LIMIT = 32 << 20
+#: Share of the memory limit given to DuckDB's own ``memory_limit``: DuckDB bounds its buffers
+#: but builds a single large value (a string doubled by a recursive CTE) on top of them, up to
+#: about a fifth more, so the rest is headroom that keeps the whole of catalog SQL within the
+#: limit (docs/sql.md, Security).
+DUCKDB_SHARE = 0.8
 #: Threads DuckDB may use for one statement.
 DEFAULT_THREADS = max(1, min(4, os.cpu_count() or 1))
 MAX_THREADS = 1024
@@ -150,6 +155,12 @@ class SqlLimits:
         return cls(bool(allow_external_access), parse_memory_limit(memory_limit),
                    check_threads(threads))
 
+    @property
+    def duckdb_memory_limit(self) -> int:
+        """DuckDB's own ``memory_limit``: :data:`DUCKDB_SHARE` of the limit (at least
+        :data:`MIN_MEMORY_LIMIT`)."""
+        return max(MIN_MEMORY_LIMIT, int(self.memory_limit * DUCKDB_SHARE))
+
     def describe(self) -> str:
         access = "on" if self.allow_external_access else "off"
         return (f"external access {access}, memory limit {format_bytes(self.memory_limit)}, "
@@ -162,7 +173,7 @@ class SqlLimits:
         nothing can change once the configuration is locked.
         """
         root.execute("SET temp_directory = ''")  # no spilling: the memory limit is a bound
-        root.execute(f"SET memory_limit = '{int(self.memory_limit)} bytes'")
+        root.execute(f"SET memory_limit = '{self.duckdb_memory_limit} bytes'")
         root.execute(f"SET threads = {int(self.threads)}")
         if self.allow_external_access:
             return
@@ -174,6 +185,37 @@ class SqlLimits:
 
 
 # ---- one user statement ----------------------------------------------------------------------
+
+_WRITER = ("they change the catalog, and the engine is its only writer (TRAIN and ANALYZE "
+           "WORKLOAD add data)")
+_OWN_DUCKDB = "run it in a DuckDB session of your own, e.g. duckdb -readonly airplan.duckdb"
+#: Why a statement other than a query is not run, by its first keyword (or DuckDB's statement
+#: type name): each kind of statement gets the reason that fits it.
+REFUSALS = {
+    **{w: "catalog SQL cannot change settings; its limits are set when the catalog is opened "
+          "(--timeout, --memory-limit, --threads; connect(...))"
+       for w in ("SET", "RESET", "VARIABLE_SET")},
+    "USE": "catalog SQL runs on the catalog only; name its tables as airplan.TABLE",
+    **{w: f"catalog SQL cannot install or load DuckDB extensions; {_OWN_DUCKDB}"
+       for w in ("INSTALL", "LOAD", "FORCE", "EXTENSION")},
+    **{w: f"catalog SQL reads only the catalog, not other databases; {_OWN_DUCKDB}"
+       for w in ("ATTACH", "DETACH")},
+    **{w: "each catalog query runs on its own and changes nothing, so it needs no transaction"
+       for w in ("BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "TRANSACTION")},
+    "PRAGMA": ("pragmas change settings or read outside the catalog; for the catalog's tables "
+               "and columns query duckdb_tables() or duckdb_columns()"),
+    "CALL": "call a table function with SELECT * FROM name(...) instead",
+    **{w: "prepared statements are not kept between catalog queries; run the query itself"
+       for w in ("PREPARE", "EXECUTE", "DEALLOCATE")},
+}
+
+
+def refusal(kind: str) -> str:
+    """Why catalog SQL does not run a statement of ``kind`` (its first keyword, or DuckDB's
+    statement type name): settings, extensions, other databases, transactions and writes each
+    get their own reason."""
+    return REFUSALS.get(str(kind).upper(), _WRITER)
+
 
 _EXPLAIN_PREFIX = re.compile(
     r"^(?:\s|--[^\n]*\n?|/\*.*?\*/)*EXPLAIN\s+(?:ANALYZE\s+)?(?:\([^()]*\)\s*)?", re.I | re.S)
@@ -189,7 +231,11 @@ def check_query(con: duckdb.DuckDBPyConnection, sql: str) -> None:
     if len(statements) != 1:
         raise SandboxError(f"catalog SQL must be one read-only query per statement, got "
                            f"{len(statements)} statements in {_excerpt(sql)!r}")
-    kind = statements[0].type
+    try:
+        kind = statements[0].type
+    except ValueError:   # a statement type this duckdb module has no name for
+        raise SandboxError(f"catalog SQL must be a read-only query, got {_excerpt(sql)!r}"
+                           ) from None
     if kind == duckdb.StatementType.EXPLAIN:
         m = _EXPLAIN_PREFIX.match(sql)
         inner = con.extract_statements(sql[m.end():]) if m else []
@@ -198,8 +244,11 @@ def check_query(con: duckdb.DuckDBPyConnection, sql: str) -> None:
                                "the catalog is read-only to user SQL")
     elif kind != duckdb.StatementType.SELECT:
         name = getattr(kind, "name", str(kind))
-        raise SandboxError(f"catalog SQL must be a read-only query; {name} statements are not "
-                           "run (the engine is the catalog's only writer)")
+        first = re.match(r"(?:\s|--[^\n]*\n?|/\*.*?\*/)*([A-Za-z_]+)", sql, re.S)
+        word = first.group(1).upper() if first else name
+        reason = refusal(word) if word.upper() in REFUSALS else refusal(name)
+        raise SandboxError(f"catalog SQL must be a read-only query; {word} statements are not "
+                           f"run: {reason}")
 
 
 def _excerpt(sql: str, width: int = 60) -> str:
@@ -258,6 +307,7 @@ def run_query(con: duckdb.DuckDBPyConnection, sql: str, *, limits: SqlLimits,
     Returns (column names, rows); with ``types``, (column names, rows, column types): the
     DuckDB types of the columns (``duckdb.DuckDBPyType``) from the cursor's description."""
     check_query(con, sql)
+    rss0 = resident_bytes()
     watchdog = Watchdog(con, timeout)
     try:
         with watchdog:
@@ -274,7 +324,9 @@ def run_query(con: duckdb.DuckDBPyConnection, sql: str, *, limits: SqlLimits,
                         break
                     rows.extend(chunk)
                     used += _rows_size(chunk, nested)
-                    if used > limits.memory_limit:
+                    rss = resident_bytes()
+                    grown = rss - rss0 if rss is not None and rss0 is not None else 0
+                    if max(used, grown) > limits.memory_limit:
                         raise MemoryLimitError(
                             f"query result is larger than the memory limit of "
                             f"{format_bytes(limits.memory_limit)} for catalog SQL (stopped after "
@@ -285,6 +337,20 @@ def run_query(con: duckdb.DuckDBPyConnection, sql: str, *, limits: SqlLimits,
             return (names, rows, column_types) if types else (names, rows)
     except duckdb.Error as exc:
         raise translate(exc, limits=limits, timeout=timeout, timed_out=watchdog.fired) from None
+
+
+def resident_bytes() -> int | None:
+    """The process's resident memory (Linux ``/proc/self/statm``), or None where unknown: what a
+    query's result adds to it while it is fetched counts against the memory limit, DuckDB's
+    buffers and the Python rows together."""
+    try:
+        with open("/proc/self/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 def _timeout(timeout: float | None) -> StatementTimeoutError:

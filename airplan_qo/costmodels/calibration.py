@@ -28,7 +28,7 @@ from scipy.optimize import least_squares, nnls
 
 from ..catalog.store import Catalog
 from ..errors import ValidationError
-from . import ESTIMATORS, RANGE_MARK, resolve_constants
+from . import DEFAULT_ESTIMATOR, ESTIMATORS, RANGE_MARK, resolve_constants
 
 #: dsgd constants a fit may move (``u``, the interval half-width, is not fitted here).
 DSGD_FITTABLE = ("f0", "f1", "f2", "f3", "tau0", "tau1", "beta_k")
@@ -974,7 +974,71 @@ def _num(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.3f}"
 
 
-def calibrate(catalog: Catalog, estimator: str = "dsgd", *, scope: str = "global",
+#: Estimators with a calibration procedure, the planner's default first.
+CALIBRATABLE = ("ttt", "dsgd", "paper")
+
+
+@attrs.frozen
+class CalibrationSummary:
+    """What ``calibrate`` without an estimator did: one report per estimator it refitted, and
+    why each other estimator with feedback rows was left alone."""
+
+    reports: tuple[CalibrationReport, ...]
+    skipped: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def estimators(self) -> tuple[str, ...]:
+        return tuple(r.estimator for r in self.reports)
+
+    def render(self) -> str:
+        head = [f"calibrated: {', '.join(self.estimators)} (the estimators with enough "
+                f"observations)"]
+        head += [f"not calibrated: {name}: {why}" for name, why in self.skipped]
+        return "\n\n".join(["\n".join(head)] + [r.render() for r in self.reports])
+
+
+def _feedback_counts(catalog: Catalog) -> dict[str, int]:
+    """Executions with rounds feedback per estimator (what each could be calibrated from)."""
+    rows = catalog.query(
+        "SELECT f.estimator, count(DISTINCT f.exec_id) AS n FROM airplan.feedback AS f "
+        "LEFT JOIN airplan.executions AS e ON e.exec_id = f.exec_id "
+        "WHERE f.metric = 'rounds' AND (e.status IS NULL OR e.status NOT IN ('failed', "
+        "'running')) GROUP BY f.estimator")
+    return {str(r["estimator"]): int(r["n"]) for r in rows}
+
+
+def calibrate_observed(catalog: Catalog, *, scope: str = "global", scope_key: str = "",
+                       min_obs: int = 3) -> CalibrationSummary:
+    """Calibrate every estimator that has observations (the planner's default, ``ttt``, first):
+    an execution leaves feedback only for the estimator its plan was costed with, so this is
+    what ``airplan calibrate`` does without ``--estimator``. Fails only when none could be."""
+    _check_scope(scope, scope_key)
+    counts = _feedback_counts(catalog)
+    reports: list[CalibrationReport] = []
+    skipped: list[tuple[str, str]] = []
+    for name in CALIBRATABLE:
+        if not counts.get(name):
+            continue
+        try:
+            reports.append(calibrate(catalog, name, scope=scope, scope_key=scope_key,
+                                     min_obs=min_obs))
+        except ValidationError as exc:
+            skipped.append((name, str(exc)))
+    if reports:
+        return CalibrationSummary(tuple(reports), tuple(skipped))
+    if not counts:
+        raise ValidationError(
+            "nothing to calibrate: no finished execution has left feedback yet; run TRAIN "
+            f"statements first (each estimator needs at least {min_obs} executions planned "
+            "with it)")
+    found = ", ".join(f"{n} from executions planned with {e}" for e, n in sorted(counts.items()))
+    raise ValidationError(
+        f"no estimator has enough observations to calibrate (at least {min_obs} needed"
+        + (f" for scope {scope}" + (f" '{scope_key}'" if scope_key else "") if scope != "global"
+           else "") + f"): {found}; run more TRAIN statements or lower --min-obs")
+
+
+def calibrate(catalog: Catalog, estimator: str = DEFAULT_ESTIMATOR, *, scope: str = "global",
               scope_key: str = "", min_obs: int = 3, **options: Any) -> CalibrationReport:
     """Refit an estimator's constants from the catalog's feedback and record them as new
     calibration versions for the scope (the previous rows stay, marked superseded)."""
@@ -1090,4 +1154,5 @@ def _calibrate_ttt(catalog: Catalog, scope: str, scope_key: str, min_obs: int
 __all__ = ["Observation", "Prediction", "Evaluation", "Fit", "HoldOutReport",
            "CalibrationReport", "fit_dsgd", "fit_paper", "fit", "evaluate",
            "leave_one_group_out", "load_observations", "observed_range", "current_constants",
-           "calibrate", "DSGD_FITTABLE", "FEEDBACK_METRICS", "SCOPES"]
+           "calibrate", "calibrate_observed", "CalibrationSummary", "CALIBRATABLE",
+           "DSGD_FITTABLE", "FEEDBACK_METRICS", "SCOPES"]

@@ -515,7 +515,7 @@ def _scalability(grid: Grid, m: Measured, w: WorkloadResult, priors, full_fit, n
                 result = scratch.plan(wl, sla=ws.sla, topologies=topologies,
                                       weights=[ws.weights[0]], sparsity=[k],
                                       estimator=grid.estimator, objective=grid.objective,
-                                      confidence=grid.confidence)
+                                      confidence=grid.confidence, fallback="complete")
             except AirPlanError as exc:
                 notes.append(f"scalability: planning at N = {n} failed ({exc})")
                 continue
@@ -524,7 +524,7 @@ def _scalability(grid: Grid, m: Measured, w: WorkloadResult, priors, full_fit, n
                 fc_res = scratch.plan(wl, sla=ws.sla, topologies=["complete"],
                                       weights=["metropolis_hastings"], sparsity=[1.0],
                                       estimator=grid.estimator, objective=grid.objective,
-                                      confidence=grid.confidence)
+                                      confidence=grid.confidence, fallback="complete")
                 fc = fc_res.chosen
             wanted = {fam for fam, _ in topologies}
             for which, consts in constants.items():

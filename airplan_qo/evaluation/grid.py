@@ -20,6 +20,7 @@ from typing import Any
 
 import attrs
 
+from ..costmodels import DEFAULT_ESTIMATOR
 from ..errors import AirPlanError, ValidationError
 from ..plans.optimizer import check_confidence
 from ..plans.sla import parse_sla
@@ -99,7 +100,7 @@ class Grid:
     seeds: tuple[int, ...]
     folds: int
     workloads: tuple[WorkloadSpec, ...]
-    estimator: str = "dsgd"
+    estimator: str = DEFAULT_ESTIMATOR
     objective: str = "channel_uses"
     cv_seed: int = 0
     baseline_k: float | None = None
@@ -178,7 +179,7 @@ def parse_grid(data: bytes | str, *, source: str = "<grid>", default_name: str =
     seeds = _seeds(doc.get("seeds", 3), where)
     folds = _int(doc.get("folds", 5), where, "folds", lo=2)
     cv_seed = _int(doc.get("cv_seed", 0), where, "cv_seed", lo=0)
-    estimator = _string(doc.get("estimator", "dsgd"), where, "estimator").lower()
+    estimator = _string(doc.get("estimator", DEFAULT_ESTIMATOR), where, "estimator").lower()
     objective = _string(doc.get("objective", "channel_uses"), where, "objective").lower()
     _check_estimator(estimator, objective, where)
     baseline_k = doc.get("baseline_k")

@@ -56,6 +56,44 @@ def _rate(block: dict[str, Any] | None, key: str) -> str:
     return _pct(v) + hits
 
 
+def in_short(analysis) -> list[str]:
+    """Three lines a newcomer can read first: the shipped advisor (the planner's default ``ttt``
+    model) against the best fixed single-plan policy, on the share of workloads whose SLA the
+    pick met and the geometric-mean cost ratio to the cheapest plan that met it."""
+    g, s = analysis.grid, analysis.summary
+    ttt = s.get("time_to_target") or {}
+    if g.estimator == "ttt":
+        block, who = s["uncalibrated"], "the planner's default cost model `ttt`, as shipped"
+    elif ttt.get("predicted_fc"):
+        block, who = ttt["predicted_fc"], ("the planner's default cost model `ttt`, fitted "
+                                           "without each held-out workload")
+    else:
+        block, who = s["uncalibrated"], f"the `{g.estimator}` cost model"
+    policies = [p for p in s["policies"] if p.get("sla_met_rate") is not None]
+    best = max(policies, key=lambda p: (p["sla_met_rate"], -(p.get("gmean_cost_ratio")
+                                                              or math.inf)), default=None)
+    lines = [f"- **Advisor** ({who}): its pick met the SLA on "
+             f"{_rate(block, 'advisor_meets_sla_rate')} of the workloads, at "
+             f"{_num(block.get('gmean_cost_ratio'))} times the cost of the cheapest plan that "
+             "met it (geometric mean; 1.00 is perfect)."]
+    if best is not None:
+        lines.append(f"- **Best fixed policy** (always `{best['policy']}`): met the SLA on "
+                     f"{_pct(best['sla_met_rate'])} of its {best['workloads']} workloads, at "
+                     f"{_num(best.get('gmean_cost_ratio'))} times that cost.")
+        a, b = block.get("gmean_cost_ratio"), best.get("gmean_cost_ratio")
+        verdict = ("no verdict: a cost ratio is missing" if a is None or b is None else
+                   "the advisor costs as much as always choosing that plan"
+                   if abs(a / b - 1) < 0.005 else
+                   f"the advisor costs {100 * abs(a / b - 1):.0f}% "
+                   f"{'less' if a < b else 'more'} than always choosing that plan")
+        lines.append(f"- **So**: {verdict}; the sections below give the detail"
+                     + ("" if g.estimator == "ttt" else
+                        f" (the Summary table judges the grid's `{g.estimator}` model)") + ".")
+    else:
+        lines.append("- No fixed single-plan policy could be scored on this grid.")
+    return ["## In short", ""] + lines + [""]
+
+
 def render(analysis, *, figures: list[Path], wall_s: float, command: str,
            evaluation_id: int | None) -> str:
     """The whole report as Markdown text."""
@@ -78,6 +116,7 @@ def render(analysis, *, figures: list[Path], wall_s: float, command: str,
         + f"; whole evaluation {wall_s:.1f} s",
         f"- evaluation id {evaluation_id}; reproduce with `{command}`", ""]
 
+    lines += in_short(analysis)
     ov = s["overhead"]
     lines += ["## Summary", ""]
     lines += _table(

@@ -171,6 +171,7 @@ def plan_seed(session, grid: Grid, ws: WorkloadSpec, seed: int) -> SeedPlan:
     result = session.plan(w, sla=ws.sla, topologies=ws.topology_args(), weights=ws.weights,
                           sparsity=ws.sparsity, estimator=grid.estimator,
                           objective=grid.objective, confidence=grid.confidence,
+                          fallback="complete",
                           statement=f"evaluate {grid.name}: {ws.key} (seed {seed})")
     specs = ws.specs()
     candidates = [c for c in result.candidates if c.plan.k_ratio in ws.sparsity
@@ -182,7 +183,7 @@ def plan_seed(session, grid: Grid, ws: WorkloadSpec, seed: int) -> SeedPlan:
         fc_result = session.plan(w, sla=ws.sla, topologies=["complete"],
                                  weights=["metropolis_hastings"], sparsity=[1.0],
                                  estimator=grid.estimator, objective=grid.objective,
-                                 confidence=grid.confidence,
+                                 confidence=grid.confidence, fallback="complete",
                                  statement=f"evaluate {grid.name}: {ws.key} (seed {seed}, "
                                            "fully connected reference)")
         fc_cand = fc_result.chosen

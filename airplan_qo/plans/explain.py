@@ -19,6 +19,8 @@ import attrs
 from .plan import clique_exchange_cost
 
 FORMAT_VERSION = 1
+#: Where every name EXPLAIN prints is explained (the footer's last line before the timing).
+GLOSSARY = "docs/glossary.md"
 
 
 @attrs.frozen
@@ -87,8 +89,9 @@ def build_tree(result, analyze: dict[str, Any] | None = None) -> Node:
     if plan.k_ratio < 1:
         children.append(Node("Rand-k Sparsify", {
             "k": plan.k_ratio, "coords": pr.coords,
-            "mask": "common rand-k (shared seed): one support per round, summed in k/2 uses",
-            "residual": "kept in the public replicas (CHOCO)"}))
+            "mask": "the same random coordinates for every client (shared seed), new each round; "
+                    "two per channel use",
+            "residual": "unsent coordinates are sent in later rounds (CHOCO)"}))
     exchange = clique_exchange_cost(plan, result.context.d)
     if exchange is not None:
         children.append(Node("Clique Averaging", {
@@ -242,6 +245,7 @@ def _text(result, tree: Node, verbose, costs, alternatives, analyze) -> str:
                      f" lost: {alt['lost']}")
     for warn in result.warnings:
         lines.append(f"WARNING: {warn}")
+    lines.append(f"Glossary: {GLOSSARY} explains every name above")
     lines.append(f"Planning Time: {result.planning_time_ms:.3f} ms")
     if analyze:
         for fb in analyze.get("feedback", []):
@@ -427,6 +431,7 @@ def _json_doc(result, tree: Node, verbose, alternatives, analyze) -> dict[str, A
                      "alpha_source": ctx.alpha_source, "d": ctx.d},
         "fallback": result.fallback,
         "warnings": list(result.warnings),
+        "glossary": GLOSSARY,
     }
     if verbose:
         doc["estimator_terms"] = _clean(result.chosen.cost.estimate.terms)

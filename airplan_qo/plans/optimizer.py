@@ -30,8 +30,10 @@ from ..costmodels import (DEFAULT_ESTIMATOR, ESTIMATORS, EstimationContext, reco
 from .cliques import (clique_sizes, clique_skew, decode_cliques, encode_cliques, form_cliques,
                       random_cliques, residual_heterogeneity)
 from .families import FAMILIES
+from .feasibility import check_data_split
 from .mixing import WEIGHTS
 from .plan import OBJECTIVES, ChannelConfig, Cost, PhysicalPlan, round_cost
+from .restriction import check_fallback, respect_restriction
 from .sla import ACCURACY_METRICS, SLA, parse_sla
 from .spectra import SpectralStats
 from .topology import TopologySpec, TopologyStats, WeightArrays, describe_many
@@ -106,6 +108,9 @@ class PlanRequest:
     min_mixing_p: float | None = None
     exclude_topologies: tuple[TopologySpec, ...] = ()
     confidence: float = DEFAULT_CONFIDENCE
+    #: when nothing in a restricted space meets the SLA: ``error``, ``auto`` (plan the whole
+    #: space) or ``complete`` (the fully connected plan); plans/restriction.py
+    fallback: str = attrs.field(default="complete", converter=check_fallback)
 
 
 @attrs.define
@@ -543,14 +548,28 @@ class Optimizer:
         return specs
 
     def plan(self, request: PlanRequest) -> PlanResult:
-        """Enumerate, cost and choose; the steps go to ``progress`` when the call is long."""
+        """Enumerate, cost and choose; the steps go to ``progress`` when the call is long.
+        The data split is checked before anything is built; a request refused by its
+        restriction (plans/restriction.py) leaves the catalog as it was."""
+        check_data_split(request.workload)
         self._steps = PlanningProgress(self.progress)
         try:
-            return self._plan(request)
+            if self.catalog.read_only:
+                return self._plan_respecting(request)
+            with self.catalog.transaction():
+                return self._plan_respecting(request)
         finally:
             self._steps.close()
 
-    def _plan(self, request: PlanRequest) -> PlanResult:
+    def _plan_respecting(self, request: PlanRequest) -> PlanResult:
+        result = respect_restriction(request, self._plan(request, record=False),
+                                     lambda wider: self._plan(wider, record=False))
+        if self.catalog.read_only:
+            return result
+        facts = workload_facts(self.catalog, request.workload)
+        return attrs.evolve(result, planning_run_id=self._record(result, facts.workload_id))
+
+    def _plan(self, request: PlanRequest, record: bool = True) -> PlanResult:
         start = time.perf_counter()
         w = request.workload
         est_name = (request.estimator or DEFAULT_ESTIMATOR).lower()
@@ -669,7 +688,7 @@ class Optimizer:
                             fc_accuracy=fc_accuracy, target_accuracy=target, fallback=fallback,
                             warnings=tuple(warnings), planning_time_ms=planning_ms,
                             planning_run_id=None)
-        if self.catalog.read_only:
+        if self.catalog.read_only or not record:
             return result
         return attrs.evolve(result, planning_run_id=self._record(result, facts.workload_id))
 
@@ -695,7 +714,7 @@ class Optimizer:
         if est.p_meets is not None and c.cost.rounds is not None:
             # a distribution of rounds: the chance constraint replaces the accuracy point check
             if est.p_meets < confidence:
-                return (f"chance: P(meets SLA) {est.p_meets:.2f} < confidence {confidence:g}")
+                return (f"unlikely: P(meets SLA) {est.p_meets:.2f} < confidence {confidence:g}")
             metrics = {k: v for k, v in c.metrics().items() if k not in ACCURACY_METRICS}
             failures = [f for f in sla.check({**metrics, "accuracy": math.inf,
                                               "avg_model_accuracy": math.inf}, fc_accuracy)]

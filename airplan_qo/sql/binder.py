@@ -66,6 +66,8 @@ class BoundTrain:
     text: str = ""
     #: ``WITH (device = ...)``, normalised (None: the session's default).
     device: str | None = None
+    #: ``FALLBACK AUTO | COMPLETE | ERROR`` in lower case (None: not given).
+    fallback: str | None = None
 
     @property
     def runs_training(self) -> bool:
@@ -331,4 +333,6 @@ def bind(statement: Statement) -> BoundTrain | BoundAnalyze:
         estimator=binder.estimator(train),
         text=text,
         device=binder.execution.get("device"),
+        fallback=(str(train.args["fallback"].this.this).lower()
+                  if train.args.get("fallback") else None),
     )

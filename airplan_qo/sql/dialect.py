@@ -32,6 +32,7 @@ from .expressions import (
     CostModelClause,
     ExplainOption,
     ExplainTrain,
+    FallbackClause,
     Setting,
     SlaClause,
     SparsityClause,
@@ -56,8 +57,10 @@ _NOT_WORDS = frozenset({
 
 _UNIT_WORDS = {"ROUNDS": "ROUNDS", "ROUND": "ROUNDS", "SECONDS": "SECONDS", "SECOND": "SECONDS",
                "JOULES": "JOULES", "JOULE": "JOULES"}
-_CLAUSE_WORDS = ("WITH", "USING", "SLA", "WITHIN", "COST")
-_CLAUSE_LIST = "WITH, USING TOPOLOGY, USING WEIGHTS, USING SPARSITY, SLA, WITHIN or COST MODEL"
+_CLAUSE_WORDS = ("WITH", "USING", "SLA", "WITHIN", "COST", "FALLBACK")
+_CLAUSE_LIST = ("WITH, USING TOPOLOGY, USING WEIGHTS, USING SPARSITY, SLA, WITHIN, COST MODEL or "
+                "FALLBACK")
+_FALLBACK_WORDS = ("AUTO", "COMPLETE", "ERROR")
 _TRUE_WORDS = {"TRUE": True, "ON": True, "FALSE": False, "OFF": False}
 
 
@@ -545,6 +548,14 @@ class AirPlanParser(DuckDBParser):
                         raise self._error(f"duplicate WITHIN ... {clause.args['unit']} clause",
                                           tok)
                 within.append(clause)
+            elif key == "FALLBACK":
+                choice = self._curr
+                if word(choice) not in _FALLBACK_WORDS:
+                    raise self._error(f"expected AUTO, COMPLETE or ERROR after FALLBACK, "
+                                      f"{self._found()}")
+                self._advance()
+                node.set("fallback", FallbackClause(this=exp.Identifier(this=word(choice)))
+                         .update_positions(tok))
             else:
                 self._expect_word("MODEL", "expected MODEL after COST")
                 name = self._name()
@@ -732,6 +743,9 @@ class AirPlanGenerator(DuckDBGenerator):
         cost = e.args.get("cost_model")
         if cost:
             parts.append(f"COST MODEL {self._name_sql(cost.this)}")
+        fallback = e.args.get("fallback")
+        if fallback:
+            parts.append(f"FALLBACK {fallback.this.this}")
         return " ".join(parts)
 
     def _explain_sql(self, e: ExplainTrain) -> str:

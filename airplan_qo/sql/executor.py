@@ -19,7 +19,7 @@ from typing import Any
 
 import attrs
 
-from ..catalog.sandbox import DEFAULT_TIMEOUT, SESSION_DEFAULT
+from ..catalog.sandbox import DEFAULT_TIMEOUT, SESSION_DEFAULT, refusal
 from ..errors import CatalogError, ParseError, ResourceLimitError, SandboxError
 from .binder import BoundAnalyze, BoundTrain, bind
 from .parser import PassThrough, parse
@@ -61,11 +61,13 @@ def _check_read_only(stmt: PassThrough, source: Source) -> None:
     elif word not in READ_ONLY_KEYWORDS:
         offset = stmt.start + (m.start(1) if m else 0)
         shown = word or stmt.sql.strip()[:20]
+        kind = ("EXTENSION" if m and re.match(r"UPDATE\s+EXTENSIONS\b", stmt.sql[m.start(1):],
+                                              re.I) else word)
+        shown = "UPDATE EXTENSIONS" if kind == "EXTENSION" else shown
         raise source.error(
             ParseError,
-            f"'{shown}' statements are not run on the catalog: the engine is its only writer. "
-            f"Catalog SQL must be a query ({', '.join(READ_ONLY_KEYWORDS)}); "
-            "use TRAIN / ANALYZE WORKLOAD to add data", offset)
+            f"'{shown}' statements are not run on the catalog: {refusal(kind)}. "
+            f"Catalog SQL must be a query ({', '.join(READ_ONLY_KEYWORDS)})", offset)
 
 
 def prepare(text: str) -> list[tuple[Any, Any]]:
@@ -116,7 +118,8 @@ def _run_train(session, bound: BoundTrain, fmt: str, quiet: bool = True,
     result = session.plan(
         bound.workload, progress=progress, sla=bound.sla, topologies=bound.topologies, weights=bound.weights,
         sparsity=bound.sparsity, budgets=bound.budgets, estimator=bound.estimator,
-        statement=bound.text, **({"confidence": bound.confidence} if bound.confidence else {}))
+        statement=bound.text, fallback=bound.fallback,
+        **({"confidence": bound.confidence} if bound.confidence else {}))
     rendered = result.explain(format=out_fmt, verbose=opts.verbose, costs=opts.costs,
                               alternatives=opts.alternatives)
     return Result("explain", text=rendered,

@@ -95,6 +95,13 @@ class CostModelClause(AirPlanNode):
     arg_types = {"this": True}
 
 
+class FallbackClause(AirPlanNode):
+    """``FALLBACK AUTO | COMPLETE | ERROR``: what planning does when nothing in the USING
+    restriction meets the SLA (plan the whole space, take the fully connected plan, refuse)."""
+
+    arg_types = {"this": True}
+
+
 class Train(Statement):
     """``TRAIN dataset ON n CLIENTS clause*``."""
 
@@ -108,6 +115,7 @@ class Train(Statement):
         "sla": False,
         "within": False,
         "cost_model": False,
+        "fallback": False,
     }
 
 

@@ -213,5 +213,5 @@ def test_a_hand_written_calibration_row_is_flagged_as_having_no_range(tmp_path):
 def test_other_estimators_get_no_dsgd_note(tmp_path, estimator):
     with aq.connect(tmp_path / "c.duckdb") as db:
         result = db.plan(aq.Workload(dataset="digits", clients=20, rounds=50),
-                         estimator=estimator, topologies=["ring"])
+                         estimator=estimator, topologies=["ring"], fallback="complete")
         assert not any("dsgd constants" in x for x in result.warnings)

@@ -17,6 +17,7 @@ from airplan_qo.evaluation import executors, parse_grid, run_evaluation
 # 2 workloads (one with client dropout) x 2 seeds x (ring, complete) x k in (0.1, 1): 16 runs
 GRID = """
 name = "dask"
+estimator = "dsgd"
 seeds = 2
 folds = 2
 scalability_clients = [6, 8]

@@ -118,8 +118,13 @@ def test_planning_without_statistics_prunes_with_the_reason(tmp_path):
         assert all(c.topology_id is None for c in dc)
         # costed on the same graph up to relabelling: two cliques of 10 joined by one edge
         assert dc[0].stats.spectra.n_edges == 2 * 45 + 1
+        # restricted to d_cliques, nothing can be planned: the error names the reason
+        with pytest.raises(PlanningError, match="no plan in USING TOPOLOGY d_cliques meets the "
+                                                "SLA.*statistics: d_cliques needs ANALYZE"):
+            s.sql("EXPLAIN TRAIN digits ON 20 CLIENTS WITH (alpha = 0.1) "
+                  "USING TOPOLOGY d_cliques")
         [res] = s.sql("EXPLAIN TRAIN digits ON 20 CLIENTS WITH (alpha = 0.1) "
-                      "USING TOPOLOGY d_cliques")
+                      "USING TOPOLOGY d_cliques FALLBACK COMPLETE")
         assert "statistics: d_cliques needs ANALYZE WORKLOAD" in res.text
 
 

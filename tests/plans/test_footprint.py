@@ -35,8 +35,9 @@ def test_candidates_that_cannot_fit_are_skipped_with_a_warning(monkeypatch):
     assert ring < dense
     _memory(monkeypatch, int((ring + dense) / 2 / footprint.MEMORY_SHARE))
     with aq.connect(":memory:") as db:
-        result = db.plan(aq.Workload(dataset="digits", clients=300),
-                         topologies=["ring", ("erdos_renyi", {"p": 0.1}), "complete"])
+        result = db.plan(aq.Workload(dataset="digits", clients=300, partition="iid"),
+                         topologies=["ring", ("erdos_renyi", {"p": 0.1}), "complete"],
+                         fallback="complete")
         families_planned = {c.plan.topology.family for c in result.candidates}
         assert families_planned == {"ring", "complete"}
         [note] = [w for w in result.warnings if w.startswith("skipped (memory): ")]
@@ -113,18 +114,19 @@ def test_small_clustered_graphs_are_drawn_as_before():
     assert old and old <= {tuple(sorted(e)) for e in g.edges()}
 
 
-def test_more_clients_than_records_is_warned():
+def test_more_clients_than_records_is_refused_before_planning():
     with aq.connect(":memory:") as db:
-        result = db.plan(aq.Workload(dataset="digits", clients=1500), topologies=["ring"],
-                         sparsity=[1.0])
-    assert ("1500 clients but digits has about 1438 training records: most clients would hold "
-            "no data") in " ".join(result.warnings)
+        with pytest.raises(PlanningError, match=r"^digits has 1438 training records, too few "
+                                                r"for 1500 clients: each client needs one "
+                                                r"training record; use at most 1438 clients"):
+            db.plan(aq.Workload(dataset="digits", clients=1500, partition="iid"))
+        assert db.catalog.query("SELECT count(*) AS n FROM airplan.topologies")[0]["n"] == 0
 
 
 def test_training_that_cannot_fit_is_refused_before_it_is_recorded(monkeypatch):
     with aq.connect(":memory:") as db:
         plan = db.plan(aq.Workload(dataset="digits", clients=20), topologies=["ring"],
-                       sparsity=[1.0])
+                       sparsity=[1.0], fallback="complete")
         _memory(monkeypatch, 2 ** 20)
         with pytest.raises(ExecutionError, match=r"^training 20 clients of a 4810-parameter "
                                                  r"model with dsgd needs ~1 MiB"):

@@ -110,7 +110,8 @@ def test_planner_fills_the_residual_and_the_cost_models_price_the_averaging():
     w = aq.Workload(dataset="digits", clients=50, alpha=0.1, snr_db=10, rounds=40)
     db.analyze(w)
     res = db.plan(w, topologies=[("d_cliques", {"averaging": "clique"}),
-                                 ("d_cliques", {"averaging": "none"})], sparsity=[1.0])
+                                 ("d_cliques", {"averaging": "none"})], sparsity=[1.0],
+                  fallback="complete")
     by = {c.plan.topology.param_dict["averaging"]: c for c in res.candidates
           if c.plan.topology.family == "d_cliques"}
     avg, plain = by["clique"], by["none"]
@@ -129,7 +130,7 @@ def test_training_with_clique_averaging_resumes_bit_identically(tmp_path):
     w = aq.Workload(dataset="digits", clients=20, alpha=0.1, snr_db=10, rounds=6,
                     model="logistic")
     db.analyze(w)
-    res = db.plan(w, topologies=["d_cliques"], sparsity=[1.0])
+    res = db.plan(w, topologies=["d_cliques"], sparsity=[1.0], fallback="complete")
     cand = next(c for c in res.candidates if c.plan.topology.family == "d_cliques")
     from airplan_qo.runtime.execution import _trainer, derive_seeds, run_config
 
@@ -158,14 +159,15 @@ def test_explain_shows_the_clique_exchange_beside_the_gossip_step():
     db = aq.connect(":memory:")
     db.sql("ANALYZE WORKLOAD digits ON 30 CLIENTS WITH (alpha = 0.1)")
     text = db.sql("EXPLAIN TRAIN digits ON 30 CLIENTS WITH (alpha = 0.1) "
-                  "USING TOPOLOGY d_cliques USING SPARSITY 1")[-1].text
+                  "USING TOPOLOGY d_cliques USING SPARSITY 1 FALLBACK COMPLETE")[-1].text
     assert "->  Clique Averaging" in text
     per_round = float(re.search(r"per_round_cost=([\d.]+)", text).group(1))
     uses = [float(v) for v in re.findall(r"channel_uses_per_round=([\d.]+)", text)]
     assert len(uses) == 2 and sum(uses) == pytest.approx(per_round)
     assert re.search(r"Clique Averaging\n\s+payload=\"full update, \d+ coords\" slots=10", text)
     plain = db.sql("EXPLAIN TRAIN digits ON 30 CLIENTS WITH (alpha = 0.1) "
-                   "USING TOPOLOGY d_cliques(averaging = 'none') USING SPARSITY 1")[-1].text
+                   "USING TOPOLOGY d_cliques(averaging = 'none') USING SPARSITY 1 "
+                   "FALLBACK COMPLETE")[-1].text
     assert "Clique Averaging" not in plain
     db.close()
 

@@ -148,7 +148,7 @@ def test_cuda_fails_before_anything_is_planned_or_recorded(tmp_path):
             db.sql(TRAIN.format(extra=", device = 'cuda'"))
         assert db.catalog.query("SELECT count(*) AS n FROM airplan.planning_runs")[0]["n"] == 0
         plan = db.plan(aq.Workload(dataset="digits", clients=6, rounds=3),
-                       topologies=["ring"], sparsity=[1.0])
+                       topologies=["ring"], sparsity=[1.0], fallback="complete")
         with pytest.raises(ExecutionError, match="device 'cuda:0' needs a CUDA GPU"):
             db.execute(plan, device="cuda:0")
         assert db.catalog.query("SELECT count(*) AS n FROM airplan.executions")[0]["n"] == 0

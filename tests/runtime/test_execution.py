@@ -45,7 +45,8 @@ def test_train_statement_writes_consistent_rows(tmp_path):
 def test_digits_learns(tmp_path):
     with aq.connect(tmp_path / "c.duckdb") as db:
         w = aq.Workload(dataset="digits", clients=8, alpha=1.0, rounds=25)
-        plan = db.plan(w, topologies=["complete"], sparsity=[1.0], weights=["metropolis_hastings"])
+        plan = db.plan(w, topologies=["complete"], sparsity=[1.0], weights=["metropolis_hastings"],
+                       fallback="complete")
         rep = db.execute(plan, stop_at_target=False)
         assert rep.result.status == "succeeded"
         assert rep.result.final_accuracy > 0.7  # chance is 0.1
@@ -155,11 +156,27 @@ def test_read_only_catalog_cannot_train(tmp_path):
             db.sql(TRAIN)
 
 
-def test_setup_failure_is_recorded_as_failed(tmp_path):
+def test_data_that_cannot_be_split_fails_before_anything_is_recorded(tmp_path):
     with aq.connect(tmp_path / "c.duckdb") as db:
-        with pytest.raises(aq.DataError, match="min_per_client"):
+        with pytest.raises(aq.PlanningError, match="too few for 400 clients.*at most 143 "
+                                                   "clients"):
             db.sql("TRAIN digits ON 400 CLIENTS WITH (rounds = 1) USING TOPOLOGY ring "
                    "USING SPARSITY 1")
+        for table in ("workloads", "planning_runs", "topologies", "executions"):
+            assert _rows(db, f"SELECT count(*) AS n FROM airplan.{table}")[0]["n"] == 0
+
+
+def test_setup_failure_is_recorded_as_failed(tmp_path, monkeypatch):
+    from airplan_qo.runtime import execution
+
+    def broken(*args, **kwargs):
+        raise aq.DataError("the partition broke")
+
+    monkeypatch.setattr(execution, "partition", broken)
+    with aq.connect(tmp_path / "c.duckdb") as db:
+        with pytest.raises(aq.DataError, match="the partition broke"):
+            db.sql("TRAIN digits ON 6 CLIENTS WITH (rounds = 1) USING TOPOLOGY ring "
+                   "USING SPARSITY 1 FALLBACK COMPLETE")
         rows = _rows(db, "SELECT status, reason FROM airplan.executions")
         assert [r["status"] for r in rows] == ["failed"]
-        assert "min_per_client" in rows[0]["reason"]
+        assert "the partition broke" in rows[0]["reason"]

@@ -176,7 +176,7 @@ def test_rewire_keeps_average_model(digits, digits_skewed, ring10, k_ratio):
 # ---- end to end: EXPLAIN ANALYZE shows the event, the catalog links it ---------------------
 
 def _forced_ring(db, workload, **plan_args):
-    res = db.plan(workload, **plan_args)
+    res = db.plan(workload, fallback="complete", **plan_args)
     ring = next(c for c in res.candidates if c.plan.topology.family == "ring")
     return attrs.evolve(res, chosen=ring)
 
