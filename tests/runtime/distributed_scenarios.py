@@ -43,7 +43,22 @@ SCENARIOS = {
     # written by one process at round 3 (the test), resumed by R ranks to round 6
     "resume_choco_ring": ("ring", 10, dict(rounds=6, k_ratio=0.1, dropout=0.2, **_OTA)),
     "resume_dsgd_complete": ("complete", 8, dict(rounds=6, dropout=0.25, **_OTA)),
+    # rank 0's callback rewires to the complete graph and checkpoints at round 2, stops at 4
+    "callback_rewire_save_stop": ("ring", 8, dict(rounds=6, dropout=0.2, **_OTA)),
 }
+
+
+def callback(name: str, trainer, checkpoint: Path | None):
+    """The callback a scenario runs with (None for most)."""
+    if name != "callback_rewire_save_stop":
+        return None
+
+    def after(row: dict):
+        if row["round"] == 2:
+            trainer.rewire(build(TopologySpec.create("complete", trainer.n)))
+            trainer.save(checkpoint)
+        return "stop" if row["round"] == 4 else None
+    return after
 
 
 def inputs(name: str, **changes):
@@ -79,7 +94,7 @@ def main(out: Path, names: list[str]) -> None:
             trainer = distributed.DistributedTrainer(*inputs(name))
             if name.startswith("resume_"):
                 trainer.load(out / f"{name}.in.pt")
-            result = trainer.run()
+            result = trainer.run(callback(name, trainer, out / f"{name}.ckpt.pt"))
             if name.endswith("_save"):
                 trainer.save(out / f"{name}.ckpt.pt" if group.rank == 0 else None)
             if group.rank == 0:
