@@ -543,9 +543,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     notes = _Notes(logging.WARNING)
     logger.addHandler(notes)
     try:
+        from .runtime import distributed_launch
+
+        if distributed_launch():
+            # started by torchrun as one of several processes: rank 0 runs the command, the
+            # others train their share of the clients (docs/runtime.md, Several processes)
+            return _distributed(argv)
         return _main(argv)
     finally:
         logger.removeHandler(notes)
+
+
+def _distributed(argv: Sequence[str] | None) -> int:
+    try:
+        from .runtime import distributed
+    except ImportError as exc:
+        print(f"airplan: error: a distributed run needs torch: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return distributed.main(lambda: _main(argv))
+    except AirPlanError as exc:
+        print(f"airplan: error: {exc}", file=sys.stderr)
+        return exc.exit_code
 
 
 def _main(argv: Sequence[str] | None) -> int:

@@ -28,7 +28,18 @@ _LAZY = {
     "jain_index": "metrics",
 }
 
-__all__ = ["MODELS", "parameter_count", "register_model", *sorted(_LAZY)]
+__all__ = ["MODELS", "distributed_launch", "parameter_count", "register_model", *sorted(_LAZY)]
+
+
+def distributed_launch() -> bool:
+    """Whether a launcher (``torchrun``) started this process as one of several
+    (``WORLD_SIZE`` > 1), without importing torch."""
+    import os
+
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1")) > 1
+    except ValueError:
+        return False
 
 
 def __getattr__(name: str) -> Any:

@@ -33,7 +33,7 @@ import torch
 from ..errors import ExecutionError
 
 __all__ = ["FORMAT", "RESUMABLE_CHANGES", "check_config", "check_owner", "load", "read",
-           "same_schedule", "save", "state_dict"]
+           "restore", "same_schedule", "save", "state_dict"]
 
 FORMAT = 1
 #: Config fields that may differ between the saved run and the trainer it is loaded into.
@@ -193,7 +193,14 @@ def load(trainer: Any, path: str | os.PathLike, owner: dict[str, Any] | None = N
     partition, topology and configuration, up to :data:`RESUMABLE_CHANGES`); with ``owner``,
     the checkpoint must have been written for that catalog and execution."""
     path = Path(path)
-    state = read(path)
+    restore(trainer, read(path), path, owner)
+
+
+def restore(trainer: Any, state: dict[str, Any], path: str | os.PathLike,
+            owner: dict[str, Any] | None = None) -> None:
+    """Restore a state read by :func:`read` from ``path`` into ``trainer`` (what :func:`load`
+    does after reading; a distributed run reads the file once and restores it on every
+    process)."""
     check_owner(state, path, owner)
     check_config(state, path, trainer.config.as_dict())
     if state["strategy"] != trainer.strategy and trainer.config.strategy == "auto":

@@ -334,14 +334,18 @@ class Trainer:
         #: The initial model's norm: the scale a diverging consensus distance is measured by.
         self.model_scale = float(torch.linalg.vector_norm(x0.double().cpu()))
         self.x = x0.unsqueeze(0).repeat(n, 1)
-        self.m = torch.zeros_like(self.x)
-        self._g = torch.empty_like(self.x)
+        # the rows this process trains (all of them here; a block of them on one rank of a
+        # distributed run, :mod:`.distributed`): momentum, gradients and batches cover those
+        rows = self._trained_rows()
+        self.m = torch.zeros(rows, self.d, device=self.device)
+        self._g = torch.empty(rows, self.d, device=self.device)
         # persistent buffers: allocating (N x d) tensors every round costs page faults that
         # outweigh the arithmetic for large d
         self._scratch = torch.empty_like(self.x)
-        self._batch_x = torch.empty(n * config.batch_size, *dataset.input_shape,
+        self._batch_x = torch.empty(rows * config.batch_size, *dataset.input_shape,
                                     device=self.device)
-        self._batch_y = torch.empty(n * config.batch_size, dtype=torch.int64, device=self.device)
+        self._batch_y = torch.empty(rows * config.batch_size, dtype=torch.int64,
+                                    device=self.device)
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # read-only arrays, never written
@@ -393,6 +397,15 @@ class Trainer:
 
     # ---------------------------------------------------------------------------------------
     # one round
+
+    def _trained_rows(self) -> int:
+        """How many clients' rows this process trains (all N in a single process)."""
+        return self.n
+
+    def _interrupted(self, flag: bool) -> bool:
+        """Whether the run stops for an interrupt after this round (this process's Ctrl-C;
+        a distributed run agrees on it across its processes)."""
+        return flag
 
     def _sample(self) -> np.ndarray:
         """(N, batch) train indices, uniform with replacement from each client's partition."""
@@ -523,15 +536,21 @@ class Trainer:
 
     def client_accuracies(self) -> np.ndarray:
         """Each client's accuracy on the evaluation subset of the test set, shape (N,)."""
+        correct, samples = self._correct(0, self.n)
+        return (correct.double() / max(1, samples)).cpu().numpy()
+
+    def _correct(self, lo: int, hi: int) -> tuple[torch.Tensor, int]:
+        """Correct predictions of clients lo..hi-1 on the evaluation subset, and its size."""
         xs = self.x_test if self.eval_index is None else self.x_test[self.eval_index]
         ys = self.y_test if self.eval_index is None else self.y_test[self.eval_index]
-        correct = torch.zeros(self.n, dtype=torch.int64, device=self.device)
-        for cs in chunks(self.n, _EVAL_CLIENTS):
+        correct = torch.zeros(hi - lo, dtype=torch.int64, device=self.device)
+        for cs in chunks(hi - lo, _EVAL_CLIENTS):
+            rows = slice(lo + cs.start, lo + cs.stop)
             for sl in chunks(xs.shape[0], _EVAL_SAMPLES):
-                logits = client_logits(self.model, self.layout, self.x[cs], xs[sl],
+                logits = client_logits(self.model, self.layout, self.x[rows], xs[sl],
                                        self.strategy)
                 correct[cs] += (logits.argmax(dim=2) == ys[sl].unsqueeze(0)).sum(dim=1)
-        return (correct.double() / max(1, xs.shape[0])).cpu().numpy()
+        return correct, int(xs.shape[0])
 
     def _evaluate(self) -> tuple[float, np.ndarray]:
         self.test_accuracy = self._accuracy(self.average_model())
@@ -572,7 +591,7 @@ class Trainer:
                     if callback is not None and callback(row) == "stop":
                         reason = f"stopped by callback at round {self.round}"
                         break
-                    if guard.interrupted:
+                    if self._interrupted(guard.interrupted):
                         raise KeyboardInterrupt
                 else:
                     if cfg.target_accuracy is not None:

@@ -292,9 +292,20 @@ def record_trained(catalog: Catalog, job: TrainJob, options: dict[str, Any], run
 
 
 def _trainer(w, spec: TopologySpec, config: RunConfig) -> Trainer:
+    """The trainer of a plan: in a process group started by ``torchrun``
+    (:mod:`.distributed`), one that shards the clients over the group's processes."""
+    from . import distributed
+
+    if distributed.active() is not None:
+        return distributed.lead(w, spec, config)
+    return Trainer(config, *trainer_inputs(w, spec))
+
+
+def trainer_inputs(w, spec: TopologySpec) -> tuple[Any, Any, Any]:
+    """The dataset, partition and built topology a workload's plan trains on."""
     dataset = load(w.dataset, seed=w.seed)
     part = partition_dataset(dataset, w.partition, w.clients, seed=w.seed, alpha=w.alpha)
-    return Trainer(config, dataset, part, build(spec))
+    return dataset, part, build(spec)
 
 
 def _check_training_memory(n: int, d: int, algorithm: str, device=None) -> None:

@@ -1,0 +1,474 @@
+"""One training run across processes (CPUs, GPUs, hosts) with ``torch.distributed``.
+
+The clients are split into contiguous blocks, one per process (rank) of a group that
+``torchrun`` starts (:func:`blocks`: the first N mod R ranks get one client more). Each rank
+trains only its block: the local SGD steps, their momentum buffers, gradients and minibatches
+are the block's. Everything else is the single-process engine's code, run on every rank on the
+same numbers:
+
+- every rank draws the round's dropout and fading (the channel's numpy generator), the
+  minibatch indices of all N clients (one numpy generator), the shared rand-k mask (the training
+  generator) and the receivers' noise (the channel's torch generator) exactly as one process
+  would, and uses its block's share of the minibatches;
+- after local training one ``all_gather`` of the trained blocks (and of the clients' losses)
+  gives every rank the stacked (N x d) half-step models, and every rank applies the update rule
+  (:mod:`.gossip`: D-SGD in either over-the-air form, CHOCO, Clique Averaging) to all rows,
+  keeping the rule's state (CHOCO's replicas and aggregates, D-SGD's difference aggregates) as a
+  single process does; the rows a rank does not train are simply not used by it;
+- evaluation: each rank scores its own clients (the per-client counts are gathered); the
+  average model's accuracy is computed by every rank on the same gathered models.
+
+So a run on R ranks computes the same arithmetic on the same tensors as one process: its round
+statistics and models equal the single-process run's bit for bit wherever the local training of
+a block equals that of the whole stack (the ``batched`` strategy of MLPs and logistic models, the
+``loop`` and ``vmap`` strategies of every model); the grouped convolutions of ``batched`` conv
+models round differently for other numbers of clients, so those agree to float rounding.
+
+Traffic per round: each rank receives the other ranks' blocks, (N - N/R) x d floats (with R
+ranks, ``all_gather`` moves (R - 1)/R of the stacked models to every rank), plus N x
+``local_steps`` losses. That is the whole stack, not only the rows a neighbour needs: with the
+rule applied everywhere the result cannot depend on how the clients are split, and the models
+are replicated, so memory per rank is the models, the scratch buffer and the rule's state (as in
+one process) plus the block's momentum, gradients and batches. A neighbour-only exchange (a
+rank receiving only the rows its receivers mix, or CHOCO's k masked columns) would cut both, at
+the price of splitting every rule and metric by rows.
+
+Two ways to drive it:
+
+- *leader* (the CLI under ``torchrun -m airplan_qo ...``, :func:`main`): rank 0 runs the command
+  as a single process would (it alone reads and writes the catalog) and, whenever it builds a
+  trainer, sends the job to the other ranks, which wait in :func:`serve`; checkpoints (rank 0
+  writes them, the momentum gathered from every rank), resumes (rank 0 reads the file and sends
+  its state), re-optimisation (a rewiring on rank 0 is repeated on every rank) and the
+  callback's decisions travel as messages from rank 0.
+- *every rank* (Python): each process builds ``DistributedTrainer(config, dataset, partition,
+  topology)`` with the same arguments and calls ``run``, ``save`` or ``load`` at the same points;
+  the callback runs on rank 0 and its ``"stop"`` applies to all.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from ..errors import AirPlanError, ExecutionError
+from . import distributed_launch as launched
+from .device import to_device
+from .engine import RunConfig, RunResult, Trainer
+
+__all__ = ["DistributedTrainer", "Group", "active", "blocks", "init", "launched", "lead",
+           "main", "serve", "shutdown"]
+
+#: The environment ``torchrun`` (or any launcher) sets for every process.
+LAUNCH_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+#: Environment variable naming the backend: ``gloo`` (CPU tensors) or ``nccl`` (CUDA tensors;
+#: the group then also has a gloo part for the messages between ranks).
+BACKEND_ENV = "AIRPLAN_BACKEND"
+BACKENDS = ("gloo", "nccl")
+
+
+class Group:
+    """This process's place in the group: ``rank`` of ``world``, ``local_rank`` on its host,
+    and the backend the group was started with."""
+
+    def __init__(self, rank: int, world: int, local_rank: int, backend: str):
+        self.rank, self.world, self.local_rank, self.backend = rank, world, local_rank, backend
+
+    def __repr__(self) -> str:
+        return (f"Group(rank={self.rank}, world={self.world}, local_rank={self.local_rank}, "
+                f"backend={self.backend!r})")
+
+
+_GROUP: Group | None = None
+
+
+def active() -> Group | None:
+    """The group this process joined with :func:`init`, or None."""
+    return _GROUP
+
+
+def init(backend: str | None = None) -> Group:
+    """Join the process group described by the launcher's environment (``RANK``,
+    ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``; ``LOCAL_RANK`` for the GPU of a rank).
+    ``backend``: ``gloo`` or ``nccl`` (default: :data:`BACKEND_ENV`, else ``nccl`` where CUDA is
+    available and ``gloo`` otherwise). With ``nccl`` the group moves CUDA tensors through NCCL
+    and CPU tensors (the messages between ranks, a CPU run) through gloo, and each rank trains
+    on the GPU of its ``LOCAL_RANK``."""
+    global _GROUP
+    import torch.distributed as dist
+
+    if _GROUP is not None:
+        return _GROUP
+    missing = [name for name in LAUNCH_ENV if name not in os.environ]
+    if missing:
+        raise ExecutionError(
+            f"a distributed run needs the launcher's environment; {', '.join(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} not set (start it with: torchrun "
+            f"--nproc-per-node 2 -m airplan_qo sql \"TRAIN ...\")")
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    chosen = (backend or os.environ.get(BACKEND_ENV)
+              or ("nccl" if torch.cuda.is_available() else "gloo")).strip().lower()
+    if chosen not in BACKENDS:
+        raise ExecutionError(f"backend must be one of {', '.join(BACKENDS)}, got {chosen!r}")
+    if chosen == "nccl":
+        if not torch.cuda.is_available():
+            raise ExecutionError(
+                "backend 'nccl' needs CUDA GPUs, but torch.cuda.is_available() is false on this "
+                "machine; use backend 'gloo' (AIRPLAN_BACKEND=gloo) for CPU runs")
+        if local_rank >= torch.cuda.device_count():
+            raise ExecutionError(
+                f"rank {rank} has local rank {local_rank} but this host has "
+                f"{torch.cuda.device_count()} CUDA device(s): start at most that many "
+                f"processes per host (--nproc-per-node)")
+        torch.cuda.set_device(local_rank)
+        spec = "cpu:gloo,cuda:nccl"       # messages between ranks go through gloo
+    else:
+        if not dist.is_gloo_available():
+            raise ExecutionError("this torch build has no gloo backend")
+        spec = "gloo"
+    dist.init_process_group(backend=spec, rank=rank, world_size=world)
+    _GROUP = Group(rank, world, local_rank, chosen)
+    return _GROUP
+
+
+def shutdown() -> None:
+    """Leave the group (after every rank is done)."""
+    global _GROUP
+    import torch.distributed as dist
+
+    if _GROUP is not None and dist.is_initialized():
+        dist.destroy_process_group()
+    _GROUP = None
+
+
+def blocks(n: int, world: int) -> list[tuple[int, int]]:
+    """Contiguous client ranges (lo, hi), one per rank: the first ``n mod world`` ranks hold
+    one client more. ExecutionError when there are more ranks than clients."""
+    if world > n:
+        raise ExecutionError(
+            f"{world} processes for {n} clients: every process needs at least one client; "
+            f"start at most {n} (--nproc-per-node)")
+    base, extra = divmod(n, world)
+    sizes = [base + (r < extra) for r in range(world)]
+    ends = np.cumsum(sizes)
+    return [(int(e - s), int(e)) for s, e in zip(sizes, ends)]
+
+
+def _send(message: tuple) -> None:
+    import torch.distributed as dist
+
+    dist.broadcast_object_list([message], src=0, device=torch.device("cpu"))
+
+
+def _receive() -> tuple:
+    import torch.distributed as dist
+
+    box: list[Any] = [None]
+    dist.broadcast_object_list(box, src=0, device=torch.device("cpu"))
+    return box[0]
+
+
+class DistributedTrainer(Trainer):
+    """A :class:`~.engine.Trainer` whose clients are split over the ranks of the group
+    (module docstring). Every rank builds it with the same arguments; ``group`` defaults to
+    the one :func:`init` joined. ``leader``: rank 0 drives ranks that wait in :func:`serve`
+    (the CLI's mode) rather than every rank calling the same methods."""
+
+    def __init__(self, config: RunConfig, dataset: Any, partition: Any, topology: Any, *,
+                 group: Group | None = None, leader: bool = False):
+        group = group or active()
+        if group is None:
+            raise ExecutionError("DistributedTrainer needs a process group: call "
+                                 "airplan_qo.runtime.distributed.init() first (under torchrun)")
+        self.group = group
+        n = topology.graph.number_of_nodes()
+        self.bounds = blocks(n, group.world)
+        self.lo, self.hi = self.bounds[group.rank]
+        self._commanding = leader and group.rank == 0
+        if group.backend == "nccl" and config.device in ("auto", "cuda"):
+            # each rank on its own GPU (the launcher's LOCAL_RANK)
+            import attrs
+
+            config = attrs.evolve(config, device=f"cuda:{group.local_rank}")
+        super().__init__(config, dataset, partition, topology)
+        if group.backend == "gloo" and self.device.type == "cuda":
+            raise ExecutionError(
+                f"this run trains on {config.device} but the process group uses backend "
+                f"'gloo', which gathers CPU tensors; start it with AIRPLAN_BACKEND=nccl")
+
+    @property
+    def rank(self) -> int:
+        return self.group.rank
+
+    def _trained_rows(self) -> int:
+        return self.hi - self.lo
+
+    # -------------------------------------------------------------------------------------
+    # exchanges
+
+    def _gather_rows(self, full: torch.Tensor, mine: torch.Tensor) -> None:
+        """``full[lo_r:hi_r] = mine`` of rank r, for every rank r (one all_gather)."""
+        import torch.distributed as dist
+
+        sizes = [hi - lo for lo, hi in self.bounds]
+        if len(set(sizes)) == 1:
+            dist.all_gather(list(full.split(sizes[0])), mine.contiguous())
+            return
+        pad = max(sizes)
+        send = torch.zeros(pad, *mine.shape[1:], dtype=mine.dtype, device=mine.device)
+        send[:mine.shape[0]] = mine
+        parts = [torch.empty_like(send) for _ in sizes]
+        dist.all_gather(parts, send)
+        for (lo, hi), part in zip(self.bounds, parts):
+            full[lo:hi] = part[:hi - lo]
+
+    # -------------------------------------------------------------------------------------
+    # one round
+
+    def _local_train(self, trainable: np.ndarray) -> float:
+        """The engine's local training on this rank's block, then the blocks gathered: every
+        rank ends with all N half-step models and the same round loss as one process."""
+        cfg = self.config
+        lo, hi = self.lo, self.hi
+        mine = trainable[lo:hi]
+        n_rows = int(mine.sum())
+        every = bool(mine.all())
+        rows = None if every else to_device(np.flatnonzero(mine), self.device)
+        block = self.x[lo:hi]
+        params = block if rows is None else block[rows]
+        buf = self.m if rows is None else self.m[rows]
+        grads = self._g[:n_rows]
+        losses = torch.zeros(hi - lo, cfg.local_steps, device=self.device)
+        for step in range(cfg.local_steps):
+            idx = self._sample()          # all N clients' draws, as one process makes them
+            if n_rows == 0:
+                continue
+            idx = idx[lo:hi] if rows is None else idx[lo:hi][mine]
+            it = to_device(idx.reshape(-1), self.device)
+            m = it.numel()
+            xb = torch.index_select(self.x_train, 0, it, out=self._batch_x[:m]).view(
+                n_rows, cfg.batch_size, *self.x_train.shape[1:])
+            yb = torch.index_select(self.y_train, 0, it, out=self._batch_y[:m]).view(
+                n_rows, cfg.batch_size)
+            step_losses = self._grad(params, xb, yb, grads)
+            if cfg.weight_decay:
+                grads.add_(params, alpha=cfg.weight_decay)
+            torch.add(grads, buf, alpha=cfg.momentum, out=buf)
+            params.add_(buf, alpha=-cfg.lr)
+            if rows is None:
+                losses[:, step] = step_losses
+            else:
+                losses[rows, step] = step_losses
+        if rows is not None and n_rows:
+            block[rows] = params
+            self.m[rows] = buf
+        if not trainable.any():
+            return float("nan")
+        everyone = torch.zeros(self.n, cfg.local_steps, device=self.device)
+        self._gather_rows(everyone, losses)
+        self._gather_rows(self.x, block)
+        sel = to_device(np.flatnonzero(trainable), self.device)
+        total = 0.0
+        for step in range(cfg.local_steps):
+            mean = float(everyone[:, step].contiguous()[sel].mean())
+            if self.initial_loss is None and step == 0:
+                self.initial_loss = mean
+            total += mean
+        return total / cfg.local_steps
+
+    def client_accuracies(self) -> np.ndarray:
+        correct, samples = self._correct(self.lo, self.hi)
+        everyone = torch.zeros(self.n, dtype=torch.int64, device=self.device)
+        self._gather_rows(everyone, correct)
+        return (everyone.double() / max(1, samples)).cpu().numpy()
+
+    # -------------------------------------------------------------------------------------
+    # the run
+
+    def run(self, callback: Callable[[dict], Any] | None = None, *,
+            checkpoint_path: str | Path | None = None) -> RunResult:
+        """:meth:`Trainer.run` on every rank; ``callback`` runs on rank 0 (elsewhere it is
+        ignored) and its decision, with any checkpoint or rewiring it asks for, reaches every
+        rank before the next round."""
+        leading = self._commanding
+        if leading:
+            _send(("run",))
+        self._commanding = False
+        try:
+            return super().run(self._round_end(callback), checkpoint_path=checkpoint_path)
+        finally:
+            self._commanding = leading
+
+    def _round_end(self, callback: Callable[[dict], Any] | None) -> Callable[[dict], Any]:
+        if self.rank != 0:
+            return self._follow
+
+        def lead_round(row: dict) -> Any:
+            self._commanding = True
+            try:
+                decision = callback(row) if callback is not None else None
+            except KeyboardInterrupt:
+                _send(("round_end", "interrupt"))
+                raise
+            except BaseException as exc:
+                _send(("round_end", "fail", f"{type(exc).__name__}: {exc}"))
+                raise
+            finally:
+                self._commanding = False
+            _send(("round_end", "stop" if decision == "stop" else None))
+            return decision
+        return lead_round
+
+    def _follow(self, row: dict) -> Any:
+        """A rank other than 0 after a round: carry out what rank 0 asks until it says how
+        the round ends."""
+        while True:
+            message = _receive()
+            if message[0] != "round_end":
+                self._obey(message)
+                continue
+            if message[1] == "interrupt":
+                raise KeyboardInterrupt
+            if message[1] == "fail":
+                raise _LeaderFailed(message[2])
+            return message[1]
+
+    def _interrupted(self, flag: bool) -> bool:
+        import torch.distributed as dist
+
+        votes = torch.tensor([int(flag)], dtype=torch.int64)
+        dist.all_reduce(votes, op=dist.ReduceOp.MAX)
+        return bool(votes.item())
+
+    def _obey(self, message: tuple) -> None:
+        op = message[0]
+        if op == "save":
+            self._write(None)
+        elif op == "rewire":
+            Trainer.rewire(self, message[1], message[2])
+        elif op == "load":
+            self._restore(message[1], message[2], None)
+        elif op == "load_failed":
+            raise ExecutionError(message[1])
+        else:
+            raise ExecutionError(f"unexpected message from rank 0: {op!r}")
+
+    # -------------------------------------------------------------------------------------
+    # checkpoints and re-optimisation
+
+    def save(self, path: str | Path | None) -> None:
+        """Write the run's state to ``path`` from rank 0 (the momentum gathered from every
+        rank): the same file as a single-process run's, so any number of ranks resumes it."""
+        if self._commanding:
+            _send(("save",))
+        self._write(path)
+
+    def _write(self, path: str | Path | None) -> None:
+        from .checkpoint import save
+
+        full = torch.empty(self.n, self.d, device=self.device)
+        self._gather_rows(full, self.m)
+        if self.rank == 0:
+            block, self.m = self.m, full
+            try:
+                save(self, path)
+            finally:
+                self.m = block
+
+    def _abort_checkpoint(self, path: str | Path | None) -> str:
+        if self.rank == 0:
+            return super()._abort_checkpoint(path)
+        self._write(None)
+        return ""
+
+    def load(self, path: str | Path) -> None:
+        """Rank 0 reads the checkpoint at ``path`` (checking its owner when
+        :attr:`checkpoint_owner` is set) and every rank restores it."""
+        from .checkpoint import read
+
+        if self.rank == 0:
+            try:
+                state = read(path)
+                self._restore(state, str(path), self.checkpoint_owner)
+            except AirPlanError as exc:
+                _send(("load_failed", str(exc)))
+                raise
+            _send(("load", state, str(path)))
+        else:
+            self._obey(_receive())
+
+    def _restore(self, state: dict, path: str, owner: dict | None) -> None:
+        from .checkpoint import restore
+
+        restore(self, state, path, owner)
+        self.m = self.m[self.lo:self.hi].clone()
+        self._g = torch.empty_like(self.m)
+
+    def rewire(self, topology: Any, k_ratio: float | None = None) -> None:
+        if self._commanding:
+            _send(("rewire", topology, k_ratio))
+        super().rewire(topology, k_ratio)
+
+
+class _LeaderFailed(ExecutionError):
+    """Rank 0's callback failed; rank 0 reports it."""
+
+
+def lead(w: Any, spec: Any, config: RunConfig) -> DistributedTrainer:
+    """On rank 0 of a leader-mode group: send the job to the other ranks and build this
+    rank's trainer."""
+    from .execution import trainer_inputs
+
+    group = active()
+    if group is None or group.rank != 0:
+        raise ExecutionError("only rank 0 of a distributed run leads it")
+    _send(("job", w, spec, config))
+    return DistributedTrainer(config, *trainer_inputs(w, spec), group=group, leader=True)
+
+
+def serve() -> None:
+    """Ranks other than 0 in leader mode: build, run and checkpoint the trainers rank 0 asks
+    for, until it says ``exit``. An error that rank 0 meets as well (a refused configuration,
+    a failed callback) is reported by rank 0; this rank waits for its next job."""
+    from .execution import trainer_inputs
+
+    trainer: DistributedTrainer | None = None
+    while True:
+        message = _receive()
+        op = message[0]
+        try:
+            if op == "exit":
+                return
+            if op == "job":
+                trainer = None
+                _, w, spec, config = message
+                trainer = DistributedTrainer(config, *trainer_inputs(w, spec), leader=True)
+            elif trainer is None:
+                continue        # the job failed to build here as on rank 0
+            elif op == "run":
+                trainer.run()
+            else:
+                trainer._obey(message)
+        except (AirPlanError, KeyboardInterrupt):
+            continue
+
+
+def main(command: Callable[[], int]) -> int:
+    """Run a CLI ``command`` under a launcher: join the group; rank 0 runs the command and
+    then releases the others, which serve it meanwhile; every rank leaves the group."""
+    group = init()
+    try:
+        if group.rank == 0:
+            try:
+                return command()
+            finally:
+                _send(("exit",))
+        serve()
+        return 0
+    finally:
+        shutdown()

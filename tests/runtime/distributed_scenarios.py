@@ -1,0 +1,107 @@
+"""Runs of the distributed equality tests (tests/runtime/test_distributed.py), and the program
+every rank of a test group runs:
+
+    RANK=r WORLD_SIZE=R MASTER_ADDR=127.0.0.1 MASTER_PORT=p \\
+        python tests/runtime/distributed_scenarios.py OUT_DIR NAME [NAME ...]
+
+Each rank builds the same ``DistributedTrainer`` per scenario and runs it; rank 0 writes the
+outcome to OUT_DIR/NAME.pt. A scenario named ``resume_*`` first loads OUT_DIR/NAME.in.pt (a
+checkpoint the test wrote with one process); ``*_save`` ones save a checkpoint at the end.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+from airplan_qo.data import load, partition
+from airplan_qo.plans.topology import TopologySpec, build
+from airplan_qo.runtime.engine import RunConfig
+
+torch.set_num_threads(1)
+
+_BASE = dict(model="mlp", lr=0.05, batch_size=16, data_seed=1, train_seed=2, channel_seed=3,
+             client_eval_samples=200)
+_OTA = dict(channel="ota", snr_db=5.0, g_th=0.2)
+
+#: name -> (topology family, N, RunConfig fields)
+SCENARIOS = {
+    # the complete graph: D-SGD's difference form keeps state (decay 0.75) across rounds
+    "dsgd_complete_ota_dropout": ("complete", 8, dict(rounds=5, local_steps=2, dropout=0.25,
+                                                      **_OTA)),
+    "dsgd_ring_ideal": ("ring", 10, dict(rounds=4, model="logistic")),
+    "dsgd_peer_ota_dropout": ("one_peer_exponential", 8, dict(rounds=5, dropout=0.2, **_OTA)),
+    "choco_ring_ota_dropout": ("ring", 10, dict(rounds=5, k_ratio=0.1, local_steps=2,
+                                                dropout=0.2, eval_every=2, **_OTA)),
+    "choco_peer_ota": ("one_peer_exponential", 8, dict(rounds=5, k_ratio=0.2, dropout=0.1,
+                                                       **_OTA)),
+    # written by R ranks at round 3, resumed by one process (the test) to round 6
+    "choco_ring_save": ("ring", 10, dict(rounds=3, k_ratio=0.1, dropout=0.2, **_OTA)),
+    "dsgd_complete_save": ("complete", 8, dict(rounds=3, dropout=0.25, **_OTA)),
+    # written by one process at round 3 (the test), resumed by R ranks to round 6
+    "resume_choco_ring": ("ring", 10, dict(rounds=6, k_ratio=0.1, dropout=0.2, **_OTA)),
+    "resume_dsgd_complete": ("complete", 8, dict(rounds=6, dropout=0.25, **_OTA)),
+    # rank 0's callback rewires to the complete graph and checkpoints at round 2, stops at 4
+    "callback_rewire_save_stop": ("ring", 8, dict(rounds=6, dropout=0.2, **_OTA)),
+}
+
+
+def callback(name: str, trainer, checkpoint: Path | None):
+    """The callback a scenario runs with (None for most)."""
+    if name != "callback_rewire_save_stop":
+        return None
+
+    def after(row: dict):
+        if row["round"] == 2:
+            trainer.rewire(build(TopologySpec.create("complete", trainer.n)))
+            trainer.save(checkpoint)
+        return "stop" if row["round"] == 4 else None
+    return after
+
+
+def inputs(name: str, **changes):
+    """(config, dataset, partition, topology) of a scenario; ``changes`` edit the config."""
+    family, n, fields = SCENARIOS[name]
+    config = RunConfig(**{**_BASE, **fields, **changes})
+    dataset = load("digits", seed=0)
+    part = partition("dirichlet", dataset.y_train, n, seed=0, alpha=0.5)
+    return config, dataset, part, build(TopologySpec.create(family, n))
+
+
+def outcome(trainer, result) -> dict:
+    """What the tests compare: every round's statistics but its wall time, the final models,
+    the result's accuracies and totals."""
+    return {
+        "history": [{k: v for k, v in row.items() if k != "wall_time_s"}
+                    for row in result.history],
+        "x": trainer.x.clone(),
+        "status": result.status,
+        "final_accuracy": result.final_accuracy,
+        "client_accuracies": result.client_accuracies,
+        "totals": (result.total_channel_uses, result.total_energy_j, result.total_bits,
+                   result.total_slots),
+    }
+
+
+def main(out: Path, names: list[str]) -> None:
+    from airplan_qo.runtime import distributed
+
+    group = distributed.init("gloo")
+    try:
+        for name in names:
+            trainer = distributed.DistributedTrainer(*inputs(name))
+            if name.startswith("resume_"):
+                trainer.load(out / f"{name}.in.pt")
+            result = trainer.run(callback(name, trainer, out / f"{name}.ckpt.pt"))
+            if name.endswith("_save"):
+                trainer.save(out / f"{name}.ckpt.pt" if group.rank == 0 else None)
+            if group.rank == 0:
+                torch.save(outcome(trainer, result), out / f"{name}.pt")
+    finally:
+        distributed.shutdown()
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), sys.argv[2:])

@@ -1,0 +1,267 @@
+"""One run over several processes (torch.distributed, gloo on loopback) equals the
+single-process run: round statistics, final models, accuracies and checkpoints, bit for bit
+(the MLP and logistic models' local training is the same arithmetic on a block of clients as on
+all of them; docs/runtime.md, Several processes). Covers D-SGD (ideal, and over the air in its
+stateful difference form) and CHOCO with a common rand-k mask, a static and a time-varying
+topology, dropout, uneven blocks (3 ranks), a callback that rewires, checkpoints and stops,
+resume across a different number of processes, and the CLI under torchrun."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import distributed_scenarios as S
+from airplan_qo.errors import ExecutionError
+from airplan_qo.runtime import distributed
+from airplan_qo.runtime.checkpoint import read
+from airplan_qo.runtime.engine import Trainer
+
+pytestmark = pytest.mark.skipif(not torch.distributed.is_available()
+                                or not torch.distributed.is_gloo_available(),
+                                reason="needs torch.distributed with gloo")
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = Path(S.__file__).resolve()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["OMP_NUM_THREADS"] = "1"
+    env.update(extra)
+    return env
+
+
+def launch(world: int, out: Path, names: list[str]) -> None:
+    """Start ``world`` processes on loopback running the scenarios; fail with their output."""
+    port = str(_free_port())
+    procs = [subprocess.Popen(
+        [sys.executable, str(SCRIPT), str(out), *names],
+        env=_env(RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r),
+                 MASTER_ADDR="127.0.0.1", MASTER_PORT=port),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(world)]
+    outputs = []
+    for p in procs:
+        try:
+            outputs.append(p.communicate(timeout=600)[0])
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise
+    bad = [(r, p.returncode, o) for r, (p, o) in enumerate(zip(procs, outputs)) if p.returncode]
+    assert not bad, "\n".join(f"rank {r} exited {rc}:\n{o[-3000:]}" for r, rc, o in bad)
+
+
+def _single(name: str, **changes):
+    import tempfile
+
+    trainer = Trainer(*S.inputs(name, **changes))
+    with tempfile.TemporaryDirectory() as tmp:
+        return trainer, trainer.run(S.callback(name, trainer, Path(tmp) / "one.pt"))
+
+
+_REFERENCE: dict[tuple, dict] = {}
+
+
+def reference(name: str, **changes) -> dict:
+    """The single-process run's outcome (cached)."""
+    key = (name, tuple(sorted(changes.items())))
+    if key not in _REFERENCE:
+        _REFERENCE[key] = S.outcome(*_single(name, **changes))
+    return _REFERENCE[key]
+
+
+def _write_inputs(out: Path, names: list[str]) -> None:
+    """The one-process checkpoints at round 3 that the resume_* scenarios load."""
+    for name in names:
+        if name.startswith("resume_"):
+            trainer, _ = _single(name, rounds=3)
+            trainer.save(out / f"{name}.in.pt")
+
+
+TWO = [name for name in S.SCENARIOS]
+THREE = ["dsgd_peer_ota_dropout", "choco_ring_ota_dropout", "resume_dsgd_complete",
+         "choco_ring_save"]
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory):
+    """Outcomes of the scenarios on 2 ranks (all) and 3 ranks (uneven blocks: 4-3-3, 3-3-2)."""
+    done = {}
+    for world, names in ((2, TWO), (3, THREE)):
+        out = tmp_path_factory.mktemp(f"ranks{world}")
+        _write_inputs(out, names)
+        launch(world, out, names)
+        done[world] = out
+    return done
+
+
+def _same(got: dict, ref: dict) -> None:
+    assert got["status"] == ref["status"]
+    assert len(got["history"]) == len(ref["history"])
+    for mine, theirs in zip(got["history"], ref["history"]):
+        assert mine == theirs, f"round {theirs['round']} differs"
+    assert torch.equal(got["x"], ref["x"])
+    assert got["final_accuracy"] == ref["final_accuracy"]
+    assert got["client_accuracies"] == ref["client_accuracies"]
+    assert got["totals"] == ref["totals"]
+
+
+@pytest.mark.parametrize("world, name", [(2, n) for n in TWO] + [(3, n) for n in THREE])
+def test_distributed_run_equals_the_single_process_run(ranks, world, name):
+    got = torch.load(ranks[world] / f"{name}.pt", weights_only=False)
+    ref = reference(name)
+    _same(got, ref)
+    # the runs did something: models moved apart and over a noisy channel noise was drawn
+    assert not torch.equal(got["x"][0], got["x"][-1])
+    assert got["history"][-1]["round"] == (4 if name.startswith("callback") else
+                                           S.SCENARIOS[name][2]["rounds"])
+
+
+@pytest.mark.parametrize("world, name", [(2, "choco_ring_save"), (2, "dsgd_complete_save"),
+                                         (3, "choco_ring_save"),
+                                         (2, "callback_rewire_save_stop")])
+def test_checkpoint_of_several_processes_is_the_single_process_checkpoint(ranks, world, name,
+                                                                         tmp_path):
+    """Rank 0 writes the models, the gathered momentum and the rule's state of every client,
+    as one process does; one process resumes it and ends where an uninterrupted run ends."""
+    saved = read(ranks[world] / f"{name}.ckpt.pt")
+    if name.startswith("callback"):
+        # the one-process run of the same callback, checkpointed at the same round
+        trainer = Trainer(*S.inputs(name))
+        trainer.run(S.callback(name, trainer, tmp_path / "one.pt"))
+        mine = read(tmp_path / "one.pt")
+        assert mine["round"] == saved["round"] == 2
+    else:
+        trainer, _ = _single(name)
+        trainer.save(tmp_path / "one.pt")
+        mine = read(tmp_path / "one.pt")
+    for key in ("x", "m"):
+        assert torch.equal(saved[key], mine[key]), key
+    assert saved["rule"].keys() == mine["rule"].keys()
+    for key, value in mine["rule"].items():
+        assert torch.equal(saved["rule"][key], value) if isinstance(value, torch.Tensor) \
+            else saved["rule"][key] == value
+    assert saved["history"] == [dict(r, wall_time_s=s["wall_time_s"])
+                                for r, s in zip(mine["history"], saved["history"])]
+    if name.startswith("callback"):
+        return
+    # resumed by one process to round 6 = the uninterrupted one-process run of 6 rounds
+    longer = S.inputs(name, rounds=6)
+    resumed = Trainer(*longer)
+    resumed.load(ranks[world] / f"{name}.ckpt.pt")
+    result = resumed.run()
+    straight = Trainer(*longer)
+    expected = straight.run()
+    assert torch.equal(resumed.x, straight.x)
+    strip = [{k: v for k, v in r.items() if k != "wall_time_s"} for r in result.history]
+    assert strip == [{k: v for k, v in r.items() if k != "wall_time_s"}
+                     for r in expected.history]
+
+
+def test_resumed_by_several_processes_from_a_one_process_checkpoint(ranks):
+    """The resume_* scenarios loaded a checkpoint one process wrote at round 3 and ran to 6:
+    the same as one process running 6 rounds (compared above); here: they did resume."""
+    for world, names in ((2, TWO), (3, THREE)):
+        for name in [n for n in names if n.startswith("resume_")]:
+            got = torch.load(ranks[world] / f"{name}.pt", weights_only=False)
+            assert [r["round"] for r in got["history"]] == list(range(1, 7))
+            _same(got, reference(name))
+
+
+def test_blocks_split_clients_contiguously():
+    assert distributed.blocks(10, 3) == [(0, 4), (4, 7), (7, 10)]
+    assert distributed.blocks(8, 2) == [(0, 4), (4, 8)]
+    assert distributed.blocks(5, 5) == [(i, i + 1) for i in range(5)]
+    with pytest.raises(ExecutionError, match="6 processes for 5 clients"):
+        distributed.blocks(5, 6)
+
+
+def test_init_names_what_is_missing(monkeypatch):
+    for name in distributed.LAUNCH_ENV:
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(ExecutionError, match="RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT are "
+                                             "not set.*torchrun"):
+        distributed.init()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA")
+def test_nccl_without_cuda_is_refused(monkeypatch):
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "1")
+    with pytest.raises(ExecutionError, match="backend 'nccl' needs CUDA GPUs"):
+        distributed.init("nccl")
+    with pytest.raises(ExecutionError, match="backend must be one of gloo, nccl, got 'mpi'"):
+        distributed.init("mpi")
+    assert distributed.active() is None
+
+
+def test_a_trainer_without_a_group_is_refused(digits, digits_iid, ring10):
+    from airplan_qo.runtime.engine import RunConfig
+
+    with pytest.raises(ExecutionError, match="needs a process group.*init"):
+        distributed.DistributedTrainer(RunConfig(rounds=1), digits, digits_iid, ring10)
+
+
+def _round_stats(catalog: Path) -> list[tuple]:
+    from airplan_qo.catalog.store import Catalog
+
+    with Catalog.open(catalog, read_only=True) as cat:
+        return [tuple(row.values()) for row in cat.query(
+            "SELECT round, test_accuracy, client_acc_mean, client_acc_min, train_loss, "
+            "consensus_distance, channel_uses, slots, energy_j, bits, link_drop_rate, "
+            "dropout_rate FROM airplan.round_stats ORDER BY exec_id, round")]
+
+
+def _cli(args: list[str], cwd: Path, world: int = 1) -> subprocess.CompletedProcess:
+    launcher = ([] if world == 1 else
+                ["-m", "torch.distributed.run", "--nproc-per-node", str(world),
+                 "--master-addr", "127.0.0.1", "--master-port", str(_free_port())])
+    cmd = [sys.executable, *launcher, "-m", "airplan_qo", *args]
+    done = subprocess.run(cmd, cwd=cwd, env=_env(AIRPLAN_BACKEND="gloo"), capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    return done
+
+
+def test_cli_under_torchrun_trains_and_resumes_like_one_process(tmp_path):
+    """``torchrun --nproc-per-node 2 -m airplan_qo sql "TRAIN ..."`` records the same rounds as
+    ``airplan sql``; a 2-process ``resume`` of a one-process execution (from its round-10
+    checkpoint) records what the one-process run recorded."""
+    statement = ("TRAIN digits ON 8 CLIENTS WITH (rounds = 12, snr_db = 5, dropout = 0.2) "
+                 "USING TOPOLOGY ring SLA accuracy >= 0.99")
+    one, two = tmp_path / "one.duckdb", tmp_path / "two.duckdb"
+    _cli(["sql", "--catalog", str(one), "--quiet", statement], tmp_path)
+    done = _cli(["sql", "--catalog", str(two), "--quiet", statement], tmp_path, world=2)
+    assert "succeeded" in done.stdout
+    rows = _round_stats(one)
+    assert len(rows) == 12
+    assert _round_stats(two) == rows
+
+    # the one-process execution as if it had failed after its round-10 checkpoint
+    from airplan_qo.catalog.store import Catalog
+
+    with Catalog.open(one) as cat:
+        cat.update_row("executions", 1, {"status": "failed"})
+        cat.query("DELETE FROM airplan.round_stats WHERE round > 10")
+        path = cat.query("SELECT checkpoint_path FROM airplan.executions")[0]["checkpoint_path"]
+    assert read(path)["round"] == 10
+    done = _cli(["resume", "--catalog", str(one), "--quiet", "1"], tmp_path, world=2)
+    assert "execution 1: succeeded after 12 rounds" in done.stdout
+    assert _round_stats(one) == rows
