@@ -123,7 +123,9 @@ class Session:
             objective=objective, statement=statement,
             confidence=DEFAULT_CONFIDENCE if confidence is None else check_confidence(confidence),
             fallback=(fallback if fallback is not None
-                      else "error" if topologies or weights or sparsity else "complete"))
+                      else "error" if any(x is not None for x in (topologies, weights,
+                                                                   sparsity))
+                      else "complete"))
         result = Optimizer(self.catalog, progress=progress).plan(request)
         if confidence is not None and result.chosen.cost.estimate.p_meets is None:
             import attrs

@@ -323,7 +323,7 @@ def test_an_unseen_dataset_widens_the_uncertainty_and_is_flagged(tmp_path):
     with aq.connect(tmp_path / "c.duckdb") as db:
         seen = db.plan(aq.Workload(dataset="digits", clients=20, alpha=0.3))
         unseen = db.plan(aq.Workload(dataset="mnist1d", clients=20, alpha=0.3),
-                         topologies=["complete"])
+                         topologies=["complete"], fallback="complete")
     e_seen, e_unseen = seen.chosen.cost.estimate, unseen.chosen.cost.estimate
     assert e_seen.p_meets > 0.99 and "unseen" not in seen.explain()
     assert e_unseen.p_meets < 0.9

@@ -172,7 +172,7 @@ def test_setup_failure_is_recorded_as_failed(tmp_path, monkeypatch):
     def broken(*args, **kwargs):
         raise aq.DataError("the partition broke")
 
-    monkeypatch.setattr(execution, "partition", broken)
+    monkeypatch.setattr(execution, "partition_dataset", broken)
     with aq.connect(tmp_path / "c.duckdb") as db:
         with pytest.raises(aq.DataError, match="the partition broke"):
             db.sql("TRAIN digits ON 6 CLIENTS WITH (rounds = 1) USING TOPOLOGY ring "
