@@ -72,7 +72,6 @@ KNOWN_CYCLES = [
     ["airplan_qo.costmodels", "airplan_qo.costmodels.dsgd"],
     ["airplan_qo.data", "airplan_qo.data.datasets", "airplan_qo.data.generated"],
     ["airplan_qo.evaluation", "airplan_qo.evaluation.analysis", "airplan_qo.evaluation.harness"],
-    ["airplan_qo.runtime", "airplan_qo.runtime.model_size", "airplan_qo.runtime.models"],
     ["airplan_qo.session", "airplan_qo.sql.binder", "airplan_qo.sql.executor"],
 ]
 

@@ -181,7 +181,7 @@ def _budget_dict(request: PlanRequest) -> dict[str, float]:
 
 def model_dimension(workload: Workload) -> tuple[int, int]:
     """(d, n_classes) of the workload's model on its dataset, without importing torch."""
-    from ..runtime.model_size import parameter_count
+    from ..model_size import parameter_count
 
     shape, n_classes = dataset_info(workload.dataset)
     return int(parameter_count(workload.model, tuple(shape), n_classes)), n_classes
