@@ -67,11 +67,5 @@ def test_the_walker_reads_function_level_and_package_imports():
     assert graph.has_edge("airplan_qo.session", "airplan_qo.runtime.execution")
 
 
-#: Circles not broken yet; each must disappear from here when it is broken.
-KNOWN_CYCLES = [
-    ["airplan_qo.session", "airplan_qo.sql.binder", "airplan_qo.sql.executor"],
-]
-
-
 def test_no_import_circles():
-    assert cycles(import_graph()) == KNOWN_CYCLES
+    assert cycles(import_graph()) == []

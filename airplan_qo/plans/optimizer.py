@@ -34,7 +34,7 @@ from .feasibility import check_data_split
 from .mixing import WEIGHTS
 from .plan import OBJECTIVES, ChannelConfig, Cost, PhysicalPlan, round_cost
 from .restriction import check_fallback, respect_restriction
-from .sla import ACCURACY_METRICS, SLA, parse_sla
+from .sla import ACCURACY_METRICS, DEFAULT_SLA, SLA
 from .spectra import SpectralStats
 from .topology import TopologySpec, TopologyStats, WeightArrays, describe_many
 from .workload import Workload
@@ -42,7 +42,6 @@ from .workload import Workload
 DEFAULT_FAMILIES = ("ring", "erdos_renyi", "small_world", "clustered", "complete", "exponential")
 DEFAULT_WEIGHTS = ("metropolis_hastings", "best_constant")
 DEFAULT_SPARSITY = (0.01, 0.05, 0.1, 0.2, 1.0)
-DEFAULT_SLA = "accuracy >= 0.95 * fc"
 MAX_CACHED_EDGES = 1_000_000
 DENSE_FAMILY_LIMIT = 2000
 
@@ -97,7 +96,7 @@ class PlanRequest:
     """
 
     workload: Workload
-    sla: SLA = attrs.field(factory=lambda: parse_sla(DEFAULT_SLA))
+    sla: SLA = DEFAULT_SLA
     topologies: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] | None = None
     weights: tuple[str, ...] | None = None
     sparsity: tuple[float, ...] | None = None
