@@ -30,7 +30,7 @@ from ..registry import suggest
 
 DEFAULT_TOPOLOGIES = ("ring", "small_world(k=4)", "clustered", "complete")
 DEFAULT_SPARSITY = (0.1, 1.0)
-DEFAULT_WEIGHTS = ("metropolis_hastings",)
+GRID_WEIGHTS = ("metropolis_hastings",)
 DEFAULT_SCALABILITY = (10, 20, 50, 100, 200, 500, 1000)
 
 TOP_KEYS = ("name", "description", "seeds", "folds", "cv_seed", "estimator", "objective", "sla",
@@ -363,7 +363,7 @@ def _workload_spec(values: dict[str, Any], index: int, where: _Where, label: str
     if not isinstance(sparsity, list) or not sparsity:
         raise where.error(f"{label}.sparsity", "must be a non-empty list of ratios in (0, 1]")
     ks = tuple(sorted({_ratio(k, where, f"{label}.sparsity") for k in sparsity}))
-    weights = values.get("weights", list(DEFAULT_WEIGHTS))
+    weights = values.get("weights", list(GRID_WEIGHTS))
     if not isinstance(weights, list) or not weights:
         raise where.error(f"{label}.weights", "must be a non-empty list of weights rules")
     from ..plans.mixing import WEIGHTS

@@ -40,7 +40,8 @@ from .topology import TopologySpec, TopologyStats, WeightArrays, describe_many
 from .workload import Workload
 
 DEFAULT_FAMILIES = ("ring", "erdos_renyi", "small_world", "clustered", "complete", "exponential")
-DEFAULT_WEIGHTS = ("metropolis_hastings", "best_constant")
+#: The mixing-weight rules planned when a request names none.
+PLANNED_WEIGHTS = ("metropolis_hastings", "best_constant")
 DEFAULT_SPARSITY = (0.01, 0.05, 0.1, 0.2, 1.0)
 MAX_CACHED_EDGES = 1_000_000
 DENSE_FAMILY_LIMIT = 2000
@@ -518,7 +519,7 @@ class Optimizer:
         if labels is None and request.topologies and any(
                 FAMILIES.get(f).name == "d_cliques" for f, _ in request.topologies):
             labels = label_statistics(self.catalog, w)
-        weights = request.weights or DEFAULT_WEIGHTS
+        weights = request.weights or PLANNED_WEIGHTS
         for rule in weights:
             WEIGHTS.get(rule)
         if request.topologies:
@@ -820,4 +821,4 @@ def _cache_key(spec: TopologySpec) -> tuple:
 
 __all__ = ["Optimizer", "PlanRequest", "PlanResult", "Candidate", "DEFAULT_FAMILIES",
            "LabelStatistics", "label_statistics", "NO_CLIQUE_STATISTICS",
-           "DEFAULT_SPARSITY", "DEFAULT_WEIGHTS", "parameter_variants"]
+           "DEFAULT_SPARSITY", "PLANNED_WEIGHTS", "parameter_variants"]

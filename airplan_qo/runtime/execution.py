@@ -46,7 +46,7 @@ from ..data import load, partition_dataset
 from ..errors import CatalogLockedError, ExecutionError
 from ..plans.topology import TopologySpec, build
 from .device import DEFAULT_DEVICE, check_device, device_name, resolve_device
-from .engine import RunConfig, RunResult, Trainer
+from .engine import ROUND_KEYS, RunConfig, RunResult, Trainer
 from .feedback import feedback_basis
 from ..plans.sla import TARGET_METRICS, first_crossing
 from .monitor import MonitorConfig, Reoptimizer, plan_mixing_p, request_from_json, \
@@ -62,9 +62,6 @@ FLUSH_WAIT = 2.0
 #: own wait).
 RECORD_WAIT = 120.0
 CHECKPOINT_EVERY = 10
-ROUND_COLUMNS = ("round", "test_accuracy", "client_acc_mean", "client_acc_min", "train_loss",
-                 "consensus_distance", "channel_uses", "slots", "energy_j", "bits",
-                 "link_drop_rate", "dropout_rate", "wall_time_s")
 
 
 def derive_seeds(seed: int) -> dict[str, int]:
@@ -159,7 +156,7 @@ def checkpoint_dir(catalog: Catalog) -> Path:
 
 def _round_rows(exec_id: int, rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
     cols: dict[str, list[Any]] = {"exec_id": [exec_id] * len(rows)}
-    for name in ROUND_COLUMNS:
+    for name in ROUND_KEYS:
         cols[name] = [_finite(r.get(name)) for r in rows]
     return cols
 
