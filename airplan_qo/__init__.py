@@ -24,7 +24,7 @@ __version__ = "0.1.0"
 
 from .data.datasets import Dataset, register_dataset  # noqa: E402
 from .plans.workload import Workload  # noqa: E402
-from .runtime.model_size import register_model  # noqa: E402
+from .model_size import register_model  # noqa: E402
 from .session import Session, connect  # noqa: E402
 
 __all__ = [

@@ -118,8 +118,6 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from .session import connect
 
     if args.statement:
-        from .sql.executor import run_script
-
         text = args.statement.strip()
         if not text.upper().startswith("EXPLAIN"):
             text = "EXPLAIN " + text
@@ -143,8 +141,6 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
-    from .sql.executor import run_script
-
     if args.resume is not None:
         return cmd_resume(args)
     if args.file:
@@ -160,6 +156,26 @@ def cmd_sql(args: argparse.Namespace) -> int:
     return run_script(text, catalog=args.catalog, fmt=args.format, read_only=args.read_only,
                       quiet=args.quiet, progress=_planning_progress(args), device=args.device,
                       **_sql_limits(args))
+
+
+def run_script(text: str, *, catalog: str | None, fmt: str = "text", read_only: bool = False,
+               quiet: bool = False, progress=None, device: str | None = None,
+               **limits: Any) -> int:
+    """Run a script and print each result; returns the exit status.
+    ``progress``: where the steps of a long planning call go (None: nowhere). ``device``: where
+    its TRAIN statements train unless they say ``WITH (device = ...)`` (None: the CPU).
+    ``limits``: the catalog SQL limits of :func:`airplan_qo.connect` (``timeout``, ...)."""
+    from .session import connect
+    from .sql.executor import aborted_note, format_result, iter_script
+
+    with connect(catalog, read_only=read_only, device=device, **limits) as session:
+        for result in iter_script(session, text, fmt=fmt, quiet=quiet, progress=progress):
+            print(format_result(result, fmt), flush=True)
+            note = aborted_note(result)
+            if note is not None:  # Ctrl-C: stop the script, as the user asked
+                print(f"airplan: {note}", file=sys.stderr, flush=True)
+                return 130
+    return 0
 
 
 def _sql_limits(args: argparse.Namespace) -> dict[str, Any]:

@@ -12,8 +12,6 @@ and a memory limit; see the Security section of docs/sql.md.
 
 from __future__ import annotations
 
-import json
-import logging
 import os
 from typing import Any, Iterable, Mapping
 
@@ -21,11 +19,6 @@ from .catalog.sandbox import DEFAULT_TIMEOUT, SESSION_DEFAULT
 from .catalog.store import Catalog
 from .errors import ValidationError
 from .plans.workload import Workload
-
-#: TRAIN statements print no EXPLAIN, so the planner's warnings go here (the CLI shows them).
-planner_log = logging.getLogger("airplan_qo.planner")
-planner_log.addHandler(logging.NullHandler())
-
 
 def _topologies(items: Iterable[Any] | None):
     if items is None:
@@ -107,9 +100,8 @@ class Session:
         ``costing 7/14: ...``) once planning has run about a second (many clients); it may be
         called from a timer thread. None (the default): silent.
         """
-        from .plans.optimizer import (DEFAULT_CONFIDENCE, DEFAULT_SLA, Optimizer, PlanRequest,
-                                      check_confidence)
-        from .plans.sla import SLA, parse_sla
+        from .plans.optimizer import DEFAULT_CONFIDENCE, Optimizer, PlanRequest, check_confidence
+        from .plans.sla import SLA, parse_sla, sla_with_target
 
         if not isinstance(workload, Workload):
             raise ValidationError("plan() expects an airplan_qo.Workload")
@@ -221,107 +213,6 @@ class Session:
         from .runtime.execution import abandon
 
         return abandon(self.catalog, int(exec_id), reason)
-
-    def run_bound(self, bound, fmt: str = "text", *, quiet: bool = True, progress=None):
-        """TRAIN / EXPLAIN ANALYZE TRAIN: plan, then execute the chosen plan; returns a
-        ``TrainResult`` (``airplan_qo.sql.results``). The statement's ``WITH (device = ...)``
-        wins over the session's device."""
-        from .runtime.device import resolve_device
-
-        device = getattr(bound, "device", None) or self.device or "cpu"
-        resolve_device(device)      # a device this machine lacks fails before planning
-        plan = self.plan(bound.workload, sla=bound.sla, topologies=bound.topologies,
-                         weights=bound.weights, sparsity=bound.sparsity, budgets=bound.budgets,
-                         estimator=bound.estimator, statement=bound.text, progress=progress,
-                         fallback=getattr(bound, "fallback", None),
-                         **({"confidence": bound.confidence} if bound.confidence else {}))
-        if not bound.explain:   # EXPLAIN ANALYZE prints them among its lines
-            for warning in plan.warnings:
-                planner_log.warning("planner warning: %s", warning)
-        report = self.execute(plan, quiet=quiet, reoptimize=True, device=device)
-        fields = report.analyze_fields()
-        if bound.explain and bound.options.calibrate:
-            fields["calibration"] = self._calibrate_text(plan.estimator)
-        r = report.result
-        outcome = {"exec_id": report.exec_id, "status": r.status, "reason": r.reason}
-        if bound.explain:
-            opts = bound.options
-            text = plan.explain(format=fmt, verbose=opts.verbose, costs=opts.costs,
-                                alternatives=opts.alternatives, analyze=fields)
-            document = None
-            if fmt == "json":
-                document = json.loads(text)
-                document[0]["execution"] = dict(outcome)
-                text = json.dumps(document, indent=2)
-                explain = plan.explain(verbose=opts.verbose, costs=opts.costs,
-                                       alternatives=opts.alternatives, analyze=fields)
-            else:
-                explain = text
-            return train_result(self, plan, report, "explain", text=text, document=document,
-                                explain=explain)
-        row = {"exec_id": report.exec_id, "plan_id": report.plan_id,
-               "plan": plan.chosen.plan.label(),
-               "status": r.status, "rounds": r.rounds, "rounds_to_target": r.rounds_to_target,
-               "final_accuracy": r.final_accuracy, "channel_uses": r.total_channel_uses,
-               "reason": r.reason}
-        explain = plan.explain(analyze=fields)
-        return train_result(self, plan, report, "table", columns=tuple(row),
-                            rows=(tuple(row.values()),), explain=explain)
-
-    def _calibrate_text(self, estimator: str) -> str:
-        try:
-            return self.calibrate(estimator).render()
-        except ValidationError as exc:
-            return f"calibration skipped: {exc}"
-
-
-def train_result(session: Session, plan, report, kind: str, **shown: Any):
-    """The ``TrainResult`` of executing ``plan`` (a PlanResult) as ``report`` (an
-    ExecutionReport); ``shown`` holds what the statement displays (``text``, ``columns``,
-    ``rows``, ``document``, ``explain``)."""
-    from .sql.results import TrainResult, feedback_note
-
-    r = report.result
-    est = plan.chosen.cost.estimate
-    rewirings = session.catalog.query(
-        "SELECT round, old_plan_id, new_plan_id FROM airplan.reoptimizations "
-        "WHERE exec_id = ? AND new_plan_id IS NOT NULL ORDER BY round", [report.exec_id])
-    # an aborted run's feedback rows are computed but not recorded (resume records them)
-    feedback = () if r.status == "aborted" else tuple(report.feedback)
-    interval = (None if est.rounds_lo is None or est.rounds_hi is None
-                else (float(est.rounds_lo), float(est.rounds_hi)))
-    return TrainResult(
-        kind, exec_id=report.exec_id, status=r.status, reason=r.reason,
-        plan_id=report.plan_id, plan=plan.chosen.plan.label(), estimator=plan.estimator,
-        rounds=r.rounds, rounds_to_target=r.rounds_to_target, accuracy=r.client_acc_mean,
-        avg_model_accuracy=r.final_accuracy, channel_uses=r.total_channel_uses,
-        predicted_rounds=est.rounds, predicted_rounds_interval=interval,
-        p_meets_sla=est.p_meets, feedback=feedback,
-        feedback_note=feedback_note(r.status, feedback, rewirings),
-        events=tuple(report.events), **shown)
-
-
-def sla_with_target(sla, target: float | None):
-    """The SLA a plan is held to, given an explicit ``sla`` (None: none given) and the
-    workload's ``target_accuracy``: without an SLA, ``accuracy >= target`` replaces the default
-    ``accuracy >= 0.95 * fc``; an SLA without an accuracy bound keeps ``target`` as the accuracy
-    target; an SLA with an accuracy bound other than ``accuracy >= target`` is an error."""
-    from .plans.optimizer import DEFAULT_SLA
-    from .plans.sla import parse_sla
-
-    if target is None:
-        return sla if sla is not None else parse_sla(DEFAULT_SLA)
-    own = parse_sla(f"accuracy >= {float(target)!r}")
-    if sla is None or sla == own:
-        return own
-    bounds = [c for c in sla.constraints if c.metric in ("accuracy", "avg_model_accuracy")
-              and c.op in (">=", ">", "=")]
-    if bounds:
-        raise ValidationError(
-            f"target_accuracy = {target} and the SLA's accuracy bound "
-            f"({' AND '.join(c.render() for c in bounds)}) both set the accuracy target; give "
-            "one of them")
-    return sla
 
 
 def connect(path: str | os.PathLike[str] | None = None, *, read_only: bool = False,

@@ -49,7 +49,7 @@ from airplan_qo.errors import AirPlanError  # noqa: E402
 from airplan_qo.plans.topology import TopologySpec, build  # noqa: E402
 from airplan_qo.runtime.device import device_name, resolve_device  # noqa: E402
 from airplan_qo.runtime.engine import RunConfig, Trainer  # noqa: E402
-from airplan_qo.runtime.models import build_model  # noqa: E402
+from airplan_qo.model_size import build_model  # noqa: E402
 
 
 def loadavg() -> list[float]:

@@ -714,7 +714,7 @@ def test_label_skew_table_compares_d_cliques_with_the_fully_connected_plan(tmp_p
 def test_censored_coverage_is_the_chance_the_interval_holds_a_run_past_its_budget():
     from scipy import stats
 
-    from airplan_qo.evaluation.time_to_target import censored_coverage
+    from airplan_qo.evaluation.ttt_crossval import censored_coverage
 
     log_b = math.log(40.0)
     # predictive median far above the budget: the run's quantile is uniform on about [0, 1]
@@ -730,7 +730,7 @@ def test_censored_coverage_is_the_chance_the_interval_holds_a_run_past_its_budge
 
 
 def test_workload_bootstrap_resamples_workloads_not_runs():
-    from airplan_qo.evaluation.time_to_target import workload_bootstrap
+    from airplan_qo.evaluation.ttt_crossval import workload_bootstrap
 
     # every workload alike: no spread, whatever the number of runs
     assert workload_bootstrap({"a": [1.0, 0.0], "b": [0.0, 1.0]}) == pytest.approx([0.5, 0.5])

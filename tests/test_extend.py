@@ -10,7 +10,7 @@ from torch import nn
 
 import airplan_qo as aq
 from airplan_qo.data.datasets import DATASETS
-from airplan_qo.runtime.model_size import MODELS, parameter_count
+from airplan_qo.model_size import MODELS, parameter_count
 
 
 @pytest.fixture
@@ -96,7 +96,7 @@ def test_registration_errors_name_the_problem(forget):
         parameter_count("notmodule", (1, 8, 8), 10)
     with pytest.raises(aq.ValidationError, match="already registered"):
         aq.register_model("buffered", lambda s, n: nn.Linear(1, 1))
-    from airplan_qo.runtime.models import build_model
+    from airplan_qo.model_size import build_model
 
     with pytest.raises(aq.ValidationError, match="has buffers"):
         build_model("buffered", (1, 8, 8), 10)

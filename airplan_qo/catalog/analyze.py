@@ -93,7 +93,7 @@ def register_workload(catalog: Catalog, workload: Any, *, options: dict | None =
 
 def model_bytes(model: str, input_shape: tuple[int, ...], n_classes: int) -> int:
     """Bytes of one float32 model transmission (d parameters), computed without torch."""
-    from ..runtime.model_size import parameter_count
+    from ..model_size import parameter_count
 
     return BYTES_PER_PARAM * int(parameter_count(model, tuple(input_shape), n_classes))
 

@@ -28,7 +28,7 @@ from scipy.optimize import least_squares, nnls
 
 from ..catalog.store import Catalog
 from ..errors import ValidationError
-from . import DEFAULT_ESTIMATOR, ESTIMATORS, RANGE_MARK, resolve_constants
+from .interface import DEFAULT_ESTIMATOR, ESTIMATORS, RANGE_MARK, resolve_constants
 
 #: dsgd constants a fit may move (``u``, the interval half-width, is not fitted here).
 DSGD_FITTABLE = ("f0", "f1", "f2", "f3", "tau0", "tau1", "beta_k")

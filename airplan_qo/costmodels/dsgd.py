@@ -9,7 +9,7 @@ import attrs
 
 from ..plans.plan import Estimate, PhysicalPlan
 from ..plans.topology import TopologyStats
-from . import EstimationContext
+from .interface import EstimationContext
 from .features import channel_noise, plan_heterogeneity, survival_factor
 
 

@@ -14,7 +14,8 @@ from scipy.special import exp1
 
 from ..errors import PlanningError
 from ..plans.families import build_graph
-from ..plans.mixing import WEIGHTS, edge_arrays
+from ..plans.graphs import edge_arrays
+from ..plans.mixing import WEIGHTS
 from ..plans.plan import PhysicalPlan
 from ..plans.topology import TopologySpec, TopologyStats
 

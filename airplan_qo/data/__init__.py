@@ -5,6 +5,7 @@ Shared by the catalog's statistics and the PyTorch runtime; nothing here imports
 
 from .datasets import (DATA_DIR_ENV, DATASETS, Dataset, dataset_info, load, register_dataset,
                        safe_extract)
+from . import generated  # noqa: F401  (registers mnist1d and leaf_synthetic in DATASETS)
 from .partition import (PARTITIONERS, Partition, dirichlet, iid, natural, partition,
                         partition_dataset, shards)
 

@@ -827,5 +827,3 @@ def load_tiny_imagenet(*, root: str | os.PathLike | None = None, seed: int = 0,
                    n_classes=len(wnids), input_shape=(3, 64, 64), class_names=tuple(wnids),
                    source=str(folder))
 
-
-from . import generated  # noqa: E402,F401  (registers mnist1d and leaf_synthetic)

@@ -25,7 +25,12 @@ from ..plans.families import FAMILIES
 from ..plans.plan import Cost
 from ..plans.sla import parse_sla
 from ..plans.topology import TopologySpec
-from . import advisor, time_to_target
+from .advisor import Pick, fc_plan, pick, predicted_rounds
+from .advisor import estimate as advisor_estimate
+from .ttt_crossval import CONFIDENCE as TTT_CONFIDENCE
+from .ttt_crossval import evaluate as evaluate_ttt
+from .ttt_crossval import prediction_quality
+from .ttt_crossval import reference as ttt_reference
 from .grid import Grid, WorkloadSpec
 from .metrics import (Comparison, PairedTest, PlanSummary, RunOutcome, assign_folds, compare,
                       family_scores, full_hindsight, geometric_mean, mape, measured_target,
@@ -49,8 +54,8 @@ class WorkloadResult:
     planner_pick: str
     before: Comparison
     after: Comparison | None
-    pick_before: advisor.Pick
-    pick_after: advisor.Pick | None
+    pick_before: Pick
+    pick_after: Pick | None
     predicted_before: float | None
     predicted_after: float | None
     constants_after: dict[str, float] | None
@@ -280,29 +285,29 @@ def analyze(session, grid: Grid, measured: Sequence[Measured], *,
         for (wk, plan, seed), o in outcome_of.items():
             if wk == key:
                 seed_costs[plan][seed] = o.cost
-        pick_b = advisor.pick(sp.result, priors, sp.candidates, sp.fc_candidate)
+        pick_b = pick(sp.result, priors, sp.candidates, sp.fc_candidate)
         cmp_b = compare(key, pick_b.label, by_plan, cand_labels, seed_costs)
         fold = folds_of.get(key)
         consts = fold_constants(key, m.spec.workload.dataset)
         pick_a = cmp_a = None
         if consts is not None:
-            pick_a = advisor.pick(sp.result, consts, sp.candidates, sp.fc_candidate)
+            pick_a = pick(sp.result, consts, sp.candidates, sp.fc_candidate)
             cmp_a = compare(key, pick_a.label, by_plan, cand_labels, seed_costs)
         # the ranking alone: the same picks with the measured ceiling in place of the predicted
-        rank_b = compare(key, advisor.pick(sp.result, priors, sp.candidates, sp.fc_candidate,
+        rank_b = compare(key, pick(sp.result, priors, sp.candidates, sp.fc_candidate,
                                            fc_acc[key]).label, by_plan, cand_labels, seed_costs)
         rank_a = None
         if consts is not None:
-            rank_a = compare(key, advisor.pick(sp.result, consts, sp.candidates,
+            rank_a = compare(key, pick(sp.result, consts, sp.candidates,
                                                sp.fc_candidate, fc_acc[key]).label,
                              by_plan, cand_labels, seed_costs)
         target = targets[key]
         res_b, cand_b = m.candidate(seed0, pick_b.label)
-        pred_b = advisor.predicted_rounds(res_b, cand_b, priors, target)
+        pred_b = predicted_rounds(res_b, cand_b, priors, target)
         pred_a = None
         if pick_a is not None:
             res_a, cand_a = m.candidate(seed0, pick_a.label)
-            pred_a = advisor.predicted_rounds(res_a, cand_a, consts, target)
+            pred_a = predicted_rounds(res_a, cand_a, consts, target)
         results.append(WorkloadResult(
             key=key, spec=m.spec, fold=fold, fc_measured=fc_acc[key], target=target,
             summaries=by_plan, candidates=cand_labels, oracle=oracle(
@@ -331,8 +336,8 @@ def analyze(session, grid: Grid, measured: Sequence[Measured], *,
             consts = fold_constants(r.workload, m.spec.workload.dataset)
             preds.append(RunPrediction(
                 r.workload, r.plan, r.family, r.seed, r.exec_id, out.rounds, not out.reached,
-                advisor.predicted_rounds(res, cand, priors, target),
-                advisor.predicted_rounds(res, cand, consts, target) if consts else None))
+                predicted_rounds(res, cand, priors, target),
+                predicted_rounds(res, cand, consts, target) if consts else None))
 
     fixed = {}
     families = sorted({s.family for w in results for s in w.summaries.values()
@@ -353,7 +358,7 @@ def analyze(session, grid: Grid, measured: Sequence[Measured], *,
     summary["time_to_target"] = _time_to_target(measured, outcome_of, summaries, folds_of, notes,
                                                 f"airplan evaluate --grid {grid.name} "
                                                 f"(grid sha256 {grid.sha[:16]})",
-                                                grid.confidence or time_to_target.CONFIDENCE)
+                                                grid.confidence or TTT_CONFIDENCE)
     return Analysis(grid, tuple(results), tuple(runs), tuple(outcomes), tuple(preds),
                     tuple(fold_fits), full_fit, tuple(all_fits), tuple(ttests), tuple(topo_table),
                     tuple(fam_table), tuple(scal), fixed, summary, tuple(dict.fromkeys(notes)))
@@ -519,7 +524,7 @@ def _scalability(grid: Grid, m: Measured, w: WorkloadResult, priors, full_fit, n
             except AirPlanError as exc:
                 notes.append(f"scalability: planning at N = {n} failed ({exc})")
                 continue
-            fc = next((c for c in result.candidates if c.plan == advisor.fc_plan(result)), None)
+            fc = next((c for c in result.candidates if c.plan == fc_plan(result)), None)
             if fc is None:
                 fc_res = scratch.plan(wl, sla=ws.sla, topologies=["complete"],
                                       weights=["metropolis_hastings"], sparsity=[1.0],
@@ -530,12 +535,12 @@ def _scalability(grid: Grid, m: Measured, w: WorkloadResult, priors, full_fit, n
             for which, consts in constants.items():
                 if consts is None:
                     continue
-                p = advisor.pick(result, consts, [c for c in result.candidates
+                p = pick(result, consts, [c for c in result.candidates
                                                   if c.plan.topology.family in wanted], fc)
                 for c in result.candidates:
                     if c.plan.topology.family not in wanted:
                         continue
-                    e = advisor.estimate(result, c, consts, p.target)
+                    e = advisor_estimate(result, c, consts, p.target)
                     cost = Cost(e, c.cost.per_round, c.cost.startup, result.objective)
                     total = cost.total("channel_uses")
                     rows.append({
@@ -576,11 +581,11 @@ def _comparison_block(cmps: list[Comparison], preds: list[tuple[float | None, fl
 
 def _time_to_target(measured, outcome_of, summaries, folds_of, notes: list[str],
                     source: str, confidence: float) -> dict[str, Any] | None:
-    """The cross-validated time-to-target advisor (evaluation/time_to_target.py)."""
+    """The cross-validated time-to-target advisor (evaluation/ttt_crossval.py)."""
     if not folds_of:
         return None
     try:
-        ev = time_to_target.evaluate(measured, outcome_of, summaries, folds_of,
+        ev = evaluate_ttt(measured, outcome_of, summaries, folds_of,
                                      confidence=confidence)
     except AirPlanError as exc:
         notes.append(f"time-to-target advisor not evaluated: {exc}")
@@ -589,7 +594,7 @@ def _time_to_target(measured, outcome_of, summaries, folds_of, notes: list[str],
     for variant, cmps in ev["comparisons"].items():
         out[variant] = _comparison_block(cmps, [], [(c.advisor_family, c.oracle_family)
                                                    for c in cmps]) if cmps else None
-    out["prediction"] = time_to_target.prediction_quality(ev["errors"])
+    out["prediction"] = prediction_quality(ev["errors"])
     out["noise_ceiling"] = _noise_ceiling(measured, outcome_of, ev)
     by_key = ev["pilot_cost_over_oracle"]
     shares = list(by_key.values())
@@ -608,7 +613,7 @@ def _time_to_target(measured, outcome_of, summaries, folds_of, notes: list[str],
     fit = ev["fit"]
     out["fit"] = {name: {"coef": f.coef, "sd": f.sd, "n_obs": f.n_obs,
                          "n_censored": f.n_censored} for name, f in fit.items()}
-    out["reference"] = time_to_target.reference(fit, measured, source)
+    out["reference"] = ttt_reference(fit, measured, source)
     return out
 
 

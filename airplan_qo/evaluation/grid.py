@@ -23,15 +23,14 @@ import attrs
 from ..costmodels import DEFAULT_ESTIMATOR
 from ..errors import AirPlanError, ValidationError
 from ..plans.optimizer import check_confidence
-from ..plans.sla import parse_sla
+from ..plans.sla import DEFAULT_SLA, parse_sla
 from ..plans.topology import TopologySpec, parse_topology
 from ..plans.workload import WORKLOAD_PARAMS, Workload, coerce_param
 from ..registry import suggest
 
-DEFAULT_SLA = "accuracy >= 0.95 * fc"
 DEFAULT_TOPOLOGIES = ("ring", "small_world(k=4)", "clustered", "complete")
 DEFAULT_SPARSITY = (0.1, 1.0)
-DEFAULT_WEIGHTS = ("metropolis_hastings",)
+GRID_WEIGHTS = ("metropolis_hastings",)
 DEFAULT_SCALABILITY = (10, 20, 50, 100, 200, 500, 1000)
 
 TOP_KEYS = ("name", "description", "seeds", "folds", "cv_seed", "estimator", "objective", "sla",
@@ -185,7 +184,7 @@ def parse_grid(data: bytes | str, *, source: str = "<grid>", default_name: str =
     baseline_k = doc.get("baseline_k")
     if baseline_k is not None:
         baseline_k = _ratio(baseline_k, where, "baseline_k")
-    grid_sla = _sla(doc.get("sla", DEFAULT_SLA), where, "sla")
+    grid_sla = _sla(doc.get("sla", DEFAULT_SLA.render()), where, "sla")
     confidence = doc.get("confidence")
     if confidence is not None:
         try:
@@ -364,7 +363,7 @@ def _workload_spec(values: dict[str, Any], index: int, where: _Where, label: str
     if not isinstance(sparsity, list) or not sparsity:
         raise where.error(f"{label}.sparsity", "must be a non-empty list of ratios in (0, 1]")
     ks = tuple(sorted({_ratio(k, where, f"{label}.sparsity") for k in sparsity}))
-    weights = values.get("weights", list(DEFAULT_WEIGHTS))
+    weights = values.get("weights", list(GRID_WEIGHTS))
     if not isinstance(weights, list) or not weights:
         raise where.error(f"{label}.weights", "must be a non-empty list of weights rules")
     from ..plans.mixing import WEIGHTS

@@ -448,4 +448,7 @@ def _json_doc(result, tree: Node, verbose, alternatives, analyze) -> dict[str, A
             doc["events"] = list(analyze["events"])
         if analyze.get("calibration"):
             doc["calibration_refit"] = analyze["calibration"]
+        if analyze.get("exec_id") is not None:
+            doc["execution"] = {"exec_id": analyze["exec_id"], "status": analyze["status"],
+                                "reason": analyze.get("reason")}
     return doc

@@ -161,7 +161,7 @@ def _seed_stream(seed):
 def _connected(g: nx.Graph) -> bool:
     from scipy.sparse.csgraph import connected_components
 
-    from .mixing import adjacency
+    from .graphs import adjacency
 
     n = g.number_of_nodes()
     return n > 0 and (n == 1 or connected_components(adjacency(g), directed=False)[0] == 1)

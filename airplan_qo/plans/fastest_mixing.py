@@ -12,17 +12,18 @@ import networkx as nx
 import numpy as np
 import scipy.sparse as sp
 
-from .mixing import edge_arrays, from_edge_weights, metropolis_hastings
+from .graphs import edge_arrays, from_edge_weights
 
 SUBGRADIENT_ITERS = 300
 DENSE_LIMIT = 600
 SDP_LIMIT = 50  # the SDP took 1.5 s at n = 30 and 5-12 s at n = 50 (SCS); beyond, subgradient
 
 
-def optimise(graph: nx.Graph) -> sp.csr_matrix:
+def optimise(graph: nx.Graph, start: sp.csr_matrix) -> sp.csr_matrix:
+    """The fastest-mixing weights on ``graph``, never mixing slower than ``start`` (the
+    Metropolis-Hastings W, which seeds the search)."""
     n = graph.number_of_nodes()
     u, v = edge_arrays(graph)
-    start = metropolis_hastings(graph)
     w0 = np.asarray(start[u, v]).ravel()
     best_w, best_rho = w0, _rho(n, u, v, w0)
     if n <= 2 or len(u) == 0 or best_rho < 1e-12:

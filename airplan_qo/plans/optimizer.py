@@ -34,15 +34,15 @@ from .feasibility import check_data_split
 from .mixing import WEIGHTS
 from .plan import OBJECTIVES, ChannelConfig, Cost, PhysicalPlan, round_cost
 from .restriction import check_fallback, respect_restriction
-from .sla import ACCURACY_METRICS, SLA, parse_sla
+from .sla import ACCURACY_METRICS, DEFAULT_SLA, SLA
 from .spectra import SpectralStats
 from .topology import TopologySpec, TopologyStats, WeightArrays, describe_many
 from .workload import Workload
 
 DEFAULT_FAMILIES = ("ring", "erdos_renyi", "small_world", "clustered", "complete", "exponential")
-DEFAULT_WEIGHTS = ("metropolis_hastings", "best_constant")
+#: The mixing-weight rules planned when a request names none.
+PLANNED_WEIGHTS = ("metropolis_hastings", "best_constant")
 DEFAULT_SPARSITY = (0.01, 0.05, 0.1, 0.2, 1.0)
-DEFAULT_SLA = "accuracy >= 0.95 * fc"
 MAX_CACHED_EDGES = 1_000_000
 DENSE_FAMILY_LIMIT = 2000
 
@@ -97,7 +97,7 @@ class PlanRequest:
     """
 
     workload: Workload
-    sla: SLA = attrs.field(factory=lambda: parse_sla(DEFAULT_SLA))
+    sla: SLA = DEFAULT_SLA
     topologies: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] | None = None
     weights: tuple[str, ...] | None = None
     sparsity: tuple[float, ...] | None = None
@@ -181,7 +181,7 @@ def _budget_dict(request: PlanRequest) -> dict[str, float]:
 
 def model_dimension(workload: Workload) -> tuple[int, int]:
     """(d, n_classes) of the workload's model on its dataset, without importing torch."""
-    from ..runtime.model_size import parameter_count
+    from ..model_size import parameter_count
 
     shape, n_classes = dataset_info(workload.dataset)
     return int(parameter_count(workload.model, tuple(shape), n_classes)), n_classes
@@ -519,7 +519,7 @@ class Optimizer:
         if labels is None and request.topologies and any(
                 FAMILIES.get(f).name == "d_cliques" for f, _ in request.topologies):
             labels = label_statistics(self.catalog, w)
-        weights = request.weights or DEFAULT_WEIGHTS
+        weights = request.weights or PLANNED_WEIGHTS
         for rule in weights:
             WEIGHTS.get(rule)
         if request.topologies:
@@ -821,4 +821,4 @@ def _cache_key(spec: TopologySpec) -> tuple:
 
 __all__ = ["Optimizer", "PlanRequest", "PlanResult", "Candidate", "DEFAULT_FAMILIES",
            "LabelStatistics", "label_statistics", "NO_CLIQUE_STATISTICS",
-           "DEFAULT_SPARSITY", "DEFAULT_WEIGHTS", "parameter_variants"]
+           "DEFAULT_SPARSITY", "PLANNED_WEIGHTS", "parameter_variants"]

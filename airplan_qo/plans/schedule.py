@@ -28,7 +28,7 @@ import networkx as nx
 import numpy as np
 import scipy.sparse as sp
 
-from .mixing import adjacency
+from .graphs import adjacency
 
 #: networkx strategies with colour interchange run up to this many nodes and edges of G^2; their
 #: time and memory grow about quadratically (both strategies: ~0.5 s for small-world k = 6 at

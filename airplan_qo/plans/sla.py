@@ -370,3 +370,23 @@ def first_crossing(points: Sequence[tuple[int, float | None]], target: float, *,
         if sum(window) / len(window) >= target:
             return vals[i][0]
     return None
+
+
+def sla_with_target(sla, target: float | None):
+    """The SLA a plan is held to, given an explicit ``sla`` (None: none given) and the
+    workload's ``target_accuracy``: without an SLA, ``accuracy >= target`` replaces the default
+    ``accuracy >= 0.95 * fc``; an SLA without an accuracy bound keeps ``target`` as the accuracy
+    target; an SLA with an accuracy bound other than ``accuracy >= target`` is an error."""
+    if target is None:
+        return sla if sla is not None else DEFAULT_SLA
+    own = parse_sla(f"accuracy >= {float(target)!r}")
+    if sla is None or sla == own:
+        return own
+    bounds = [c for c in sla.constraints if c.metric in ("accuracy", "avg_model_accuracy")
+              and c.op in (">=", ">", "=")]
+    if bounds:
+        raise ValidationError(
+            f"target_accuracy = {target} and the SLA's accuracy bound "
+            f"({' AND '.join(c.render() for c in bounds)}) both set the accuracy target; give "
+            "one of them")
+    return sla

@@ -25,7 +25,7 @@ from scipy.linalg import blas
 from scipy.sparse import csgraph
 
 from ..errors import PlanningError
-from .mixing import adjacency, degrees, edge_arrays, laplacian
+from .graphs import adjacency, degrees, edge_arrays, laplacian
 
 DENSE_LIMIT = 2000
 RESIDUAL_TOL = 1e-6
@@ -446,7 +446,7 @@ def periodic_spectral_stats(rounds) -> SpectralStats:
     * ``lambda2_laplacian`` / ``lambda2_normalized``: of the period's average graph (each edge
       weighted by the fraction of rounds that use it).
     """
-    from .mixing import directed_links
+    from .graphs import directed_links
     from .periodic import is_exact
 
     tau = len(rounds)

@@ -19,7 +19,8 @@ import scipy.sparse as sp
 
 from ..errors import ValidationError
 from .families import FAMILIES, build_graph, build_rounds, union_graph, validate_n
-from .mixing import DEFAULT_WEIGHTS, PRESCRIBED, WEIGHTS, directed_links, edge_arrays
+from .graphs import directed_links, edge_arrays
+from .mixing import DEFAULT_WEIGHTS, PRESCRIBED, WEIGHTS
 from .schedule import Schedule, directed_schedule, ota_schedule
 from .spectra import (SpectralStats, complete_stats, graph_lambda2, periodic_spectral_stats,
                       spectral_stats)

@@ -32,7 +32,7 @@ class WorkloadParam:
 
 
 def _model_names() -> list[str]:
-    from ..runtime.model_size import MODELS
+    from ..model_size import MODELS
 
     return MODELS.names()
 

@@ -1,7 +1,7 @@
 """PyTorch execution runtime: stacked client models, gossip rules, channel, metrics, checkpoints.
 
 Importing this package does not import torch; the torch-backed names below load on first use, so
-``from airplan_qo.runtime.model_size import MODELS, parameter_count`` stays cheap for the planner
+the model registry (:mod:`airplan_qo.model_size`, re-exported here) stays cheap for the planner
 (counting parameters itself imports torch).
 See docs/runtime.md.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .model_size import MODELS, parameter_count, register_model
+from ..model_size import MODELS, build_model, parameter_count, register_model
 
 _LAZY = {
     "RunConfig": "engine",
@@ -19,7 +19,6 @@ _LAZY = {
     "Trainer": "engine",
     "ROUND_KEYS": "engine",
     "default_gamma": "engine",
-    "build_model": "models",
     "CHANNELS": "channel",
     "truncation_probability": "channel",
     "effective_noise_variance": "channel",
@@ -28,7 +27,8 @@ _LAZY = {
     "jain_index": "metrics",
 }
 
-__all__ = ["MODELS", "distributed_launch", "parameter_count", "register_model", *sorted(_LAZY)]
+__all__ = ["MODELS", "build_model", "distributed_launch", "parameter_count", "register_model",
+           *sorted(_LAZY)]
 
 
 def distributed_launch() -> bool:

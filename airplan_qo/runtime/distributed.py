@@ -422,7 +422,7 @@ class _LeaderFailed(ExecutionError):
 def lead(w: Any, spec: Any, config: RunConfig) -> DistributedTrainer:
     """On rank 0 of a leader-mode group: send the job to the other ranks and build this
     rank's trainer."""
-    from .execution import trainer_inputs
+    from .inputs import trainer_inputs
 
     group = active()
     if group is None or group.rank != 0:
@@ -435,7 +435,7 @@ def serve() -> None:
     """Ranks other than 0 in leader mode: build, run and checkpoint the trainers rank 0 asks
     for, until it says ``exit``. An error that rank 0 meets as well (a refused configuration,
     a failed callback) is reported by rank 0; this rank waits for its next job."""
-    from .execution import trainer_inputs
+    from .inputs import trainer_inputs
 
     trainer: DistributedTrainer | None = None
     while True:

@@ -42,7 +42,7 @@ from .gossip import ALGORITHMS, DSGD, OTA_PAYLOADS, Choco, PaperLiteral, \
 from ..plans.sla import TARGET_METRICS, first_crossing
 from .metrics import consensus_distance, consensus_exploded, diverged, jain_index, \
     stuck_after_explosion
-from .models import MODELS, build_model
+from ..model_size import MODELS, build_model
 
 __all__ = [
     "PAPER_LITERAL_WARNING",

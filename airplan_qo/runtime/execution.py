@@ -42,12 +42,12 @@ import numpy as np
 
 from ..catalog.owners import describe_owner, owner_alive, this_owner
 from ..catalog.store import Catalog, now_utc
-from ..data import load, partition_dataset
 from ..errors import CatalogLockedError, ExecutionError
-from ..costmodels import ESTIMATORS
-from ..plans.topology import TopologySpec, build
+from ..plans.topology import TopologySpec
 from .device import DEFAULT_DEVICE, check_device, device_name, resolve_device
-from .engine import RunConfig, RunResult, Trainer
+from .engine import ROUND_KEYS, RunConfig, RunResult, Trainer
+from .feedback import feedback_basis
+from .inputs import trainer_inputs
 from ..plans.sla import TARGET_METRICS, first_crossing
 from .monitor import MonitorConfig, Reoptimizer, plan_mixing_p, request_from_json, \
     request_to_json, spec_from_plan_row
@@ -62,9 +62,6 @@ FLUSH_WAIT = 2.0
 #: own wait).
 RECORD_WAIT = 120.0
 CHECKPOINT_EVERY = 10
-ROUND_COLUMNS = ("round", "test_accuracy", "client_acc_mean", "client_acc_min", "train_loss",
-                 "consensus_distance", "channel_uses", "slots", "energy_j", "bits",
-                 "link_drop_rate", "dropout_rate", "wall_time_s")
 
 
 def derive_seeds(seed: int) -> dict[str, int]:
@@ -159,7 +156,7 @@ def checkpoint_dir(catalog: Catalog) -> Path:
 
 def _round_rows(exec_id: int, rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
     cols: dict[str, list[Any]] = {"exec_id": [exec_id] * len(rows)}
-    for name in ROUND_COLUMNS:
+    for name in ROUND_KEYS:
         cols[name] = [_finite(r.get(name)) for r in rows]
     return cols
 
@@ -299,13 +296,6 @@ def _trainer(w, spec: TopologySpec, config: RunConfig) -> Trainer:
     if distributed.active() is not None:
         return distributed.lead(w, spec, config)
     return Trainer(config, *trainer_inputs(w, spec))
-
-
-def trainer_inputs(w, spec: TopologySpec) -> tuple[Any, Any, Any]:
-    """The dataset, partition and built topology a workload's plan trains on."""
-    dataset = load(w.dataset, seed=w.seed)
-    part = partition_dataset(dataset, w.partition, w.clients, seed=w.seed, alpha=w.alpha)
-    return dataset, part, build(spec)
 
 
 def _check_training_memory(n: int, d: int, algorithm: str, device=None) -> None:
@@ -485,37 +475,6 @@ def _finish_failed(catalog: Catalog, exec_id: int, exc: BaseException) -> None:
                  owner["owner_pid"], owner["owner_host"]])
     except Exception:  # the original error matters more than a failed status update
         pass
-
-
-def feedback_basis(result) -> dict[str, Any]:
-    """What the feedback rows compare against, fixed at planning time (stored with the
-    execution so a resumed run records the same feedback): the estimator's rounds, its
-    uncalibrated term, per-round resources, and its predicted accuracy after each round."""
-    chosen = result.chosen
-    est = chosen.cost.estimate
-    estimator = ESTIMATORS.get(result.estimator)
-    budget = result.context.round_budget
-    curve = [estimator.accuracy_at(result.context, chosen.plan, chosen.stats, t)
-             for t in range(1, budget + 1)]
-    return {"estimator": result.estimator, "rounds": est.rounds, "model_term": est.model_term,
-            "target_accuracy": result.target_accuracy,
-            "target_metric": result.request.sla.accuracy_metric,
-            "per_round_channel_uses": chosen.cost.per_round.channel_uses,
-            "per_round_energy_j": chosen.cost.per_round.energy_j, "accuracy_curve": curve,
-            "accuracy_curve_lo": _lower_curve(result, estimator, curve)}
-
-
-def _lower_curve(result, estimator, curve: list[float]) -> list[float]:
-    """The estimator's lower accuracy curve (the upper error band the monitor checks): its own
-    band when it has one, else the curve slowed down by e^u (u from its constants, 0.35 by
-    default), the rounds interval read as a curve."""
-    chosen, ctx = result.chosen, result.context
-    band = getattr(estimator, "accuracy_band_at", None)
-    if band is not None:
-        return [band(ctx, chosen.plan, chosen.stats, t)[0] for t in range(1, len(curve) + 1)]
-    slow = math.exp(ctx.constants.get("u", 0.35))
-    return [estimator.accuracy_at(ctx, chosen.plan, chosen.stats, t / slow)
-            for t in range(1, len(curve) + 1)]
 
 
 def _feedback(basis: dict[str, Any], run: RunResult, exec_id: int, plan_id: int

@@ -68,7 +68,7 @@ import scipy.sparse as sp
 import torch
 
 from ..errors import ExecutionError
-from ..plans.mixing import directed_links, edge_arrays
+from ..plans.graphs import directed_links, edge_arrays
 from .channel import Channel, RoundLinks, Traffic, traffic
 from .compression import ErrorFeedback, common_mask, compress
 from .device import to_device
@@ -93,7 +93,7 @@ class LinkSet:
     (receiver, sender), their base weights W_ij, self-weights W_ii, and each receiver's slot.
 
     A symmetric W uses both directions of every edge of the graph; an asymmetric W (a directed
-    round, e.g. one-peer) only the directions it weights (:func:`~..plans.mixing.directed_links`).
+    round, e.g. one-peer) only the directions it weights (:func:`~..plans.graphs.directed_links`).
     Either way W must be doubly stochastic, so that noiseless gossip preserves the average.
     Channel draws stay per undirected edge (``u``, ``v``): a link is up when its edge is.
     ``device``: where the operators built from it apply (default the CPU).

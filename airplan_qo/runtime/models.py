@@ -3,7 +3,7 @@
 Every model is buffer-free (no BatchNorm running statistics), so one client's whole state is its
 flat parameter vector and N clients fit in one stacked (N x d) tensor. ResNet-18 therefore uses
 GroupNorm (same parameter count as BatchNorm): batch statistics would be extra per-client state
-that does not average well under label skew. The registry itself lives in :mod:`.model_size`
+that does not average well under label skew. The registry itself lives in :mod:`airplan_qo.model_size`
 (torch-free), which loads these builders on first use and counts d on the modules they build.
 """
 
@@ -16,9 +16,8 @@ import torch
 from torch import nn
 
 from ..errors import ValidationError
-from .model_size import MODELS, instantiate, parameter_count, register_model
 
-__all__ = ["MODELS", "build_model", "parameter_count", "register_model"]
+__all__ = ["BUILDERS"]
 
 ModelBuilder = Callable[[tuple[int, ...], int], nn.Module]
 
@@ -173,14 +172,6 @@ def resnet18(input_shape: tuple[int, ...], n_classes: int) -> nn.Module:
     return ResNet18(input_shape, n_classes)
 
 
-def build_model(name: str, input_shape: Sequence[int], n_classes: int) -> nn.Module:
-    """Build ``name`` for one input shape and class count; checks it has no buffers."""
-    model = instantiate(name, input_shape, n_classes)
-    if any(True for _ in model.buffers()):
-        raise ValidationError(
-            f"model '{name}' has buffers (e.g. BatchNorm running statistics); the runtime keeps "
-            f"one flat parameter vector per client and needs buffer-free models (use GroupNorm "
-            f"or LayerNorm, or track_running_stats=False)")
-    if not any(True for _ in model.parameters()):
-        raise ValidationError(f"model '{name}' has no parameters to train")
-    return model
+#: The built-in models by name (``model_size.BUILTIN_MODELS``), loaded by the registry on first use.
+BUILDERS: dict[str, ModelBuilder] = {"logistic": logistic, "mlp": mlp, "mlp2": mlp2, "cnn4": cnn4,
+                                     "cnn1d": cnn1d, "resnet18": resnet18}

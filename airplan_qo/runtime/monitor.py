@@ -371,7 +371,7 @@ class Reoptimizer:
         new_plan_id = None
         basis = None
         if cand is not None:
-            from .execution import feedback_basis
+            from .feedback import feedback_basis
 
             chosen = attrs.evolve(result, chosen=cand)
             basis = feedback_basis(chosen)

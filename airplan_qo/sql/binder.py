@@ -19,7 +19,7 @@ from ..data.datasets import DATASETS
 from ..errors import BindError, UnknownNameError, ValidationError
 from ..plans.families import FAMILIES
 from ..plans.mixing import WEIGHTS
-from ..plans.sla import DEFAULT_SLA, SLA, SLAError, sla_from_expression
+from ..plans.sla import DEFAULT_SLA, SLA, SLAError, sla_from_expression, sla_with_target
 from ..plans.workload import NOT_SETTINGS, WORKLOAD_PARAMS, Workload, coerce_param
 from ..registry import suggest
 from ..runtime.device import check_device
@@ -226,9 +226,7 @@ class _Binder:
     def sla(self, stmt: Train, target: float | None = None) -> SLA:
         """The statement's SLA; ``target`` (the workload's target_accuracy) replaces the default
         SLA and conflicts with an SLA clause that bounds accuracy (see
-        :func:`airplan_qo.session.sla_with_target`)."""
-        from ..session import sla_with_target
-
+        :func:`airplan_qo.plans.sla.sla_with_target`)."""
         clause = stmt.args.get("sla")
         if clause is None:
             return DEFAULT_SLA if target is None else sla_with_target(None, target)

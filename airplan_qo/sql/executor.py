@@ -13,18 +13,18 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
 import re
-import sys
 from typing import Any
 
 import attrs
 
-from ..catalog.sandbox import DEFAULT_TIMEOUT, SESSION_DEFAULT, refusal
-from ..errors import CatalogError, ParseError, ResourceLimitError, SandboxError
+from ..catalog.sandbox import SESSION_DEFAULT, refusal
+from ..errors import CatalogError, ParseError, ResourceLimitError, SandboxError, ValidationError
 from .binder import BoundAnalyze, BoundTrain, bind
 from .parser import PassThrough, parse
 from .positions import Source
-from .results import Result, TrainResult  # noqa: F401  (re-exported: results of sql())
+from .results import Result, TrainResult, feedback_note
 
 READ_ONLY_KEYWORDS = ("SELECT", "WITH", "FROM", "VALUES", "TABLE", "SHOW", "DESCRIBE", "DESC",
                       "SUMMARIZE", "EXPLAIN")
@@ -33,6 +33,10 @@ _DUCKDB_LINE = re.compile(r"LINE (\d+):")
 # What may follow EXPLAIN [ANALYZE] in catalog SQL: EXPLAIN ANALYZE runs its statement.
 _EXPLAINABLE = tuple(k for k in READ_ONLY_KEYWORDS if k != "EXPLAIN")
 _EXPLAIN_REST = re.compile(r"\s*(?:ANALYZE\b\s*)?(?:\([^()]*\)\s*)?\(?\s*([A-Za-z_]*)", re.I)
+
+#: TRAIN statements print no EXPLAIN, so the planner's warnings go here (the CLI shows them).
+planner_log = logging.getLogger("airplan_qo.planner")
+planner_log.addHandler(logging.NullHandler())
 
 
 def aborted_note(result: Result) -> str | None:
@@ -114,7 +118,7 @@ def _run_train(session, bound: BoundTrain, fmt: str, quiet: bool = True,
     opts = bound.options
     out_fmt = opts.format if opts.format != "text" else ("json" if fmt == "json" else "text")
     if bound.runs_training:
-        return session.run_bound(bound, out_fmt, quiet=quiet, progress=progress)
+        return run_training(session, bound, out_fmt, quiet=quiet, progress=progress)
     result = session.plan(
         bound.workload, progress=progress, sla=bound.sla, topologies=bound.topologies, weights=bound.weights,
         sparsity=bound.sparsity, budgets=bound.budgets, estimator=bound.estimator,
@@ -124,6 +128,81 @@ def _run_train(session, bound: BoundTrain, fmt: str, quiet: bool = True,
                               alternatives=opts.alternatives)
     return Result("explain", text=rendered,
                   document=json.loads(rendered) if out_fmt == "json" else None)
+
+
+def run_training(session, bound: BoundTrain, fmt: str = "text", *, quiet: bool = True,
+                 progress=None) -> TrainResult:
+    """TRAIN / EXPLAIN ANALYZE TRAIN on ``session``: plan, then execute the chosen plan; returns
+    a ``TrainResult``. The statement's ``WITH (device = ...)`` wins over the session's device."""
+    from ..runtime.device import resolve_device
+
+    device = getattr(bound, "device", None) or session.device or "cpu"
+    resolve_device(device)      # a device this machine lacks fails before planning
+    plan = session.plan(bound.workload, sla=bound.sla, topologies=bound.topologies,
+                        weights=bound.weights, sparsity=bound.sparsity, budgets=bound.budgets,
+                        estimator=bound.estimator, statement=bound.text, progress=progress,
+                        fallback=getattr(bound, "fallback", None),
+                        **({"confidence": bound.confidence} if bound.confidence else {}))
+    if not bound.explain:   # EXPLAIN ANALYZE prints them among its lines
+        for warning in plan.warnings:
+            planner_log.warning("planner warning: %s", warning)
+    report = session.execute(plan, quiet=quiet, reoptimize=True, device=device)
+    fields = report.analyze_fields()
+    if bound.explain and bound.options.calibrate:
+        fields["calibration"] = _calibration_text(session, plan.estimator)
+    r = report.result
+    if bound.explain:
+        opts = bound.options
+        text = plan.explain(format=fmt, verbose=opts.verbose, costs=opts.costs,
+                            alternatives=opts.alternatives, analyze=fields)
+        document = None
+        if fmt == "json":
+            document = json.loads(text)
+            explain = plan.explain(verbose=opts.verbose, costs=opts.costs,
+                                   alternatives=opts.alternatives, analyze=fields)
+        else:
+            explain = text
+        return train_result(session, plan, report, "explain", text=text, document=document,
+                            explain=explain)
+    row = {"exec_id": report.exec_id, "plan_id": report.plan_id,
+           "plan": plan.chosen.plan.label(),
+           "status": r.status, "rounds": r.rounds, "rounds_to_target": r.rounds_to_target,
+           "final_accuracy": r.final_accuracy, "channel_uses": r.total_channel_uses,
+           "reason": r.reason}
+    explain = plan.explain(analyze=fields)
+    return train_result(session, plan, report, "table", columns=tuple(row),
+                        rows=(tuple(row.values()),), explain=explain)
+
+
+def _calibration_text(session, estimator: str) -> str:
+    try:
+        return session.calibrate(estimator).render()
+    except ValidationError as exc:
+        return f"calibration skipped: {exc}"
+
+
+def train_result(session, plan, report, kind: str, **shown: Any) -> TrainResult:
+    """The ``TrainResult`` of executing ``plan`` (a PlanResult) as ``report`` (an
+    ExecutionReport); ``shown`` holds what the statement displays (``text``, ``columns``,
+    ``rows``, ``document``, ``explain``)."""
+    r = report.result
+    est = plan.chosen.cost.estimate
+    rewirings = session.catalog.query(
+        "SELECT round, old_plan_id, new_plan_id FROM airplan.reoptimizations "
+        "WHERE exec_id = ? AND new_plan_id IS NOT NULL ORDER BY round", [report.exec_id])
+    # an aborted run's feedback rows are computed but not recorded (resume records them)
+    feedback = () if r.status == "aborted" else tuple(report.feedback)
+    interval = (None if est.rounds_lo is None or est.rounds_hi is None
+                else (float(est.rounds_lo), float(est.rounds_hi)))
+    return TrainResult(
+        kind, exec_id=report.exec_id, status=r.status, reason=r.reason,
+        plan_id=report.plan_id, plan=plan.chosen.plan.label(), estimator=plan.estimator,
+        rounds=r.rounds, rounds_to_target=r.rounds_to_target, accuracy=r.client_acc_mean,
+        avg_model_accuracy=r.final_accuracy, channel_uses=r.total_channel_uses,
+        predicted_rounds=est.rounds, predicted_rounds_interval=interval,
+        p_meets_sla=est.p_meets, feedback=feedback,
+        feedback_note=feedback_note(r.status, feedback, rewirings),
+        events=tuple(report.events), **shown)
 
 
 def _run_catalog_sql(session, stmt: PassThrough, timeout: float | None = SESSION_DEFAULT
@@ -177,24 +256,3 @@ def format_result(result: Result, fmt: str) -> str:
     out += [line(r) for r in cells]
     out.append(f"({len(cells)} row{'s' if len(cells) != 1 else ''})")
     return "\n".join(out)
-
-
-def run_script(text: str, *, catalog: str | None, fmt: str = "text",
-               read_only: bool = False, quiet: bool = False, allow_external_access: bool = False,
-               timeout: float | None = DEFAULT_TIMEOUT, memory_limit: int | str | None = None,
-               threads: int | None = None, progress=None, device: str | None = None) -> int:
-    """Run a script from the CLI and print each result; returns the exit status.
-    ``progress``: where the steps of a long planning call go (None: nowhere). ``device``: where
-    its TRAIN statements train unless they say ``WITH (device = ...)`` (None: the CPU)."""
-    from ..session import connect
-
-    with connect(catalog, read_only=read_only, allow_external_access=allow_external_access,
-                 timeout=timeout, memory_limit=memory_limit, threads=threads,
-                 device=device) as session:
-        for result in iter_script(session, text, fmt=fmt, quiet=quiet, progress=progress):
-            print(format_result(result, fmt), flush=True)
-            note = aborted_note(result)
-            if note is not None:  # Ctrl-C: stop the script, as the user asked
-                print(f"airplan: {note}", file=sys.stderr, flush=True)
-                return 130
-    return 0

@@ -191,7 +191,7 @@ def test_predictive_sd_is_fitted_end_to_end_not_added_in_quadrature():
     """Each workload's reference has its own seed noise; the plan model's sd, fitted about the
     measured reference, already holds it. The end-to-end sd must match the real spread of
     log T about the end-to-end prediction, below the quadrature sum of the two sds."""
-    from airplan_qo.evaluation.time_to_target import fit
+    from airplan_qo.evaluation.ttt_crossval import fit
 
     rng = np.random.default_rng(3)
     rows = []
@@ -266,7 +266,7 @@ def _measured(curve, taus, final=0.9, rounds=400):
 
 
 def test_target_shifts_are_measured_on_the_curves():
-    from airplan_qo.evaluation.time_to_target import target_shifts
+    from airplan_qo.evaluation.ttt_crossval import target_shifts
 
     exponential = target_shifts(_measured(lambda t, tau: 1 - math.exp(-t / tau), (8, 12, 20)))
     assert exponential.coef["level"] == pytest.approx(1.0, abs=0.06)

@@ -6,7 +6,8 @@ import scipy.sparse as sp
 from airplan_qo.errors import UnknownNameError
 from airplan_qo.plans.families import build_graph
 from airplan_qo.plans import fastest_mixing
-from airplan_qo.plans.mixing import WEIGHTS, from_edge_weights, laplacian
+from airplan_qo.plans.graphs import from_edge_weights, laplacian
+from airplan_qo.plans.mixing import WEIGHTS
 from airplan_qo.plans.spectra import spectral_stats
 
 @pytest.fixture(autouse=True)

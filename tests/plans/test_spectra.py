@@ -7,7 +7,8 @@ import scipy.sparse as sp
 
 from airplan_qo.plans import spectra
 from airplan_qo.plans.families import build_graph
-from airplan_qo.plans.mixing import WEIGHTS, laplacian
+from airplan_qo.plans.graphs import laplacian
+from airplan_qo.plans.mixing import WEIGHTS
 from airplan_qo.plans.spectra import second_smallest, spectral_stats
 
 

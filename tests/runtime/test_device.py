@@ -347,7 +347,7 @@ def test_a_checkpoint_written_on_a_gpu_resumes_on_the_cpu(tmp_path, digits, digi
 
 def test_auto_strategy_batches_conv_models_on_a_gpu_at_every_image_size():
     from airplan_qo.runtime.flat import auto_strategy
-    from airplan_qo.runtime.models import build_model
+    from airplan_qo.model_size import build_model
 
     cnn = build_model("cnn4", (3, 32, 32), 10)
     assert auto_strategy(cnn, (3, 32, 32)) == "loop"

@@ -245,7 +245,7 @@ def test_cli_under_torchrun_trains_and_resumes_like_one_process(tmp_path):
     ``airplan sql``; a 2-process ``resume`` of a one-process execution (from its round-10
     checkpoint) records what the one-process run recorded."""
     statement = ("TRAIN digits ON 8 CLIENTS WITH (rounds = 12, snr_db = 5, dropout = 0.2) "
-                 "USING TOPOLOGY ring SLA accuracy >= 0.99")
+                 "USING TOPOLOGY ring SLA accuracy >= 0.99 FALLBACK COMPLETE")
     one, two = tmp_path / "one.duckdb", tmp_path / "two.duckdb"
     _cli(["sql", "--catalog", str(one), "--quiet", statement], tmp_path)
     done = _cli(["sql", "--catalog", str(two), "--quiet", statement], tmp_path, world=2)

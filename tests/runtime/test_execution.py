@@ -167,12 +167,12 @@ def test_data_that_cannot_be_split_fails_before_anything_is_recorded(tmp_path):
 
 
 def test_setup_failure_is_recorded_as_failed(tmp_path, monkeypatch):
-    from airplan_qo.runtime import execution
+    from airplan_qo.runtime import inputs
 
     def broken(*args, **kwargs):
         raise aq.DataError("the partition broke")
 
-    monkeypatch.setattr(execution, "partition_dataset", broken)
+    monkeypatch.setattr(inputs, "partition_dataset", broken)
     with aq.connect(tmp_path / "c.duckdb") as db:
         with pytest.raises(aq.DataError, match="the partition broke"):
             db.sql("TRAIN digits ON 6 CLIENTS WITH (rounds = 1) USING TOPOLOGY ring "

@@ -8,14 +8,16 @@ import torch
 
 from airplan_qo.errors import UnknownNameError, ValidationError
 from airplan_qo.runtime.flat import ParamLayout, auto_strategy, client_gradients
-from airplan_qo.runtime.model_size import BUILTIN_MODELS, parameter_count
-from airplan_qo.runtime.models import MODELS, build_model
+from airplan_qo.model_size import BUILTIN_MODELS, parameter_count
+from airplan_qo.model_size import MODELS, build_model
+from airplan_qo.runtime.models import BUILDERS
 
 SHAPES = [(1, 8, 8), (3, 32, 32), (1, 28, 28), (3, 64, 64), (2, 5, 7)]
 
 
 def test_builtin_models_are_registered():
     assert set(BUILTIN_MODELS) <= set(MODELS.names())
+    assert set(BUILDERS) == set(BUILTIN_MODELS)
 
 
 @pytest.mark.parametrize("name", ["logistic", "mlp", "mlp2", "cnn4"])
@@ -50,7 +52,7 @@ def test_unknown_model_suggests():
 
 
 def test_model_registry_does_not_import_torch_and_counting_without_it_says_how():
-    code = ("import sys; from airplan_qo.runtime.model_size import MODELS, parameter_count; "
+    code = ("import sys; from airplan_qo.model_size import MODELS, parameter_count; "
             "import airplan_qo.runtime; from airplan_qo.plans.workload import Workload; "
             "Workload(model='cnn1d'); print('torch' in sys.modules); "
             "sys.modules['torch'] = None\n"

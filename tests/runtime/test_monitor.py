@@ -22,7 +22,7 @@ from airplan_qo.plans.topology import TopologySpec, build
 from airplan_qo.runtime import execution
 from airplan_qo.runtime.channel import Channel
 from airplan_qo.runtime.engine import RunConfig, Trainer
-from airplan_qo.runtime.execution import feedback_basis
+from airplan_qo.runtime.feedback import feedback_basis
 from airplan_qo.runtime.gossip import LinkSet, dsgd_mix
 from airplan_qo.runtime.monitor import (
     Monitor,

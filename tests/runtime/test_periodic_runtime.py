@@ -12,7 +12,7 @@ import torch
 import airplan_qo as aq
 from airplan_qo.data import partition
 from airplan_qo.errors import ExecutionError
-from airplan_qo.plans.mixing import directed_links
+from airplan_qo.plans.graphs import directed_links
 from airplan_qo.plans.topology import TopologySpec, build
 from airplan_qo.runtime.engine import RunConfig, Trainer
 from airplan_qo.runtime.gossip import LinkSet, dsgd_mix, link_schedule

@@ -10,8 +10,7 @@ import pytest
 import airplan_qo as aq
 from airplan_qo.errors import ValidationError
 from airplan_qo.runtime.monitor import MonitorConfig
-from airplan_qo.session import train_result
-from airplan_qo.sql.executor import Result
+from airplan_qo.sql.executor import Result, train_result
 from airplan_qo.sql.results import TrainResult
 
 

@@ -19,10 +19,10 @@ import math
 import re
 from typing import Any, Callable, Sequence
 
-from ..errors import AirPlanError, ValidationError
-from ..registry import Registry
+from .errors import AirPlanError, ValidationError
+from .registry import Registry
 
-__all__ = ["BUILTIN_MODELS", "MODELS", "parameter_count", "register_model"]
+__all__ = ["BUILTIN_MODELS", "MODELS", "build_model", "parameter_count", "register_model"]
 
 ModelFactory = Callable[[tuple[int, ...], int], Any]
 
@@ -40,9 +40,9 @@ class _Builtin:
         self.name = name
 
     def __call__(self, input_shape: tuple[int, ...], n_classes: int) -> Any:
-        from . import models
+        from .runtime.models import BUILDERS
 
-        return getattr(models, self.name)(input_shape, n_classes)
+        return BUILDERS[self.name](input_shape, n_classes)
 
     def __repr__(self) -> str:
         return f"<built-in model {self.name}>"
@@ -171,3 +171,16 @@ def parameter_count(model_name: str, input_shape: Sequence[int], n_classes: int)
             model = instantiate(model_name, shape, classes)
         _COUNTS[key] = int(sum(math.prod(p.shape) for p in model.parameters()))
     return _COUNTS[key]
+
+
+def build_model(name: str, input_shape: Sequence[int], n_classes: int) -> Any:
+    """Build ``name`` for one input shape and class count; checks it has no buffers."""
+    model = instantiate(name, input_shape, n_classes)
+    if any(True for _ in model.buffers()):
+        raise ValidationError(
+            f"model '{name}' has buffers (e.g. BatchNorm running statistics); the runtime keeps "
+            f"one flat parameter vector per client and needs buffer-free models (use GroupNorm "
+            f"or LayerNorm, or track_running_stats=False)")
+    if not any(True for _ in model.parameters()):
+        raise ValidationError(f"model '{name}' has no parameters to train")
+    return model
