@@ -31,7 +31,6 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 import numpy as np
-from scipy import optimize, stats
 
 from ..errors import ValidationError
 
@@ -123,6 +122,8 @@ def fit_tobit(rows: Sequence[Mapping[str, float]], y: Sequence[float], censored:
     each coefficient's ridge weight (default 0). Fitted with L-BFGS on (beta, log s) from the
     penalised least-squares start.
     """
+    from scipy import optimize, stats     # fitting only: planning need not import scipy.stats
+
     X = np.array([[float(r.get(n, 0.0)) for n in names] for r in rows], dtype=float)
     yv = np.asarray(y, dtype=float)
     cens = np.asarray(censored, dtype=bool)
