@@ -100,7 +100,8 @@ class Session:
         ``costing 7/14: ...``) once planning has run about a second (many clients); it may be
         called from a timer thread. None (the default): silent.
         """
-        from .plans.optimizer import DEFAULT_CONFIDENCE, Optimizer, PlanRequest, check_confidence
+        from .planner.optimizer import Optimizer
+        from .plans.request import DEFAULT_CONFIDENCE, PlanRequest, check_confidence
         from .plans.sla import SLA, parse_sla, sla_with_target
 
         if not isinstance(workload, Workload):

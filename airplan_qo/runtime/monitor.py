@@ -271,7 +271,7 @@ def request_to_json(request: Any) -> dict[str, Any] | None:
 
 def request_from_json(doc: Mapping[str, Any], workload: Any) -> Any:
     """The PlanRequest stored by :func:`request_to_json`, for ``workload``."""
-    from ..plans.optimizer import DEFAULT_CONFIDENCE, PlanRequest
+    from ..plans.request import DEFAULT_CONFIDENCE, PlanRequest
     from ..plans.sla import SLA, parse_sla
 
     return PlanRequest(
@@ -404,7 +404,8 @@ class Reoptimizer:
         cur = self.current
         if self.request is None:
             return None, None, f"re-planning unavailable; kept {_label(cur.spec)}"
-        from ..plans.optimizer import DEFAULT_SPARSITY, Optimizer
+        from ..planner.enumeration import DEFAULT_SPARSITY
+        from ..planner.optimizer import Optimizer
 
         # a better-connected topology at the same k, or at least as well connected at a larger k
         ks = tuple(k for k in (self.request.sparsity or DEFAULT_SPARSITY) if k >= cur.k_ratio)
