@@ -184,7 +184,8 @@ class Optimizer:
         if self.catalog.read_only:
             return result
         facts = workload_facts(self.catalog, request.workload)
-        return attrs.evolve(result, planning_run_id=record(self.catalog, result, facts.workload_id, self._step))
+        run_id = record(self.catalog, result, facts.workload_id, self._step)
+        return attrs.evolve(result, planning_run_id=run_id)
 
     def _plan(self, request: PlanRequest, record: bool = True) -> PlanResult:
         start = time.perf_counter()
@@ -305,7 +306,8 @@ class Optimizer:
                             planning_run_id=None)
         if self.catalog.read_only or not record:
             return result
-        return attrs.evolve(result, planning_run_id=record(self.catalog, result, facts.workload_id, self._step))
+        run_id = record(self.catalog, result, facts.workload_id, self._step)
+        return attrs.evolve(result, planning_run_id=run_id)
 
     @staticmethod
     def _target(sla: SLA, w: Workload, fc_accuracy: float) -> float:
