@@ -21,7 +21,6 @@ from .statistics import LabelStatistics, label_statistics
 DEFAULT_FAMILIES = ("ring", "erdos_renyi", "small_world", "clustered", "complete", "exponential")
 #: The mixing-weight rules planned when a request names none.
 PLANNED_WEIGHTS = ("metropolis_hastings", "best_constant")
-DEFAULT_SPARSITY = (0.01, 0.05, 0.1, 0.2, 1.0)
 DENSE_FAMILY_LIMIT = 2000
 
 
@@ -104,5 +103,5 @@ def candidate_specs(catalog: Catalog, request: PlanRequest,
     return specs
 
 
-__all__ = ["DEFAULT_FAMILIES", "DEFAULT_SPARSITY", "PLANNED_WEIGHTS", "candidate_specs",
-           "fitting", "parameter_variants"]
+__all__ = ["DEFAULT_FAMILIES", "PLANNED_WEIGHTS", "candidate_specs", "fitting",
+           "parameter_variants"]

@@ -27,13 +27,13 @@ from ..costmodels import (DEFAULT_ESTIMATOR, ESTIMATORS, EstimationContext, reco
 from ..errors import ValidationError
 from ..plans.families import FAMILIES
 from ..plans.plan import OBJECTIVES, ChannelConfig, Cost, PhysicalPlan, round_cost
-from ..plans.request import Candidate, PlanRequest, PlanResult
+from ..plans.request import DEFAULT_SPARSITY, Candidate, PlanRequest, PlanResult
 from ..plans.sla import SLA
 from ..plans.spectra import SpectralStats
 from ..plans.topology import TopologySpec, TopologyStats, WeightArrays, describe_many
 from ..plans.workload import Workload
 from .clique_planning import clique_details, placeholder
-from .enumeration import DEFAULT_SPARSITY, candidate_specs, fitting
+from .enumeration import candidate_specs, fitting
 from .feasibility import check_data_split
 from .progress import PlanningProgress
 from .pruning import Pruning, budget_limits, pruned_reason

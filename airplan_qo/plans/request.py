@@ -16,6 +16,9 @@ from .sla import DEFAULT_SLA, SLA
 from .topology import TopologySpec, TopologyStats
 from .workload import Workload
 
+#: The sparsity values k planned when a request names none.
+DEFAULT_SPARSITY = (0.01, 0.05, 0.1, 0.2, 1.0)
+
 #: ``error``: refuse; ``auto``: plan the whole space; ``complete``: the fully connected plan.
 FALLBACKS = ("error", "auto", "complete")
 
@@ -130,5 +133,5 @@ class PlanResult:
 
 
 
-__all__ = ["Candidate", "DEFAULT_CONFIDENCE", "FALLBACKS", "PlanRequest", "PlanResult",
-           "check_confidence", "check_fallback"]
+__all__ = ["Candidate", "DEFAULT_CONFIDENCE", "DEFAULT_SPARSITY", "FALLBACKS", "PlanRequest",
+           "PlanResult", "check_confidence", "check_fallback"]
