@@ -10,7 +10,6 @@ and what each failed. Every planning run and all its candidates are recorded in 
 
 from __future__ import annotations
 
-import json
 import math
 import threading
 import time
@@ -29,17 +28,17 @@ from ..plans.families import FAMILIES
 from ..plans.plan import OBJECTIVES, ChannelConfig, Cost, PhysicalPlan, round_cost
 from ..plans.request import DEFAULT_SPARSITY, Candidate, PlanRequest, PlanResult
 from ..plans.sla import SLA
-from ..plans.spectra import SpectralStats
-from ..plans.topology import TopologySpec, TopologyStats, WeightArrays, describe_many
+from ..plans.topology import TopologySpec, TopologyStats, describe_many
 from ..plans.workload import Workload
 from .clique_planning import clique_details, placeholder
 from .enumeration import candidate_specs, fitting
 from .feasibility import check_data_split
 from .progress import PlanningProgress
 from .pruning import Pruning, budget_limits, pruned_reason
-from .recording import record
+from .recording import record, store_topologies
 from .restriction import respect_restriction
-from .statistics import heterogeneity, label_statistics, model_dimension, workload_facts
+from .statistics import (cache_key, cacheable, cached_topologies, heterogeneity, label_statistics,
+                         model_dimension, workload_facts)
 
 #: Edges of a topology kept in its catalog row at most (larger graphs are rebuilt when trained).
 MAX_CACHED_EDGES = 1_000_000
@@ -72,44 +71,28 @@ class Optimizer:
 
     def topology_stats(self, specs: list[TopologySpec]) -> tuple[list[TopologyStats], list[int]]:
         """Statistics for each spec: from the catalog cache (its rows kept in the catalog's
-        memo once read), computing and caching the misses."""
+        memo once read), computing and caching the misses. The planner's only topology cache:
+        periodic topologies, whose per-round figures the catalog does not hold, are kept by this
+        process instead."""
         if not specs:
             return [], []
         n = specs[0].n
         memo = self.catalog.memo.setdefault("topologies", {})
         cached: dict[tuple, tuple[TopologyStats, int]] = {}
         for spec in specs:
-            hit = memo.get((n, _cache_key(spec))) if _cacheable(spec) else None
+            hit = memo.get((n, cache_key(spec))) if cacheable(spec) else None
             if hit is not None:
                 st, tid = hit
-                cached[_cache_key(spec)] = (st if st.spec == spec
-                                            else attrs.evolve(st, spec=spec), tid)
-        unread = [s for s in specs if _cacheable(s) and _cache_key(s) not in cached]
-        rows = self.catalog.query(
-            "SELECT topology_id, family, params::VARCHAR AS params, seed, weights_rule, n_edges, "
-            "max_degree, mean_degree, lambda2_laplacian, lambda2_normalized, mixing_rho, "
-            "mixing_gap, mixing_p, slots_per_round, slots_lower_bound, compute_ms "
-            "FROM airplan.topologies WHERE n_nodes = ? AND list_contains(?, seed)",
-            [n, sorted({s.seed for s in unread})]) if unread else []
-        by_key = {(r["family"], json.dumps(json.loads(r["params"]), sort_keys=True), r["seed"],
-                   r["weights_rule"]): r for r in rows}
-        for spec in unread:
-            row = by_key.get(_cache_key(spec))
-            if row is None:
-                continue
-            spectra = SpectralStats(
-                n_nodes=n, n_edges=row["n_edges"], max_degree=row["max_degree"],
-                mean_degree=row["mean_degree"], lambda2_laplacian=row["lambda2_laplacian"],
-                lambda2_normalized=row["lambda2_normalized"], mixing_rho=row["mixing_rho"],
-                mixing_gap=row["mixing_gap"], mixing_p=row["mixing_p"], method="cached")
-            cached[_cache_key(spec)] = memo[(n, _cache_key(spec))] = (TopologyStats(
-                spec, spectra, row["slots_per_round"], row["slots_lower_bound"],
-                row["compute_ms"] or 0.0), row["topology_id"])
+                cached[cache_key(spec)] = (st if st.spec == spec
+                                           else attrs.evolve(st, spec=spec), tid)
+        unread = [s for s in specs if cacheable(s) and cache_key(s) not in cached]
+        for key, hit in cached_topologies(self.catalog, unread).items():
+            cached[key] = memo[(n, key)] = hit
         with _PERIODIC_LOCK:   # periodic: not in the catalog, but a pure function of the spec
             for spec in specs:
                 if spec.periodic and spec in _PERIODIC:
-                    cached[_cache_key(spec)] = (_PERIODIC[spec], None)
-        missing = [s for s in specs if _cache_key(s) not in cached]
+                    cached[cache_key(spec)] = (_PERIODIC[spec], None)
+        missing = [s for s in specs if cache_key(s) not in cached]
         if missing:
             graphs: dict[tuple, list[TopologySpec]] = {}   # one graph, several weight rules
             for spec in missing:
@@ -126,41 +109,15 @@ class Optimizer:
                         _PERIODIC[stats.spec] = stats
                 while len(_PERIODIC) > PERIODIC_KEPT:
                     del _PERIODIC[next(iter(_PERIODIC))]
-            cacheable = [c for c in computed if _cacheable(c[0].spec)]
-            ids = self._cache(cacheable) if cacheable and not self.catalog.read_only else []
-            for (stats, _), tid in zip(cacheable, ids):
-                cached[_cache_key(stats.spec)] = (stats, tid)
+            storable = [c for c in computed if cacheable(c[0].spec)]
+            ids = (store_topologies(self.catalog, storable)
+                   if storable and not self.catalog.read_only else [])
+            for (stats, _), tid in zip(storable, ids):
+                cached[cache_key(stats.spec)] = (stats, tid)
             for stats, _ in computed:
-                cached.setdefault(_cache_key(stats.spec), (stats, None))
-        out = [cached[_cache_key(s)] for s in specs]
+                cached.setdefault(cache_key(stats.spec), (stats, None))
+        out = [cached[cache_key(s)] for s in specs]
         return [o[0] for o in out], [o[1] for o in out]
-
-    def _cache(self, computed: list[tuple[TopologyStats, WeightArrays | None]]) -> list[int]:
-        cols: dict[str, list[Any]] = {k: [] for k in (
-            "family", "params", "n_nodes", "seed", "weights_rule", "n_edges", "max_degree",
-            "mean_degree", "lambda2_laplacian", "lambda2_normalized", "mixing_rho", "mixing_gap",
-            "mixing_p", "slots_per_round", "slots_lower_bound", "edges_src", "edges_dst",
-            "weights", "self_weights", "compute_ms")}
-        for st, arrays in computed:
-            s = st.spectra
-            lists = ((arrays.src.tolist(), arrays.dst.tolist(), arrays.edge_weights.tolist(),
-                      arrays.self_weights.tolist()) if arrays is not None else (None,) * 4)
-            for key, value in (("family", st.spec.family), ("params", st.spec.params_json()),
-                               ("n_nodes", st.spec.n), ("seed", st.spec.seed),
-                               ("weights_rule", st.spec.weights), ("n_edges", s.n_edges),
-                               ("max_degree", s.max_degree), ("mean_degree", s.mean_degree),
-                               ("lambda2_laplacian", s.lambda2_laplacian),
-                               ("lambda2_normalized", s.lambda2_normalized),
-                               ("mixing_rho", s.mixing_rho), ("mixing_gap", s.mixing_gap),
-                               ("mixing_p", s.mixing_p), ("slots_per_round", st.slots_per_round),
-                               ("slots_lower_bound", st.slots_lower_bound),
-                               ("edges_src", lists[0]), ("edges_dst", lists[1]),
-                               ("weights", lists[2]), ("self_weights", lists[3]),
-                               ("compute_ms", st.compute_ms)):
-                cols[key].append(value)
-        with self.catalog.transaction():
-            ids = self.catalog.insert_rows("topologies", cols)
-        return [int(i) for i in ids]
 
     # ---- planning ----------------------------------------------------------------------------
 
@@ -323,15 +280,6 @@ class Optimizer:
         est = estimator.estimate(ctx, plan, stats, target)
         return Candidate(plan=plan, stats=stats,
                          cost=Cost(est, round_cost(plan, stats, d), startup, objective))
-
-
-def _cacheable(spec: TopologySpec) -> bool:
-    # periodic topologies carry per-round figures the topologies table does not hold
-    return spec.family != "from_edges" and not spec.periodic
-
-
-def _cache_key(spec: TopologySpec) -> tuple:
-    return (spec.family, spec.params_json(), spec.seed, spec.weights)
 
 
 __all__ = ["MAX_CACHED_EDGES", "Optimizer", "PERIODIC_KEPT"]

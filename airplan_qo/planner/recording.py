@@ -1,5 +1,6 @@
 """Recording a planning run: its ``planning_runs`` row and a ``plans`` row for every candidate,
-chosen, feasible or pruned, with its estimate, costs and pruning reason."""
+chosen, feasible or pruned, with its estimate, costs and pruning reason; and caching computed
+topologies as ``topologies`` rows."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 from ..catalog.analyze import register_workload
 from ..catalog.store import Catalog
 from ..plans.request import PlanResult
-from ..plans.topology import TopologySpec
+from ..plans.topology import TopologySpec, TopologyStats, WeightArrays
 
 
 def record(catalog: Catalog, result: PlanResult, workload_id: int | None,
@@ -70,4 +71,35 @@ def finite(terms: dict[str, Any]) -> dict[str, Any]:
             for k, v in terms.items()}
 
 
-__all__ = ["finite", "record"]
+def store_topologies(catalog: Catalog, computed: list[tuple[TopologyStats, WeightArrays | None]]
+                     ) -> list[int]:
+    """Cache computed topologies (statistics and weight arrays) as ``topologies`` rows; returns
+    their ids."""
+    cols: dict[str, list[Any]] = {k: [] for k in (
+        "family", "params", "n_nodes", "seed", "weights_rule", "n_edges", "max_degree",
+        "mean_degree", "lambda2_laplacian", "lambda2_normalized", "mixing_rho", "mixing_gap",
+        "mixing_p", "slots_per_round", "slots_lower_bound", "edges_src", "edges_dst",
+        "weights", "self_weights", "compute_ms")}
+    for st, arrays in computed:
+        s = st.spectra
+        lists = ((arrays.src.tolist(), arrays.dst.tolist(), arrays.edge_weights.tolist(),
+                  arrays.self_weights.tolist()) if arrays is not None else (None,) * 4)
+        for key, value in (("family", st.spec.family), ("params", st.spec.params_json()),
+                           ("n_nodes", st.spec.n), ("seed", st.spec.seed),
+                           ("weights_rule", st.spec.weights), ("n_edges", s.n_edges),
+                           ("max_degree", s.max_degree), ("mean_degree", s.mean_degree),
+                           ("lambda2_laplacian", s.lambda2_laplacian),
+                           ("lambda2_normalized", s.lambda2_normalized),
+                           ("mixing_rho", s.mixing_rho), ("mixing_gap", s.mixing_gap),
+                           ("mixing_p", s.mixing_p), ("slots_per_round", st.slots_per_round),
+                           ("slots_lower_bound", st.slots_lower_bound),
+                           ("edges_src", lists[0]), ("edges_dst", lists[1]),
+                           ("weights", lists[2]), ("self_weights", lists[3]),
+                           ("compute_ms", st.compute_ms)):
+            cols[key].append(value)
+    with catalog.transaction():
+        ids = catalog.insert_rows("topologies", cols)
+    return [int(i) for i in ids]
+
+
+__all__ = ["finite", "record", "store_topologies"]

@@ -1,11 +1,13 @@
 """What the planner reads from the catalog about a workload: its row and latest ANALYZE WORKLOAD
 statistics (:func:`workload_facts`), the heterogeneity estimators use (:func:`heterogeneity`),
 the released per-client label counts (:func:`label_statistics`) and the model's size. Topology
-statistics are read and cached by :meth:`airplan_qo.planner.optimizer.Optimizer.topology_stats`.
+statistics are read here (:func:`cached_topologies`) for
+:meth:`airplan_qo.planner.optimizer.Optimizer.topology_stats`, the planner's topology cache.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -14,6 +16,8 @@ import attrs
 from ..catalog.analyze import read_label_counts, workload_fingerprint
 from ..catalog.store import Catalog
 from ..data import dataset_info
+from ..plans.spectra import SpectralStats
+from ..plans.topology import TopologySpec, TopologyStats
 from ..plans.workload import Workload
 
 
@@ -96,5 +100,47 @@ def label_statistics(catalog: Catalog, w: Workload, facts: WorkloadFacts | None 
 
 
 
-__all__ = ["LabelStatistics", "WorkloadFacts", "heterogeneity", "label_statistics",
-           "model_dimension", "workload_facts"]
+def cacheable(spec: TopologySpec) -> bool:
+    """Whether the catalog's ``topologies`` table can hold ``spec``'s statistics (periodic
+    topologies carry per-round figures it does not hold; user graphs have no family)."""
+    return spec.family != "from_edges" and not spec.periodic
+
+
+def cache_key(spec: TopologySpec) -> tuple:
+    """The identity of ``spec``'s row in the ``topologies`` table (with its n)."""
+    return (spec.family, spec.params_json(), spec.seed, spec.weights)
+
+
+def cached_topologies(catalog: Catalog, specs: list[TopologySpec]
+                      ) -> dict[tuple, tuple[TopologyStats, int]]:
+    """The statistics and row id of each of ``specs`` (all on the same n) that the catalog's
+    ``topologies`` table holds, by :func:`cache_key` (one query)."""
+    if not specs:
+        return {}
+    n = specs[0].n
+    rows = catalog.query(
+        "SELECT topology_id, family, params::VARCHAR AS params, seed, weights_rule, n_edges, "
+        "max_degree, mean_degree, lambda2_laplacian, lambda2_normalized, mixing_rho, "
+        "mixing_gap, mixing_p, slots_per_round, slots_lower_bound, compute_ms "
+        "FROM airplan.topologies WHERE n_nodes = ? AND list_contains(?, seed)",
+        [n, sorted({s.seed for s in specs})])
+    by_key = {(r["family"], json.dumps(json.loads(r["params"]), sort_keys=True), r["seed"],
+               r["weights_rule"]): r for r in rows}
+    found: dict[tuple, tuple[TopologyStats, int]] = {}
+    for spec in specs:
+        row = by_key.get(cache_key(spec))
+        if row is None:
+            continue
+        spectra = SpectralStats(
+            n_nodes=n, n_edges=row["n_edges"], max_degree=row["max_degree"],
+            mean_degree=row["mean_degree"], lambda2_laplacian=row["lambda2_laplacian"],
+            lambda2_normalized=row["lambda2_normalized"], mixing_rho=row["mixing_rho"],
+            mixing_gap=row["mixing_gap"], mixing_p=row["mixing_p"], method="cached")
+        found[cache_key(spec)] = (TopologyStats(
+            spec, spectra, row["slots_per_round"], row["slots_lower_bound"],
+            row["compute_ms"] or 0.0), row["topology_id"])
+    return found
+
+
+__all__ = ["LabelStatistics", "WorkloadFacts", "cache_key", "cacheable", "cached_topologies",
+           "heterogeneity", "label_statistics", "model_dimension", "workload_facts"]
