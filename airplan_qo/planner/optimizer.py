@@ -6,6 +6,9 @@ alpha), every candidate is costed by the chosen estimator, constraints prune, an
 feasible plan under the objective wins. When nothing is feasible the fully connected,
 uncompressed plan is returned as the paper does, with a warning that lists the nearest candidates
 and what each failed. Every planning run and all its candidates are recorded in the catalog.
+
+This module is the driver; the steps it drives are the other modules of the package (statistics,
+enumeration, clique_planning, pruning, restriction, feasibility, progress, recording).
 """
 
 from __future__ import annotations
