@@ -100,7 +100,8 @@ class Session:
         ``costing 7/14: ...``) once planning has run about a second (many clients); it may be
         called from a timer thread. None (the default): silent.
         """
-        from .plans.optimizer import DEFAULT_CONFIDENCE, Optimizer, PlanRequest, check_confidence
+        from .planner.optimizer import Optimizer
+        from .plans.request import DEFAULT_CONFIDENCE, PlanRequest, check_confidence
         from .plans.sla import SLA, parse_sla, sla_with_target
 
         if not isinstance(workload, Workload):
@@ -153,7 +154,13 @@ class Session:
 
         return execute(self.catalog, result, quiet=quiet, stop_at_target=stop_at_target,
                        reoptimize=reoptimize, monitor=monitor,
-                       device=self._device(device) or "cpu")
+                       device=self._device(device) or "cpu", planner=self._replanner())
+
+    def _replanner(self):
+        """What a monitored run re-plans with: this session's optimizer, silent."""
+        from .planner.optimizer import Optimizer
+
+        return Optimizer(self.catalog).plan
 
     def _device(self, device: str | None) -> str | None:
         from .runtime.device import check_device
@@ -205,7 +212,8 @@ class Session:
         (default: the session's, else the device the execution was asked to use)."""
         from .runtime.execution import resume
 
-        return resume(self.catalog, int(exec_id), quiet=quiet, device=self._device(device))
+        return resume(self.catalog, int(exec_id), quiet=quiet, device=self._device(device),
+                      planner=self._replanner())
 
     def abandon(self, exec_id: int, reason: str | None = None) -> dict[str, Any]:
         """Give up an execution that did not succeed (status ``abandoned``, its checkpoint

@@ -26,7 +26,7 @@ from pathlib import Path
 
 def bench(n: int, repeats: int) -> dict:
     import airplan_qo as aq
-    from airplan_qo.plans.optimizer import Optimizer
+    from airplan_qo.planner.optimizer import Optimizer
 
     recording: list[float] = []
     record = Optimizer._record

@@ -13,7 +13,7 @@ import sys
 
 import airplan_qo as aq
 from airplan_qo.costmodels.features import effective_neighbours, neighbourhood_heterogeneity
-from airplan_qo.plans.optimizer import label_statistics
+from airplan_qo.planner.statistics import label_statistics
 from airplan_qo.plans.topology import build
 
 path = sys.argv[1] if len(sys.argv) > 1 else ":memory:"

@@ -1074,42 +1074,6 @@ class Catalog:
             params.append(scope_key)
         return self.query(sql + " ORDER BY scope, scope_key, constant_name", params)
 
-    # ---- topology cache ----------------------------------------------------------------------
-
-    def cached_topology(self, family: str, params_json: str | Mapping[str, Any], n_nodes: int,
-                        seed: int, weights_rule: str) -> dict[str, Any] | None:
-        """The cached ``topologies`` row for this exact graph and weight rule, or None.
-
-        ``params_json`` is compared in canonical form (sorted keys); edge and weight lists come
-        back as numpy arrays.
-        """
-        if seed is None:
-            raise ValidationError("a cached topology needs an integer seed (use 0 for families "
-                                  "without randomness)")
-        table = self.query_arrow(
-            f"SELECT * FROM {_Q}.topologies WHERE family = ? AND params = ?::JSON "
-            f"AND n_nodes = ? AND seed = ? AND weights_rule = ?",
-            [family, canonical_json(params_json), int(n_nodes), int(seed), weights_rule])
-        if table.num_rows == 0:
-            return None
-        row: dict[str, Any] = {}
-        for name in table.column_names:
-            col = table.column(name).combine_chunks()
-            if pa.types.is_list(col.type) or pa.types.is_large_list(col.type):
-                row[name] = np.array(col.flatten().to_numpy(zero_copy_only=False))
-            else:
-                row[name] = col[0].as_py()
-        return row
-
-    def cache_topology(self, row: Mapping[str, Any]) -> int:
-        """Insert a computed topology (a ``topologies`` row as a dict); returns its id."""
-        row = dict(row)
-        if row.get("seed") is None:
-            raise ValidationError("a cached topology needs an integer seed (use 0 for families "
-                                  "without randomness)")
-        row["params"] = canonical_json(row.get("params", {}))
-        return int(self.insert_row("topologies", row))
-
 
 def now_utc():
     """The current UTC wall-clock time as a naive datetime (how the catalog stores instants)."""

@@ -4,7 +4,7 @@ The planner reads its constants from the catalog. To judge the advisor before ca
 estimator's priors) and after calibration (constants fitted on the other cross-validation
 folds), the candidates of a recorded planning run are re-costed with those constants: the same
 estimator, context, topology statistics and per-round resources, the same SLA pruning, ordering
-and fully connected fallback as :class:`~airplan_qo.plans.optimizer.Optimizer`. With the
+and fully connected fallback as :class:`~airplan_qo.planner.optimizer.Optimizer`. With the
 planning run's own constants this reproduces the planner's choice (a test checks it) as long
 as the catalog holds no ``dataset_family`` calibration rows, which the planner applies per
 candidate family; the evaluation always passes explicit constants (priors or fitted ones).
@@ -21,7 +21,7 @@ from typing import Any
 import attrs
 
 from ..costmodels import ESTIMATORS
-from ..plans.optimizer import DEFAULT_CONFIDENCE
+from ..plans.request import DEFAULT_CONFIDENCE
 from ..plans.plan import Cost, PhysicalPlan
 from ..plans.sla import parse_sla
 from ..plans.topology import TopologySpec

@@ -22,7 +22,7 @@ import attrs
 
 from ..costmodels import DEFAULT_ESTIMATOR
 from ..errors import AirPlanError, ValidationError
-from ..plans.optimizer import check_confidence
+from ..plans.request import check_confidence
 from ..plans.sla import DEFAULT_SLA, parse_sla
 from ..plans.topology import TopologySpec, parse_topology
 from ..plans.workload import WORKLOAD_PARAMS, Workload, coerce_param

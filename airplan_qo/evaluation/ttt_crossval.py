@@ -28,7 +28,7 @@ from ..costmodels.time_to_target import (PLAN_FEATURES, PLAN_INTERACTIONS, TARGE
                                          fit_ceiling, fit_target_shift, fit_tobit,
                                          meets_probability, norm_cdf, pilot_update,
                                          plan_features, target_level, with_fc_error)
-from ..plans.optimizer import DEFAULT_CONFIDENCE
+from ..plans.request import DEFAULT_CONFIDENCE
 from ..plans.plan import averaged_cliques
 from ..plans.sla import first_crossing
 from ..errors import ValidationError

@@ -62,7 +62,7 @@ def _cost(v: float | None) -> str:
 
 
 def build_tree(result, analyze: dict[str, Any] | None = None) -> Node:
-    """The plan tree of a :class:`~airplan_qo.plans.optimizer.PlanResult`."""
+    """The plan tree of a :class:`~airplan_qo.plans.request.PlanResult`."""
     c = result.chosen
     plan, stats, cost, est = c.plan, c.stats, c.cost, c.cost.estimate
     s = stats.spectra

@@ -35,7 +35,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import attrs
 import numpy as np
@@ -169,7 +169,8 @@ def _finite(v: Any) -> Any:
 
 def execute(catalog: Catalog, result, *, quiet: bool = False, stop_at_target: bool = True,
             reoptimize: bool | None = None, monitor: MonitorConfig | None = None,
-            device: str = DEFAULT_DEVICE) -> ExecutionReport:
+            device: str = DEFAULT_DEVICE,
+            planner: Callable[[Any], Any] | None = None) -> ExecutionReport:
     """Train the chosen plan of a PlanResult and record everything in the catalog.
 
     By default training stops once the average model reaches the SLA's accuracy target (the
@@ -178,7 +179,9 @@ def execute(catalog: Catalog, result, *, quiet: bool = False, stop_at_target: bo
 
     ``reoptimize``: monitor the run and re-plan on a trigger (:mod:`.monitor`, thresholds in
     ``monitor``). ``None`` means on for runs that stop at the target (TRAIN) and off for
-    whole-budget runs (pilots, evaluations), whose curve must come from one plan.
+    whole-budget runs (pilots, evaluations), whose curve must come from one plan. ``planner``
+    re-plans a PlanRequest into a recorded PlanResult (the session's optimizer); without it a
+    monitored run records its triggers but keeps its plan.
 
     ``device``: where to train (``cpu``, ``cuda``, ``cuda:N`` or ``auto``; :mod:`.device`); the
     device it resolves to is recorded in the execution's ``options`` (``$.device``).
@@ -193,7 +196,7 @@ def execute(catalog: Catalog, result, *, quiet: bool = False, stop_at_target: bo
         reopt = Reoptimizer(catalog, exec_id, result.request, plan_id=chosen.plan_id,
                             spec=chosen.plan.topology, k_ratio=chosen.plan.k_ratio,
                             mixing_p=chosen.stats.spectra.mixing_p,
-                            basis=options["feedback_basis"], config=monitor)
+                            basis=options["feedback_basis"], config=monitor, planner=planner)
     return _run(catalog, exec_id, job.plan_id, job.workload, job.spec, job.config,
                 options["feedback_basis"], quiet=quiet, reopt=reopt)
 
@@ -523,7 +526,8 @@ def _execution_row(catalog: Catalog, exec_id: int) -> dict[str, Any]:
 
 
 def resume(catalog: Catalog, exec_id: int, *, quiet: bool = False,
-           device: str | None = None) -> ExecutionReport:
+           device: str | None = None,
+           planner: Callable[[Any], Any] | None = None) -> ExecutionReport:
     """Continue an aborted, interrupted or failed execution from its last checkpoint, or from
     round 0 when it has none (a run killed before its first checkpoint). Either way the result
     equals an uninterrupted run with the same seeds (on the same device).
@@ -531,7 +535,7 @@ def resume(catalog: Catalog, exec_id: int, *, quiet: bool = False,
     ``device``: where to continue; by default the device the execution was asked to use
     (``auto`` resolves again). Another device continues the run, not bit for bit
     (docs/runtime.md, Devices); ``options`` then records the new device, and every device the
-    execution trained on under ``$.devices``."""
+    execution trained on under ``$.devices``. ``planner``: as for :func:`execute`."""
     if catalog.read_only:
         raise ExecutionError("resuming needs a writable catalog (it records the execution); "
                              "drop --read-only")
@@ -571,7 +575,7 @@ def resume(catalog: Catalog, exec_id: int, *, quiet: bool = False,
     options["device"] = resolved
     if resolved != previous[-1]:
         options["devices"] = [*previous, resolved]
-    reopt, bases = _resumed_reoptimizer(catalog, exec_id, options, w, plan_row, spec)
+    reopt, bases = _resumed_reoptimizer(catalog, exec_id, options, w, plan_row, spec, planner)
     catalog.update_row("executions", exec_id, {"status": "running", "reason": None,
                                                "finished_at": None, "heartbeat_at": _now(),
                                                "options": json.dumps(options, sort_keys=True,
@@ -582,7 +586,8 @@ def resume(catalog: Catalog, exec_id: int, *, quiet: bool = False,
 
 
 def _resumed_reoptimizer(catalog: Catalog, exec_id: int, options: dict[str, Any], w,
-                         plan_row: dict[str, Any], spec: TopologySpec):
+                         plan_row: dict[str, Any], spec: TopologySpec,
+                         planner: Callable[[Any], Any] | None):
     """The re-optimiser of a resumed execution (None when the run had none), planning like
     the original request when it could be stored."""
     section = options.get("reoptimization")
@@ -594,7 +599,8 @@ def _resumed_reoptimizer(catalog: Catalog, exec_id: int, options: dict[str, Any]
     reopt = Reoptimizer(catalog, exec_id, request, plan_id=plan_row["plan_id"], spec=spec,
                         k_ratio=plan_row["k_ratio"], mixing_p=mixing_p,
                         basis=options["feedback_basis"],
-                        config=MonitorConfig.from_dict(section.get("config") or {}))
+                        config=MonitorConfig.from_dict(section.get("config") or {}),
+                        planner=planner)
     return reopt, section.get("bases") or {}
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import attrs
 import numpy as np
@@ -271,7 +271,7 @@ def request_to_json(request: Any) -> dict[str, Any] | None:
 
 def request_from_json(doc: Mapping[str, Any], workload: Any) -> Any:
     """The PlanRequest stored by :func:`request_to_json`, for ``workload``."""
-    from ..plans.optimizer import DEFAULT_CONFIDENCE, PlanRequest
+    from ..plans.request import DEFAULT_CONFIDENCE, PlanRequest
     from ..plans.sla import SLA, parse_sla
 
     return PlanRequest(
@@ -338,16 +338,20 @@ class Event:
 class Reoptimizer:
     """Monitors an execution and re-plans, rewires and records on a trigger.
 
-    ``request`` is the planning request of the plan being executed (None: monitor and record
-    only, never re-plan); ``plan_id``, ``spec``, ``k_ratio`` and ``mixing_p`` describe that plan.
+    ``request`` is the planning request of the plan being executed and ``planner`` plans a
+    request (a PlanRequest to a PlanResult, recorded in the catalog: the session hands in its
+    optimizer's ``plan``); without either the monitor only monitors and records, never re-plans.
+    ``plan_id``, ``spec``, ``k_ratio`` and ``mixing_p`` describe the plan being executed.
     """
 
     def __init__(self, catalog: Catalog, exec_id: int, request: Any, *, plan_id: int | None,
                  spec: TopologySpec, k_ratio: float, mixing_p: float,
-                 basis: Mapping[str, Any] | None, config: MonitorConfig | None = None):
+                 basis: Mapping[str, Any] | None, config: MonitorConfig | None = None,
+                 planner: Callable[[Any], Any] | None = None):
         self.catalog = catalog
         self.exec_id = exec_id
         self.request = request
+        self.planner = planner
         self.config = config or MonitorConfig()
         self.monitor = Monitor(Prediction.from_basis(basis) if basis else None, self.config)
         self.current = _InForce(plan_id, spec, float(k_ratio), float(mixing_p))
@@ -402,9 +406,9 @@ class Reoptimizer:
     def _replan(self, trig: Trigger, observed: Mapping[str, Any]):
         """(candidate to rewire to or None, the planning result or None, a note)."""
         cur = self.current
-        if self.request is None:
+        if self.request is None or self.planner is None:
             return None, None, f"re-planning unavailable; kept {_label(cur.spec)}"
-        from ..plans.optimizer import DEFAULT_SPARSITY, Optimizer
+        from ..plans.request import DEFAULT_SPARSITY
 
         # a better-connected topology at the same k, or at least as well connected at a larger k
         ks = tuple(k for k in (self.request.sparsity or DEFAULT_SPARSITY) if k >= cur.k_ratio)
@@ -419,7 +423,7 @@ class Reoptimizer:
             statement=(f"re-optimisation of execution {self.exec_id} at round {trig.round} "
                        f"({trig.kind} trigger)"))
         try:
-            result = Optimizer(self.catalog).plan(req)
+            result = self.planner(req)
         except AirPlanError as exc:
             return None, None, f"re-planning failed ({exc}); kept {_label(cur.spec)}"
         cand = _pick(result, cur)

@@ -6,12 +6,14 @@ from __future__ import annotations
 import contextlib
 import gc
 import hashlib
+import json
 import os
 import subprocess
 import sys
 import textwrap
 import time
 
+import attrs
 import duckdb
 import numpy as np
 import pyarrow as pa
@@ -680,26 +682,32 @@ def test_supersede_calibration_versions_rows_without_overwriting():
         assert cat.supersede_calibration("dsgd", "global", "", {}, n_obs=0, source="x") == {}
 
 
-def test_topology_cache_round_trip():
+def test_the_topology_cache_is_the_optimizers():
+    """Topologies are cached in the catalog through ``Optimizer.topology_stats`` only: a miss is
+    built and stored with its edges and weights, a later call (its memory of the rows cleared)
+    reads the row back, another seed is another row, and the table refuses a duplicate."""
+    from airplan_qo.planner.optimizer import Optimizer
+    from airplan_qo.plans.topology import TopologySpec
+
+    spec = TopologySpec.create("small_world", 6, seed=11, weights="metropolis_hastings",
+                               k=4, beta=0.1)
     with Catalog.open(":memory:") as cat:
-        key = ("small_world", {"k": 4, "beta": 0.1}, 6, 11, "metropolis")
-        assert cat.cached_topology(*key) is None
-        src, dst = np.array([0, 1, 2, 3, 4, 0]), np.array([1, 2, 3, 4, 5, 5])
-        tid = cat.cache_topology({
-            "family": "small_world", "params": {"beta": 0.1, "k": 4}, "n_nodes": 6, "seed": 11,
-            "weights_rule": "metropolis", "n_edges": 6, "max_degree": 2, "mean_degree": 2.0,
-            "lambda2_laplacian": 1.0, "mixing_p": 0.3, "slots_per_round": 3,
-            "edges_src": src, "edges_dst": dst, "weights": np.full(6, 1 / 3),
-            "self_weights": np.full(6, 1 / 3), "compute_ms": 0.5})
-        got = cat.cached_topology("small_world", '{"k": 4, "beta": 0.1}', 6, 11, "metropolis")
-        assert got["topology_id"] == tid and got["params"] == canonical_json(key[1])
-        assert np.array_equal(got["edges_src"], src) and np.array_equal(got["edges_dst"], dst)
-        assert np.allclose(got["weights"], 1 / 3) and got["slots_per_round"] == 3
-        assert cat.cached_topology("small_world", key[1], 6, 12, "metropolis") is None
+        (built,), (tid,) = Optimizer(cat).topology_stats([spec])
+        assert built.spectra.method != "cached" and isinstance(tid, int)
+        (row,) = cat.query("SELECT * FROM airplan.topologies")
+        assert row["topology_id"] == tid and json.loads(row["params"]) == {"k": 4, "beta": 0.1}
+        assert len(row["edges_src"]) == len(row["edges_dst"]) == len(row["weights"]) \
+            == row["n_edges"] == built.spectra.n_edges
+        assert len(row["self_weights"]) == 6 and row["slots_per_round"] == built.slots_per_round
+        cat.memo.clear()
+        (again,), (same,) = Optimizer(cat).topology_stats([spec])
+        assert same == tid and again.spectra.method == "cached"
+        assert again.spectra.mixing_p == pytest.approx(built.spectra.mixing_p)
+        (_,), (other,) = Optimizer(cat).topology_stats([attrs.evolve(spec, seed=12)])
+        assert other not in (None, tid)
         with pytest.raises(CatalogError, match="airplan.topologies"):
-            cat.cache_topology({**got, "topology_id": None, "params": key[1]})
-        with pytest.raises(ValidationError, match="seed"):
-            cat.cached_topology("ring", {}, 6, None, "metropolis")
+            cat.insert_row("topologies", {k: v for k, v in row.items()
+                                          if k not in ("topology_id", "created_at")})
 
 
 def test_query_and_user_sql():

@@ -19,7 +19,9 @@ from airplan_qo.plans.cliques import (
     random_cliques,
 )
 from airplan_qo.plans.families import build_graph
-from airplan_qo.plans.optimizer import NO_CLIQUE_STATISTICS, Optimizer, PlanRequest
+from airplan_qo.planner.clique_planning import NO_CLIQUE_STATISTICS
+from airplan_qo.planner.optimizer import Optimizer
+from airplan_qo.plans.request import PlanRequest
 from airplan_qo.plans.topology import TopologySpec
 from airplan_qo.plans.workload import Workload
 

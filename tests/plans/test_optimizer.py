@@ -103,7 +103,7 @@ def test_memory_of_topologies_goes_with_a_rollback_and_a_release(db):
 
 
 def test_periodic_topologies_are_built_once_per_process(db, monkeypatch):
-    from airplan_qo.plans import optimizer
+    from airplan_qo.planner import optimizer
 
     monkeypatch.setattr(optimizer, "_PERIODIC", {})
     w = aq.Workload(dataset="digits", clients=24, alpha=0.5, snr_db=10)

@@ -9,14 +9,14 @@ import pytest
 
 import airplan_qo as aq
 from airplan_qo.cli import main
-from airplan_qo.plans import optimizer
-from airplan_qo.plans.optimizer import PlanningProgress
+from airplan_qo.planner import progress
+from airplan_qo.planner.progress import PlanningProgress
 
 
 @pytest.fixture
 def at_once(monkeypatch):
-    monkeypatch.setattr(optimizer, "PROGRESS_AFTER", 0.0)
-    monkeypatch.setattr(optimizer, "PROGRESS_EVERY", 0.0)
+    monkeypatch.setattr(progress, "PROGRESS_AFTER", 0.0)
+    monkeypatch.setattr(progress, "PROGRESS_EVERY", 0.0)
 
 
 def test_plan_reports_every_step_to_its_callback(at_once):

@@ -6,9 +6,8 @@ import pytest
 import airplan_qo as aq
 from airplan_qo.cli import main
 from airplan_qo.errors import PlanningError, ValidationError
-from airplan_qo.plans.feasibility import check_data_split, samples_per_client
-from airplan_qo.plans.optimizer import PlanRequest
-from airplan_qo.plans.restriction import check_fallback
+from airplan_qo.planner.feasibility import check_data_split, samples_per_client
+from airplan_qo.plans.request import PlanRequest, check_fallback
 from airplan_qo.plans.sla import parse_sla
 from airplan_qo.sql import parse, render
 
@@ -124,7 +123,7 @@ def test_fallback_clause_parses_renders_and_binds():
 def test_data_that_cannot_be_split_fails_before_any_topology_is_built(clients, partition,
                                                                       needle, tmp_path,
                                                                       monkeypatch):
-    from airplan_qo.plans import optimizer
+    from airplan_qo.planner import optimizer
 
     monkeypatch.setattr(optimizer, "describe_many", lambda *a, **k: pytest.fail("built"))
     with pytest.raises(PlanningError) as err:

@@ -17,7 +17,8 @@ from airplan_qo.costmodels.features import (
     random_mixing_p,
     survival_probabilities,
 )
-from airplan_qo.plans.optimizer import Optimizer, PlanRequest
+from airplan_qo.planner.optimizer import Optimizer
+from airplan_qo.plans.request import PlanRequest
 from airplan_qo.plans.topology import TopologySpec, build
 from airplan_qo.runtime import execution
 from airplan_qo.runtime.channel import Channel
@@ -37,7 +38,7 @@ from airplan_qo.runtime.monitor import (
 def _dsgd_default(monkeypatch):
     """These tests exercise the monitor against the dsgd estimator's accuracy band (the curve
     its prediction trigger compares with), so they plan with dsgd as the default."""
-    from airplan_qo.plans import optimizer
+    from airplan_qo.planner import optimizer
 
     monkeypatch.setattr(optimizer, "DEFAULT_ESTIMATOR", "dsgd")
 
@@ -371,7 +372,7 @@ def test_reoptimisation_may_raise_k_and_resume_replays_it(tmp_path):
 def test_a_resumed_run_replans_with_the_requested_confidence():
     # a resumed run re-plans from the stored request: the chance constraint's confidence must
     # survive the round trip (stored requests from before it was kept get the default)
-    from airplan_qo.plans.optimizer import DEFAULT_CONFIDENCE
+    from airplan_qo.plans.request import DEFAULT_CONFIDENCE
     from airplan_qo.plans.sla import parse_sla
     from airplan_qo.runtime.monitor import request_from_json, request_to_json
 

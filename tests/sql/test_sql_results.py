@@ -190,7 +190,7 @@ def test_explain_analyze_result_fields(tmp_path):
 
 @pytest.fixture()
 def _dsgd_default(monkeypatch):
-    from airplan_qo.plans import optimizer
+    from airplan_qo.planner import optimizer
 
     monkeypatch.setattr(optimizer, "DEFAULT_ESTIMATOR", "dsgd")
 

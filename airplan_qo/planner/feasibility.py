@@ -7,8 +7,8 @@ from __future__ import annotations
 import inspect
 
 from ..errors import AirPlanError, PlanningError
-from .footprint import TRAIN_RECORDS
-from .workload import Workload
+from ..plans.footprint import TRAIN_RECORDS
+from ..plans.workload import Workload
 
 #: Samples every client must hold under each partition scheme when the workload gives no other
 #: setting (the partitioners' defaults, read from their signatures so the two never disagree).

@@ -5,7 +5,8 @@ An explicit choice is respected: by default (``FALLBACK ERROR``) such a plan req
 that says why (the best plan of the restriction and its P(meets SLA) or predicted accuracy) and
 what would meet the SLA (the cheapest plan outside the restriction). ``FALLBACK AUTO`` plans the
 whole plan space instead and says so; ``complete`` is the planner's own fallback, the fully
-connected uncompressed plan (what an unrestricted request that nothing meets gets).
+connected uncompressed plan (what an unrestricted request that nothing meets gets). The modes
+are checked by :func:`airplan_qo.plans.request.check_fallback`.
 """
 
 from __future__ import annotations
@@ -14,18 +15,7 @@ from typing import Any, Callable
 
 import attrs
 
-from ..errors import PlanningError, ValidationError
-
-#: ``error``: refuse; ``auto``: plan the whole space; ``complete``: the fully connected plan.
-FALLBACKS = ("error", "auto", "complete")
-
-
-def check_fallback(value: Any) -> str:
-    """A valid fallback mode (lower case), else ValidationError naming the choices."""
-    text = str(value).lower() if value is not None else ""
-    if text not in FALLBACKS:
-        raise ValidationError(f"unknown fallback {value!r}; use one of {', '.join(FALLBACKS)}")
-    return text
+from ..errors import PlanningError
 
 
 def restriction_text(request: Any) -> str:
@@ -76,7 +66,7 @@ def _inside(request: Any, c: Any) -> bool:
     if request.weights and spec.weights not in request.weights:
         return False
     if request.topologies:
-        from .families import FAMILIES
+        from ..plans.families import FAMILIES
 
         params = spec.param_dict
         return any(FAMILIES.get(getattr(f, "name", None) or str(f)).name == spec.family
@@ -122,4 +112,4 @@ def respect_restriction(request: Any, result: Any, plan: Callable[[Any], Any]) -
         "relax the SLA, or add FALLBACK AUTO to plan the whole space instead")
 
 
-__all__ = ["FALLBACKS", "check_fallback", "respect_restriction", "restriction_text"]
+__all__ = ["respect_restriction", "restriction_text"]

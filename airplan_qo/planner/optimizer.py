@@ -1,0 +1,288 @@
+"""The optimizer: enumerate physical plans, cost them, enforce the SLA and budgets, pick one.
+
+Like a query optimizer: statistics come from the catalog (topology spectra are computed and
+cached on a miss; heterogeneity from ``ANALYZE WORKLOAD`` when available, else the declared
+alpha), every candidate is costed by the chosen estimator, constraints prune, and the cheapest
+feasible plan under the objective wins. When nothing is feasible the fully connected,
+uncompressed plan is returned as the paper does, with a warning that lists the nearest candidates
+and what each failed. Every planning run and all its candidates are recorded in the catalog.
+
+This module is the driver; the steps it drives are the other modules of the package (statistics,
+enumeration, clique_planning, pruning, restriction, feasibility, progress, recording).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from ..catalog.privacy import choose_release
+from ..catalog.sketch import dimensions
+from ..catalog.store import Catalog
+from ..costmodels import (DEFAULT_ESTIMATOR, ESTIMATORS, EstimationContext, recorded_range,
+                          resolve_constants)
+from ..errors import ValidationError
+from ..plans.families import FAMILIES
+from ..plans.plan import OBJECTIVES, ChannelConfig, Cost, PhysicalPlan, round_cost
+from ..plans.request import DEFAULT_SPARSITY, Candidate, PlanRequest, PlanResult
+from ..plans.sla import SLA
+from ..plans.topology import TopologySpec, TopologyStats, describe_many
+from ..plans.workload import Workload
+from .clique_planning import clique_details, placeholder
+from .enumeration import candidate_specs, fitting
+from .feasibility import check_data_split
+from .progress import PlanningProgress
+from .pruning import Pruning, budget_limits, pruned_reason
+from .recording import record, store_topologies
+from .restriction import respect_restriction
+from .statistics import (cache_key, cacheable, cached_topologies, heterogeneity, label_statistics,
+                         model_dimension, workload_facts)
+
+#: Edges of a topology kept in its catalog row at most (larger graphs are rebuilt when trained).
+MAX_CACHED_EDGES = 1_000_000
+
+#: Statistics of periodic topologies kept by this process, oldest dropped first beyond
+#: ``PERIODIC_KEPT``: the catalog's cache does not hold their per-round figures, and building
+#: their rounds' schedules is most of the time of planning a small workload again.
+PERIODIC_KEPT = 256
+_PERIODIC: dict[TopologySpec, TopologyStats] = {}
+_PERIODIC_LOCK = threading.Lock()
+
+
+class Optimizer:
+    """Plans workloads against one catalog.
+
+    ``progress``: a callable given a one-line message at each step of a planning call that runs
+    longer than :data:`PROGRESS_AFTER` seconds (see :class:`PlanningProgress`; it may be called
+    from a timer thread); None (the default) reports nothing.
+    """
+
+    def __init__(self, catalog: Catalog, progress: Callable[[str], Any] | None = None):
+        self.catalog = catalog
+        self.progress = progress
+        self._steps = PlanningProgress(None)
+
+    def _step(self, message: str) -> None:
+        self._steps.step(message)
+
+    # ---- statistics --------------------------------------------------------------------------
+
+    def topology_stats(self, specs: list[TopologySpec]) -> tuple[list[TopologyStats], list[int]]:
+        """Statistics for each spec: from the catalog cache (its rows kept in the catalog's
+        memo once read), computing and caching the misses. The planner's only topology cache:
+        periodic topologies, whose per-round figures the catalog does not hold, are kept by this
+        process instead."""
+        if not specs:
+            return [], []
+        n = specs[0].n
+        memo = self.catalog.memo.setdefault("topologies", {})
+        cached: dict[tuple, tuple[TopologyStats, int]] = {}
+        for spec in specs:
+            hit = memo.get((n, cache_key(spec))) if cacheable(spec) else None
+            if hit is not None:
+                st, tid = hit
+                cached[cache_key(spec)] = (st if st.spec == spec
+                                           else attrs.evolve(st, spec=spec), tid)
+        unread = [s for s in specs if cacheable(s) and cache_key(s) not in cached]
+        for key, hit in cached_topologies(self.catalog, unread).items():
+            cached[key] = memo[(n, key)] = hit
+        with _PERIODIC_LOCK:   # periodic: not in the catalog, but a pure function of the spec
+            for spec in specs:
+                if spec.periodic and spec in _PERIODIC:
+                    cached[cache_key(spec)] = (_PERIODIC[spec], None)
+        missing = [s for s in specs if cache_key(s) not in cached]
+        if missing:
+            graphs: dict[tuple, list[TopologySpec]] = {}   # one graph, several weight rules
+            for spec in missing:
+                graphs.setdefault((spec.family, spec.params, spec.seed), []).append(spec)
+            computed = []
+            for i, members in enumerate(graphs.values(), 1):
+                self._step(f"building topology {i}/{len(graphs)}: {members[0].label()} on "
+                           f"{n} clients (graph, OTA schedule, spectra; weights "
+                           f"{', '.join(s.weights for s in members)})")
+                computed += describe_many(members, max_edges_kept=MAX_CACHED_EDGES)
+            with _PERIODIC_LOCK:
+                for stats, _ in computed:
+                    if stats.spec.periodic:
+                        _PERIODIC[stats.spec] = stats
+                while len(_PERIODIC) > PERIODIC_KEPT:
+                    del _PERIODIC[next(iter(_PERIODIC))]
+            storable = [c for c in computed if cacheable(c[0].spec)]
+            ids = (store_topologies(self.catalog, storable)
+                   if storable and not self.catalog.read_only else [])
+            for (stats, _), tid in zip(storable, ids):
+                cached[cache_key(stats.spec)] = (stats, tid)
+            for stats, _ in computed:
+                cached.setdefault(cache_key(stats.spec), (stats, None))
+        out = [cached[cache_key(s)] for s in specs]
+        return [o[0] for o in out], [o[1] for o in out]
+
+    # ---- planning ----------------------------------------------------------------------------
+
+    def plan(self, request: PlanRequest) -> PlanResult:
+        """Enumerate, cost and choose; the steps go to ``progress`` when the call is long.
+        The data split is checked before anything is built; a request refused by its
+        restriction (planner/restriction.py) leaves the catalog as it was."""
+        check_data_split(request.workload)
+        self._steps = PlanningProgress(self.progress)
+        try:
+            if self.catalog.read_only:
+                return self._plan_respecting(request)
+            with self.catalog.transaction():
+                return self._plan_respecting(request)
+        finally:
+            self._steps.close()
+
+    def _plan_respecting(self, request: PlanRequest) -> PlanResult:
+        result = respect_restriction(request, self._plan(request, record=False),
+                                     lambda wider: self._plan(wider, record=False))
+        if self.catalog.read_only:
+            return result
+        facts = workload_facts(self.catalog, request.workload)
+        run_id = record(self.catalog, result, facts.workload_id, self._step)
+        return attrs.evolve(result, planning_run_id=run_id)
+
+    def _plan(self, request: PlanRequest, record: bool = True) -> PlanResult:
+        start = time.perf_counter()
+        w = request.workload
+        est_name = (request.estimator or DEFAULT_ESTIMATOR).lower()
+        estimator = ESTIMATORS.get(est_name)
+        objective = request.objective or ("c_ours" if est_name == "paper" else "channel_uses")
+        if objective not in OBJECTIVES:
+            raise ValidationError(f"unknown objective '{objective}'; use one of "
+                                  f"{', '.join(OBJECTIVES)}")
+        if objective == "c_ours" and est_name != "paper":
+            raise ValidationError("objective c_ours is only defined by the paper estimator")
+        budgets = budget_limits(request)
+        if request.min_mixing_p is not None and not 0.0 <= request.min_mixing_p <= 1.0:
+            raise ValidationError(f"min_mixing_p must be in [0, 1], got {request.min_mixing_p}")
+        sparsity = tuple(request.sparsity or DEFAULT_SPARSITY)
+        for k in sparsity:
+            if not 0 < k <= 1:
+                raise ValidationError(f"sparsity k must be in (0, 1], got {k}")
+
+        d, n_classes = model_dimension(w)
+        facts = workload_facts(self.catalog, w)
+        alpha, alpha_source, privacy_eps = heterogeneity(facts, w)
+        rows = self.catalog.current_calibration(est_name)
+        constants, cal_ids = resolve_constants(estimator, rows, w.dataset)
+        round_budget = int(min(w.rounds, budgets.get("rounds", math.inf)))
+        ctx = EstimationContext(n_classes=n_classes, d=d, alpha=alpha, alpha_source=alpha_source,
+                                round_budget=round_budget, constants=constants,
+                                calibration_ids=cal_ids, privacy_epsilon=privacy_eps,
+                                dataset=w.dataset, fitted_range=recorded_range(rows, cal_ids))
+        channel = ChannelConfig(kind=w.channel, snr_db=w.snr_db, g_th=w.g_th,
+                                tx_power_dbm=w.tx_power_dbm, bandwidth_hz=w.bandwidth_hz,
+                                dropout=w.dropout)
+        depth, width = dimensions(w.sketch_eps, w.sketch_delta)
+        release = choose_release(n_classes, depth, width, w.dp_epsilon,
+                                 w.dp_delta if w.dp_epsilon is not None else None)
+        startup = float(w.clients * math.ceil(release.cells / 2))
+
+        labels = None
+        if not request.topologies or any(FAMILIES.get(f).name == "d_cliques"
+                                         for f, _ in request.topologies):
+            labels = label_statistics(self.catalog, w, facts)
+        specs, too_big = fitting(candidate_specs(self.catalog, request, labels), w)
+        unanalysed = [s for s in specs
+                      if s.family == "d_cliques" and s.param_dict.get("cliques") is None]
+        fc_spec = TopologySpec.create("complete", w.clients, seed=w.topology_seed,
+                                      weights="metropolis_hastings")
+        built = [s for s in specs if s not in unanalysed]
+        all_stats, ids = self.topology_stats(built + ([fc_spec] if fc_spec not in specs else []))
+        stats_of = {s.spec: (s, i) for s, i in zip(all_stats, ids)}
+        if unanalysed:  # costed on the same graph up to relabelling, never cached
+            for spec, (st, _) in zip(unanalysed, describe_many([placeholder(s)
+                                                                for s in unanalysed])):
+                stats_of[spec] = (st, None)
+        fc_plan = PhysicalPlan(fc_spec, 1.0, channel)
+        fc_accuracy = estimator.accuracy_at(ctx, fc_plan, stats_of[fc_spec][0], round_budget)
+        target = self._target(request.sla, w, fc_accuracy)
+
+        family_ctx = {}
+        if any(r["scope"] == "dataset_family" for r in rows):
+            for family in {s.family for s in specs}:
+                consts, ids_f = resolve_constants(estimator, rows, w.dataset, family)
+                family_ctx[family] = attrs.evolve(ctx, constants=consts, calibration_ids=ids_f,
+                                                  fitted_range=recorded_range(rows, ids_f))
+        pruning = Pruning(request, fc_accuracy, budgets, round_budget, tuple(unanalysed))
+        candidates: list[Candidate] = []
+        for i, spec in enumerate(specs, 1):
+            self._step(f"costing {i}/{len(specs)}: {spec.label()} [{spec.weights}] x "
+                       f"{len(sparsity)} values of k")
+            st, tid = stats_of[spec]
+            for k in sparsity:
+                plan = PhysicalPlan(st.spec, k, channel)
+                cand = self._cost(estimator, family_ctx.get(spec.family, ctx), plan, st, d,
+                                  startup, objective, target)
+                if st.spec != spec:  # costed on the placeholder: recorded as requested
+                    cand.plan = attrs.evolve(plan, topology=spec)
+                    cand.stats = attrs.evolve(st, spec=spec)
+                cand.topology_id = tid
+                if spec.family == "d_cliques":
+                    cand.topology_details = clique_details(spec, labels)
+                cand.pruned_reason = pruned_reason(cand, pruning)
+                candidates.append(cand)
+        candidates.sort(key=lambda c: (not c.feasible,) + c.cost.sort_key(c.plan.label()))
+        for rank, cand in enumerate(candidates, 1):
+            cand.rank = rank
+        feasible = [c for c in candidates if c.feasible]
+        warnings: list[str] = list(too_big)
+        fallback = not feasible
+        if feasible:
+            chosen = feasible[0]
+        else:
+            chosen = next((c for c in candidates if c.plan == fc_plan), None)
+            if chosen is None:
+                fc_st, fc_tid = stats_of[fc_spec]
+                chosen = self._cost(estimator, ctx, fc_plan, fc_st, d, startup, objective,
+                                    target)
+                chosen.topology_id = fc_tid
+                chosen.rank = len(candidates) + 1
+                candidates.append(chosen)
+            near = sorted((c for c in candidates if c.pruned_reason is not None),  # rejected
+                          key=lambda c: -(c.cost.estimate.accuracy or 0.0))[:3]
+            warnings.append(
+                "no candidate satisfies all constraints; falling back to the fully connected "
+                "uncompressed plan. Nearest candidates: " + "; ".join(
+                    f"{c.plan.label()} ({c.pruned_reason})" for c in near))
+            chosen.pruned_reason = None
+        if chosen.cost.estimate.notes:
+            warnings.append(f"the {est_name} estimate of the chosen plan extrapolates beyond "
+                            "what it was fitted on: " + "; ".join(chosen.cost.estimate.notes))
+        if alpha_source.startswith("declared") and w.partition == "dirichlet":
+            warnings.append("heterogeneity is the declared alpha; run ANALYZE WORKLOAD for "
+                            "sketch-based statistics")
+        planning_ms = (time.perf_counter() - start) * 1e3
+        result = PlanResult(request=request, context=ctx, estimator=est_name,
+                            objective=objective, chosen=chosen, candidates=tuple(candidates),
+                            fc_accuracy=fc_accuracy, target_accuracy=target, fallback=fallback,
+                            warnings=tuple(warnings), planning_time_ms=planning_ms,
+                            planning_run_id=None)
+        if self.catalog.read_only or not record:
+            return result
+        run_id = record(self.catalog, result, facts.workload_id, self._step)
+        return attrs.evolve(result, planning_run_id=run_id)
+
+    @staticmethod
+    def _target(sla: SLA, w: Workload, fc_accuracy: float) -> float:
+        threshold = sla.accuracy_threshold(fc_accuracy)
+        if threshold is not None:
+            return float(threshold)
+        if w.target_accuracy is not None:
+            return float(w.target_accuracy)
+        return 0.95 * fc_accuracy
+
+    @staticmethod
+    def _cost(estimator, ctx, plan, stats, d, startup, objective, target) -> Candidate:
+        est = estimator.estimate(ctx, plan, stats, target)
+        return Candidate(plan=plan, stats=stats,
+                         cost=Cost(est, round_cost(plan, stats, d), startup, objective))
+
+
+__all__ = ["MAX_CACHED_EDGES", "Optimizer", "PERIODIC_KEPT"]

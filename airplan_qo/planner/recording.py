@@ -1,0 +1,105 @@
+"""Recording a planning run: its ``planning_runs`` row and a ``plans`` row for every candidate,
+chosen, feasible or pruned, with its estimate, costs and pruning reason; and caching computed
+topologies as ``topologies`` rows."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from typing import Any
+
+from ..catalog.analyze import register_workload
+from ..catalog.store import Catalog
+from ..plans.request import PlanResult
+from ..plans.topology import TopologySpec, TopologyStats, WeightArrays
+
+
+def record(catalog: Catalog, result: PlanResult, workload_id: int | None,
+           step: Callable[[str], Any] | None = None) -> int:
+    """Record the run and its candidates in ``catalog`` (``workload_id``: the workload's row,
+    registered here when None; ``step``: told that recording starts). Returns the run's id."""
+    req, w = result.request, result.request.workload
+    cands = result.candidates
+    names = ("planning_run_id", "chosen", "rank", "family", "topology_params",
+             "topology_seed", "weights_rule", "topology_id", "k_ratio", "algorithm",
+             "snr_db", "g_th", "tx_power_dbm", "est_rounds", "reaches_target",
+             "est_accuracy", "est_accuracy_lo", "est_accuracy_hi", "channel_uses", "slots",
+             "airtime_s", "energy_j", "bits", "privacy_epsilon", "total_cost",
+             "pruned_reason", "calibration_ids", "terms")
+    if step is not None:
+        step(f"recording {len(cands)} candidates in the catalog")
+    params_json: dict[TopologySpec, str] = {}
+    with catalog.transaction():
+        # the plans' ids first, so that the run row names its chosen plan as it is inserted
+        ids = catalog.next_ids("plans", len(cands))
+        chosen_id = next(int(pid) for c, pid in zip(cands, ids) if c is result.chosen)
+        run_id = catalog.insert_row("planning_runs", {
+            "workload_id": (register_workload(catalog, w) if workload_id is None
+                            else workload_id),
+            "statement": req.statement or f"plan {w.dataset} on {w.clients} clients",
+            "estimator": result.estimator, "objective": result.objective,
+            "sla": req.sla.render(), "sla_threshold": result.target_accuracy,
+            "n_candidates": len(cands), "fallback": result.fallback,
+            "warnings": list(result.warnings),
+            "planning_time_ms": result.planning_time_ms, "chosen_plan_id": chosen_id})
+        rows = []
+        for c in cands:
+            bd, e, spec, ch = c.cost.breakdown(), c.cost.estimate, c.plan.topology, \
+                c.plan.channel
+            if spec not in params_json:
+                params_json[spec] = spec.params_json()
+            rows.append((
+                run_id, c is result.chosen, c.rank, spec.family, params_json[spec],
+                spec.seed, spec.weights, c.topology_id, c.plan.k_ratio,
+                c.plan.effective_algorithm, ch.snr_db, ch.g_th, ch.tx_power_dbm, e.rounds,
+                c.cost.reaches_target, e.accuracy, e.accuracy_lo, e.accuracy_hi,
+                bd["channel_uses"], bd["slots"], bd["airtime_s"], bd["energy_j"], bd["bits"],
+                bd["privacy_epsilon"], c.cost.total(), c.pruned_reason,
+                list(e.calibration_ids), json.dumps(finite(e.terms), sort_keys=True)))
+        cols: dict[str, Any] = dict(zip(names, (list(col) for col in zip(*rows))))
+        cols["plan_id"] = [int(pid) for pid in ids]
+        catalog.insert_rows("plans", cols)
+        for c, pid in zip(cands, ids):
+            c.plan_id = int(pid)
+    return int(run_id)
+
+
+def finite(terms: dict[str, Any]) -> dict[str, Any]:
+    """``terms`` with NaN and infinite floats as None (JSON has neither)."""
+    return {k: (v if not isinstance(v, float) or math.isfinite(v) else None)
+            for k, v in terms.items()}
+
+
+def store_topologies(catalog: Catalog, computed: list[tuple[TopologyStats, WeightArrays | None]]
+                     ) -> list[int]:
+    """Cache computed topologies (statistics and weight arrays) as ``topologies`` rows; returns
+    their ids."""
+    cols: dict[str, list[Any]] = {k: [] for k in (
+        "family", "params", "n_nodes", "seed", "weights_rule", "n_edges", "max_degree",
+        "mean_degree", "lambda2_laplacian", "lambda2_normalized", "mixing_rho", "mixing_gap",
+        "mixing_p", "slots_per_round", "slots_lower_bound", "edges_src", "edges_dst",
+        "weights", "self_weights", "compute_ms")}
+    for st, arrays in computed:
+        s = st.spectra
+        lists = ((arrays.src.tolist(), arrays.dst.tolist(), arrays.edge_weights.tolist(),
+                  arrays.self_weights.tolist()) if arrays is not None else (None,) * 4)
+        for key, value in (("family", st.spec.family), ("params", st.spec.params_json()),
+                           ("n_nodes", st.spec.n), ("seed", st.spec.seed),
+                           ("weights_rule", st.spec.weights), ("n_edges", s.n_edges),
+                           ("max_degree", s.max_degree), ("mean_degree", s.mean_degree),
+                           ("lambda2_laplacian", s.lambda2_laplacian),
+                           ("lambda2_normalized", s.lambda2_normalized),
+                           ("mixing_rho", s.mixing_rho), ("mixing_gap", s.mixing_gap),
+                           ("mixing_p", s.mixing_p), ("slots_per_round", st.slots_per_round),
+                           ("slots_lower_bound", st.slots_lower_bound),
+                           ("edges_src", lists[0]), ("edges_dst", lists[1]),
+                           ("weights", lists[2]), ("self_weights", lists[3]),
+                           ("compute_ms", st.compute_ms)):
+            cols[key].append(value)
+    with catalog.transaction():
+        ids = catalog.insert_rows("topologies", cols)
+    return [int(i) for i in ids]
+
+
+__all__ = ["finite", "record", "store_topologies"]
