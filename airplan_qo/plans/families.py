@@ -220,10 +220,10 @@ def _gnp(n: int, p: float, seed: int) -> nx.Graph:
     j = k + i + 1 - total + (n - i) * (n - i - 1) // 2
     g = nx.empty_graph(n)
     g.add_edges_from(zip(i.tolist(), j.tolist()))
+    from .mixing import set_edge_arrays
+
     order = np.lexsort((j, i))
-    u, v = i[order], j[order]
-    u.flags.writeable = v.flags.writeable = False
-    g.graph["_edge_arrays"] = (m, u, v)
+    set_edge_arrays(g, i[order], j[order])
     return g
 
 

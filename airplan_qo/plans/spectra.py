@@ -145,6 +145,12 @@ def _mixing_gap(graph: nx.Graph, w: sp.spmatrix, family: str | None) -> tuple[fl
         eig_i_minus_w = a * mus
     elif n <= DENSE_LIMIT:
         eig_i_minus_w = np.linalg.eigvalsh(np.eye(n) - w.toarray())[1:]
+    elif _is_constant_rule(graph, w, off):
+        # W = I - a L (best_constant, max_degree, any rule on a regular graph): the extremes
+        # of I - W are a times the Laplacian's, already computed (and residual-checked) for
+        # lambda2(L), so no eigensolve of its own
+        lam2, lam_max = laplacian_extremes(graph)
+        eig_i_minus_w = float(off[0]) * np.array([lam2, lam_max])
     else:
         i_minus_w = (sp.identity(n, format="csr") - w).tocsr()
         small, large, _ = _extremes(i_minus_w, np.ones(n),
@@ -156,6 +162,17 @@ def _mixing_gap(graph: nx.Graph, w: sp.spmatrix, family: str | None) -> tuple[fl
     gap = float(tent.min())
     gap = float(min(max(gap, 0.0), 1.0))
     return gap, 1.0 - gap
+
+
+def _is_constant_rule(graph: nx.Graph, w: sp.csr_matrix, off: np.ndarray) -> bool:
+    """Whether W = I - a L(G) for one edge weight a > 0: the same weight on every edge, none
+    elsewhere off the diagonal, and rows summing to one."""
+    if not len(off) or off[0] <= 0 or not np.allclose(off, off[0], rtol=1e-12, atol=0):
+        return False
+    coo = w.tocoo()
+    if int(np.count_nonzero((coo.row != coo.col) & (coo.data != 0))) != 2 * len(off):
+        return False   # weights off the graph's edges
+    return bool(np.allclose(w.diagonal(), 1.0 - off[0] * degrees(graph), rtol=0, atol=1e-12))
 
 
 def complete_stats(n: int) -> SpectralStats:

@@ -179,3 +179,34 @@ def test_large_n_spectral_stats_match_arpack(monkeypatch):
         assert getattr(fast, f) == pytest.approx(getattr(dense, f), rel=1e-6)
     assert spectra.laplacian_extremes(g2) == pytest.approx(
         _dense_second_and_last(laplacian(g2)), rel=1e-6)
+
+
+@pytest.mark.parametrize("rule", ["best_constant", "max_degree"])
+def test_constant_rule_gap_comes_from_the_laplacian(monkeypatch, rule):
+    # W = I - a L: the gap is a times the Laplacian's extremes, with no eigensolve of I - W
+    g = build_graph("small_world", 2500, seed=5, k=6)
+    dense = spectral_stats(g, WEIGHTS.get(rule)(g))
+    monkeypatch.setattr(spectra, "DENSE_LIMIT", 1000)
+    g2 = build_graph("small_world", 2500, seed=5, k=6)
+    calls = []
+    extremes = spectra._extremes
+    monkeypatch.setattr(spectra, "_extremes", lambda m, *a, **k: calls.append(m.shape) or
+                        extremes(m, *a, **k))
+    lam = spectra.graph_lambda2(g2, "small_world")
+    fast = spectral_stats(g2, WEIGHTS.get(rule)(g2), laplacian_lambda2=lam)
+    assert len(calls) == 1   # the Laplacian's run only
+    for f in ("mixing_gap", "mixing_rho", "mixing_p"):
+        assert getattr(fast, f) == pytest.approx(getattr(dense, f), rel=1e-6)
+
+
+def test_varying_weights_are_not_taken_for_a_constant_rule():
+    g = build_graph("small_world", 300, seed=1, k=4)
+    u, v = spectra.edge_arrays(g)
+    w_mh = _mh(g)
+    assert not spectra._is_constant_rule(g, w_mh, np.asarray(w_mh[u, v]).ravel())
+    w_bc = WEIGHTS.get("best_constant")(g)
+    assert spectra._is_constant_rule(g, w_bc, np.asarray(w_bc[u, v]).ravel())
+    # the same weight on every edge, but a diagonal that does not make W = I - a L
+    off = sp.csr_matrix(w_bc - sp.diags(w_bc.diagonal()))
+    bad = (off + sp.identity(300) * 0.5).tocsr()
+    assert not spectra._is_constant_rule(g, bad, np.asarray(bad[u, v]).ravel())
