@@ -210,3 +210,24 @@ def test_varying_weights_are_not_taken_for_a_constant_rule():
     off = sp.csr_matrix(w_bc - sp.diags(w_bc.diagonal()))
     bad = (off + sp.identity(300) * 0.5).tocsr()
     assert not spectra._is_constant_rule(g, bad, np.asarray(bad[u, v]).ravel())
+
+
+@pytest.mark.parametrize("n", [6, 8, 12, 31, 64, 100, 257])
+def test_exponential_graph_spectra_in_closed_form_match_dense(n):
+    g = build_graph("exponential", n)
+    assert spectra._closed_form(g, "exponential") == "circulant"
+    s = spectral_stats(g, _mh(g), family="exponential")
+    assert s.method == "closed-form"
+    lap = laplacian(g).toarray()
+    ev = np.linalg.eigvalsh(lap)
+    assert s.lambda2_laplacian == pytest.approx(ev[1], rel=1e-9)
+    assert spectra.laplacian_extremes(g) == pytest.approx((ev[1], ev[-1]), rel=1e-9)
+    nl = laplacian(g, normed=True).toarray()
+    assert s.lambda2_normalized == pytest.approx(np.linalg.eigvalsh(nl)[1], rel=1e-9)
+    w = _mh(g).toarray()
+    rho = np.max(np.abs(np.linalg.eigvalsh(w - np.ones((n, n)) / n)))
+    assert s.mixing_rho == pytest.approx(rho, rel=1e-9, abs=1e-12)
+    # the same family name on another graph is not taken for the circulant
+    h = g.copy()
+    h.remove_edge(*next(iter(h.edges())))
+    assert spectra._closed_form(h, "exponential") is None
