@@ -34,8 +34,7 @@ from .mixing import WEIGHTS
 from .plan import OBJECTIVES, ChannelConfig, Cost, PhysicalPlan, round_cost
 from .sla import ACCURACY_METRICS, SLA, parse_sla
 from .spectra import SpectralStats
-from .topology import (TopologySpec, TopologyStats, WeightArrays, describe_groups,
-                       describe_many)
+from .topology import TopologySpec, TopologyStats, WeightArrays, describe_many
 from .workload import Workload
 
 DEFAULT_FAMILIES = ("ring", "erdos_renyi", "small_world", "clustered", "complete", "exponential")
@@ -457,8 +456,12 @@ class Optimizer:
             graphs: dict[tuple, list[TopologySpec]] = {}   # one graph, several weight rules
             for spec in missing:
                 graphs.setdefault((spec.family, spec.params, spec.seed), []).append(spec)
-            computed = describe_groups(list(graphs.values()), max_edges_kept=MAX_CACHED_EDGES,
-                                       step=self._step)
+            computed = []
+            for i, members in enumerate(graphs.values(), 1):
+                self._step(f"building topology {i}/{len(graphs)}: {members[0].label()} on "
+                           f"{n} clients (graph, OTA schedule, spectra; weights "
+                           f"{', '.join(s.weights for s in members)})")
+                computed += describe_many(members, max_edges_kept=MAX_CACHED_EDGES)
             with _PERIODIC_LOCK:
                 for stats, _ in computed:
                     if stats.spec.periodic:

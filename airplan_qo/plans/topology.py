@@ -8,10 +8,7 @@ prints).
 from __future__ import annotations
 
 import json
-import math
-import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -340,81 +337,3 @@ def describe_many(specs: list[TopologySpec], *, max_edges_kept: int = 0
                                        schedule.lower_bound,
                                        shared_ms + (time.perf_counter() - t0) * 1e3), arrays)
     return [out[s] for s in specs]
-
-
-#: From this many nodes on, the graphs of one planning run are built and analysed side by side
-#: in worker processes (spawned once per run: about a second of imports, against tens of
-#: seconds of graphs, colourings and spectra at N = 1e5).
-PARALLEL_MIN_N = 10_000
-#: The families a spawned process knows (a family registered at run time exists only in the
-#: process that registered it, so its graphs are built here).
-_SPAWNABLE = frozenset({"ring", "erdos_renyi", "small_world", "clustered", "complete",
-                        "exponential", "torus", "k_regular", "star", "d_cliques",
-                        "one_peer_exponential", "base_k", "from_edges"})
-
-
-def describe_groups(groups: list[list[TopologySpec]], *, max_edges_kept: int = 0,
-                    step: Callable[[str], Any] | None = None, workers: int | None = None
-                    ) -> list[tuple[TopologyStats, WeightArrays | None]]:
-    """:func:`describe_many` of each group (the specs of one graph, one per weights rule),
-    concatenated in order. From :data:`PARALLEL_MIN_N` nodes on and with several graphs, they
-    are computed side by side: this process and ``workers - 1`` spawned processes (default:
-    the CPU cores, at most one per graph), the largest graphs first, never more at once than
-    the available memory holds by :func:`.footprint.planning_bytes`. The results are the same
-    values wherever they were computed (pure functions of the specs)."""
-    from .footprint import MEMORY_SHARE, available_memory, planning_bytes
-
-    say = step or (lambda _msg: None)
-    total = len(groups)
-    if not groups:
-        return []
-
-    def message(i: int, where: str = "") -> str:
-        members = groups[i]
-        return (f"building topology {i + 1}/{total}: {members[0].label()} on "
-                f"{members[0].n} clients (graph, OTA schedule, spectra; weights "
-                f"{', '.join(s.weights for s in members)}){where}")
-
-    if workers is None:
-        workers = os.cpu_count() or 1
-    workers = min(int(workers), total)
-    if workers <= 1 or groups[0][0].n < PARALLEL_MIN_N or any(
-            m[0].family not in _SPAWNABLE for m in groups):
-        out: list[tuple[TopologyStats, WeightArrays | None]] = []
-        for i, members in enumerate(groups):
-            say(message(i))
-            out += describe_many(members, max_edges_kept=max_edges_kept)
-        return out
-
-    import multiprocessing
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-
-    need = [max(planning_bytes(s) for s in members) for members in groups]
-    avail = available_memory()
-    budget = math.inf if avail is None else MEMORY_SHARE * avail
-    queue = sorted(range(total), key=lambda i: -need[i])
-    results: list[Any] = [None] * total
-    running: dict[Any, int] = {}
-    pool = ProcessPoolExecutor(workers - 1, mp_context=multiprocessing.get_context("spawn"))
-    try:
-        while queue or running:
-            for future in [f for f in running if f.done()]:
-                results[running.pop(future)] = future.result()
-            in_use = sum(need[i] for i in running.values())
-            if queue and len(running) < workers - 1 and (not running
-                                                         or in_use + need[queue[0]] <= budget):
-                i = queue.pop(0)   # a worker is free: the largest graph left goes to it
-                say(message(i, " in a worker process"))
-                running[pool.submit(describe_many, groups[i],
-                                    max_edges_kept=max_edges_kept)] = i
-            elif queue and (not running or in_use + need[queue[-1]] <= budget):
-                i = queue.pop()    # this process takes the smallest left meanwhile
-                say(message(i))
-                results[i] = describe_many(groups[i], max_edges_kept=max_edges_kept)
-            elif running:
-                wait(list(running), return_when=FIRST_COMPLETED)
-    except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    pool.shutdown(wait=True)
-    return [row for group in results for row in group]

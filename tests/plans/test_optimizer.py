@@ -1,7 +1,6 @@
 import json
 
 import attrs
-import numpy as np
 
 import pytest
 
@@ -228,25 +227,3 @@ def test_unknown_dataset_fails_when_the_workload_is_built():
 
     with pytest.raises(UnknownNameError, match="did you mean 'digits'"):
         aq.Workload(dataset="digitz")
-
-
-def test_graphs_built_side_by_side_give_the_same_statistics(monkeypatch):
-    from airplan_qo.plans import topology
-    from airplan_qo.plans.topology import TopologySpec, describe_groups
-
-    groups = [[TopologySpec.create(f, 60, seed=3, weights=w, **p)
-               for w in ("metropolis_hastings", "best_constant")]
-              for f, p in (("small_world", {"k": 4}), ("erdos_renyi", {"p": 0.2}),
-                           ("clustered", {}), ("exponential", {}))]
-    serial = describe_groups(groups, max_edges_kept=10_000, workers=1)
-    monkeypatch.setattr(topology, "PARALLEL_MIN_N", 2)
-    steps = []
-    parallel = describe_groups(groups, max_edges_kept=10_000, workers=2, step=steps.append)
-    assert any(s.endswith("in a worker process") for s in steps)   # the pool was used
-    assert len(steps) == 4
-    assert [st.spec for st, _ in parallel] == [s for g in groups for s in g]
-    for (a, wa), (b, wb) in zip(serial, parallel):
-        assert attrs.evolve(a, compute_ms=0) == attrs.evolve(b, compute_ms=0)
-        assert np.array_equal(wa.edge_weights, wb.edge_weights)
-        assert np.array_equal(wa.src, wb.src) and np.array_equal(wa.self_weights,
-                                                                 wb.self_weights)
