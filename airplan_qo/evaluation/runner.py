@@ -5,7 +5,8 @@ planned once over the grid's candidate space; every candidate of that planning r
 trained through the ordinary runtime (``Session.execute`` on the planning result with that
 candidate as the chosen plan), for the whole round budget (``stop_at_target=False``) so final
 accuracy and the whole curve are observed. Executions, ``round_stats`` and ``feedback`` are
-recorded like any other run. With ``workers`` > 1 the runs are trained in worker processes, with
+recorded like any other run. With ``workers`` > 1 the runs are trained in ``workers - 1`` worker
+processes and in this process while it would wait for them (:meth:`_Trainer._result`), with
 an ``executor`` (a Dask cluster, any ``concurrent.futures.Executor``; :mod:`.executors`) on its
 workers, and recorded by this process, with the same rows (:class:`_Trainer`).
 

@@ -67,14 +67,16 @@ def spectral_stats(graph: nx.Graph, w: sp.spmatrix, *, family: str | None = None
 
 def _closed_form(graph: nx.Graph, family: str | None) -> str | None:
     """'complete' or 'ring' when the (connected) graph is one, whatever family built it;
-    'circulant' for the exponential family's graph (checked against its edges)."""
+    'circulant' for the exponential family's graph beyond :data:`DENSE_LIMIT` nodes (checked
+    against its edges)."""
     n, m = graph.number_of_nodes(), len(edge_arrays(graph)[0])  # counted once, then cached
     if family == "complete" or m == n * (n - 1) // 2:
         return "complete"
     if n >= 3 and m == n and (family == "ring" or degrees(graph).max() == 2):
         return "ring"  # a connected 2-regular graph is a cycle
-    if family == "exponential" and _is_circulant(graph, _exponential_offsets(n)):
-        return "circulant"
+    if family == "exponential" and n > DENSE_LIMIT and _is_circulant(graph,
+                                                                     _exponential_offsets(n)):
+        return "circulant"   # (up to DENSE_LIMIT the dense values are as fast, and unchanged)
     return None
 
 

@@ -213,7 +213,8 @@ def test_varying_weights_are_not_taken_for_a_constant_rule():
 
 
 @pytest.mark.parametrize("n", [6, 8, 12, 31, 64, 100, 257])
-def test_exponential_graph_spectra_in_closed_form_match_dense(n):
+def test_exponential_graph_spectra_in_closed_form_match_dense(n, monkeypatch):
+    monkeypatch.setattr(spectra, "DENSE_LIMIT", 4)
     g = build_graph("exponential", n)
     assert spectra._closed_form(g, "exponential") == "circulant"
     s = spectral_stats(g, _mh(g), family="exponential")
