@@ -15,6 +15,12 @@ they wait for the calling process to plan and record), and the machine.
     python benchmarks/bench_evaluate.py --workers 1 2 4
     python benchmarks/bench_evaluate.py --workers 1 --dask 2
     python benchmarks/bench_evaluate.py --grid dcliques --seeds 8 --workers 4 16   # longer runs
+    python benchmarks/bench_evaluate.py --repeats 3     # 1, 2, 1, 2, 1, 2: medians, each ratio
+
+With ``--repeats R`` the configurations are run R times, interleaved (1, 2, 1, 2, ...), each into
+a fresh catalog; the figures are medians over the repetitions, and ``ratios`` lists each
+repetition's wall time over the first configuration's in the same repetition (on a shared
+machine the load drifts: neighbouring runs see about the same).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -74,14 +81,23 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, help="seeds per plan (default: the grid's)")
     parser.add_argument("--dask", type=int, metavar="N",
                         help="also time a Dask LocalCluster of N single-threaded workers")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="run the configurations this many times, interleaved (medians)")
     args = parser.parse_args()
-    walls: dict[str, tuple[float, float, float]] = {}
+    load_before = os.getloadavg()
+    reps: list[dict[str, tuple[float, float, float]]] = []
     with tempfile.TemporaryDirectory(prefix="airplan-bench-evaluate-") as tmp:
-        for n in args.workers:
-            walls[str(n)] = _evaluate(args.grid, args.seeds, str(n), ["--workers", str(n)],
-                                      Path(tmp))
-        if args.dask:
-            walls[f"dask-{args.dask}"] = _dask(args.grid, args.seeds, args.dask, Path(tmp))
+        for r in range(max(1, args.repeats)):
+            one: dict[str, tuple[float, float, float]] = {}
+            for n in args.workers:
+                one[str(n)] = _evaluate(args.grid, args.seeds, f"{n}-r{r}",
+                                        ["--workers", str(n)], Path(tmp))
+            if args.dask:
+                one[f"dask-{args.dask}"] = _dask(args.grid, args.seeds, args.dask, Path(tmp))
+            reps.append(one)
+    first = str(args.workers[0])
+    walls = {k: tuple(statistics.median(rep[k][i] for rep in reps) for i in range(3))
+             for k in reps[0]}
     grid = load_grid(args.grid)
     runs = (grid.with_seeds(args.seeds) if args.seeds else grid).n_runs
     base, base_measure, _ = walls[str(args.workers[0])]
@@ -99,6 +115,10 @@ def main() -> None:
         # wait for this process (planning and recording) instead
         "seconds_per_run": {n: round(t / runs, 3) for n, (_, _, t) in walls.items()},
         "workers_busy": {n: round(t / (slots[n] * m), 2) for n, (_, m, t) in walls.items()},
+        "repeats": len(reps),
+        "ratios": {n: [round(rep[n][0] / rep[first][0], 2) for rep in reps] for n in walls},
+        "wall_s_each": {n: [round(rep[n][0], 2) for rep in reps] for n in walls},
+        "load_avg_before": load_before, "load_avg_after": os.getloadavg(),
         "cpu_count": os.cpu_count(), "machine": platform.platform(),
         "python": platform.python_version()}, indent=2))
 

@@ -15,6 +15,13 @@ matrices when pyamg is installed, ARPACK as the fallback); ``arpack`` forces the
 LOBPCG with pyamg's smoothed-aggregation preconditioner for every lambda2 (largest eigenvalues
 by ARPACK). Targets on a 2-core CPU: small_world at N = 1e5 under 2 s of spectra, at N = 1e6
 under 30 s.
+
+Baseline: for each graph whose spectra are not closed-form, the same process also times a plain
+``scipy.sparse.linalg.eigsh(L, which='SM')`` of its Laplacian (the six smallest eigenvalues to
+machine precision, ARPACK's defaults; it gives lambda2(L) alone, where the spectra are lambda2 of
+L and of the normalised Laplacian and the gap of W), before the spectra and on the same graph,
+and reports ``spectra_over_eigsh`` = spectra seconds / eigsh seconds (target: at most 1.5 for
+small_world at N = 1e5); ``--no-baseline`` skips it.
 """
 
 from __future__ import annotations
@@ -41,29 +48,45 @@ def _force(solver: str) -> None:
         spectra._lanczos_extremes = lambda m, null, **kw: (None, None, null is not None)
 
 
-def run_one(family: str, n: int, seed: int, solver: str = "default") -> dict:
+def run_one(family: str, n: int, seed: int, solver: str = "default",
+            baseline: bool = True) -> dict:
     from airplan_qo.plans.families import build_graph
-    from airplan_qo.plans.mixing import WEIGHTS
+    from airplan_qo.plans.mixing import WEIGHTS, laplacian
     from airplan_qo.plans.schedule import ota_schedule
-    from airplan_qo.plans.spectra import spectral_stats
+    from airplan_qo.plans.spectra import _closed_form, spectral_stats
 
     _force(solver)
     t0 = time.perf_counter()
     graph = build_graph(family, n, seed=seed, **PARAMS.get(family, {}))
     w = WEIGHTS.get("metropolis_hastings")(graph)
     t1 = time.perf_counter()
+    build_s = t1 - t0
+    extra = {}
+    if baseline and _closed_form(graph, family) is None:
+        import numpy as np
+        import scipy.sparse.linalg as sla
+
+        lap = laplacian(graph)
+        e0 = time.perf_counter()
+        vals = np.sort(sla.eigsh(lap, which="SM", return_eigenvectors=False))
+        extra["eigsh_sm_s"] = round(time.perf_counter() - e0, 3)
+        extra["eigsh_lambda2"] = float(vals[1])
+        t1 = time.perf_counter()
     stats = spectral_stats(graph, w, family=family)
     t2 = time.perf_counter()
+    if "eigsh_sm_s" in extra:
+        extra["spectra_over_eigsh"] = round((t2 - t1) / max(extra["eigsh_sm_s"], 1e-9), 2)
     schedule = ota_schedule(graph)
     t3 = time.perf_counter()
     return {
-        "family": family, "n": n, "solver": solver, "build_s": round(t1 - t0, 3),
+        "family": family, "n": n, "solver": solver, "build_s": round(build_s, 3),
         "spectra_s": round(t2 - t1, 3), "schedule_s": round(t3 - t2, 3),
-        "total_s": round(t3 - t0, 3), "method": stats.method,
+        "total_s": round(build_s + t3 - t1, 3), "method": stats.method,
         "lambda2_laplacian": stats.lambda2_laplacian,
         "lambda2_normalized": stats.lambda2_normalized, "mixing_gap": stats.mixing_gap,
         "slots_per_round": schedule.slots_per_round,
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        **extra,
     }
 
 
@@ -96,13 +119,16 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=900.0,
                         help="seconds one configuration may run before it is reported as such")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-baseline", action="store_true",
+                        help="do not time the plain eigsh(L, which='SM') baseline")
     parser.add_argument("--one", nargs=3, metavar=("FAMILY", "N", "SOLVER"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args()
     if any(n < 2 for n in args.sizes):
         parser.error("--sizes must be integers >= 2")
     if args.one:
-        print(json.dumps(run_one(args.one[0], int(args.one[1]), args.seed, args.one[2])))
+        print(json.dumps(run_one(args.one[0], int(args.one[1]), args.seed, args.one[2],
+                                 baseline=not args.no_baseline)))
         return
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     rows = []
@@ -110,7 +136,8 @@ def main() -> None:
         for n in args.sizes:
             for solver in args.solvers:
                 cmd = [sys.executable, __file__, "--one", family, str(n), solver,
-                       "--seed", str(args.seed)]
+                       "--seed", str(args.seed)] + (["--no-baseline"] if args.no_baseline
+                                                    or solver != "default" else [])
                 try:
                     out = subprocess.run(cmd, capture_output=True, text=True, env=env,
                                          check=True, timeout=args.timeout)
@@ -120,6 +147,10 @@ def main() -> None:
                                  "timed_out_s": args.timeout})
                 print(json.dumps(rows[-1]), file=sys.stderr)
     print(json.dumps({"benchmark": "spectral", "load_avg": os.getloadavg(), "results": rows,
+                      "spectra_over_eigsh": [
+                          {k: r[k] for k in ("family", "n", "spectra_s", "eigsh_sm_s",
+                                             "spectra_over_eigsh")}
+                          for r in rows if "spectra_over_eigsh" in r],
                       "against_default": compare(rows)}, indent=2))
 
 

@@ -5,7 +5,8 @@ planned once over the grid's candidate space; every candidate of that planning r
 trained through the ordinary runtime (``Session.execute`` on the planning result with that
 candidate as the chosen plan), for the whole round budget (``stop_at_target=False``) so final
 accuracy and the whole curve are observed. Executions, ``round_stats`` and ``feedback`` are
-recorded like any other run. With ``workers`` > 1 the runs are trained in worker processes, with
+recorded like any other run. With ``workers`` > 1 the runs are trained in ``workers - 1`` worker
+processes and in this process while it would wait for them (:meth:`_Trainer._result`), with
 an ``executor`` (a Dask cluster, any ``concurrent.futures.Executor``; :mod:`.executors`) on its
 workers, and recorded by this process, with the same rows (:class:`_Trainer`).
 
@@ -190,6 +191,22 @@ def plan_seed(session, grid: Grid, ws: WorkloadSpec, seed: int) -> SeedPlan:
     return SeedPlan(seed, w, result, candidates, fc_result, fc_cand, stats)
 
 
+def train_here(job) -> tuple[Any, float]:
+    """Train a run in this process as a worker would (:func:`~.executors.train_cached`: the
+    same run bit for bit, the dataset kept for the runs that follow) with one torch thread,
+    restoring this process's thread count afterwards."""
+    import torch
+
+    from .executors import train_cached
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return train_cached(job)
+    finally:
+        torch.set_num_threads(threads)
+
+
 def default_workers() -> int:
     """The ``--workers`` default: the number of CPU cores."""
     return max(1, os.cpu_count() or 1)
@@ -221,6 +238,10 @@ class _Trainer:
         self.slots = self.backend.slots        # runs trained at once (the time estimate)
         self.pool = None
         self.futures: set = set()               # submitted to an executor, not yet collected
+        # local pool: workers - 1 processes, and this process trains runs it would otherwise
+        # wait for (taken back from the pool's queue before a process starts them)
+        self.queued: list = []                  # (job, future) sent to the local pool, in order
+        self.here: dict = {}                    # pool future -> (run, wall) trained here
         self.cache = cached_runs(session.catalog)   # key -> exec_id of recorded runs
         self.submitted: set[str] = set()            # keys trained (or training) by this call
         self.walls: dict[str, float] = {}           # key -> training wall time (s)
@@ -245,10 +266,31 @@ class _Trainer:
             import multiprocessing
             from concurrent.futures import ProcessPoolExecutor
 
-            self.pool = ProcessPoolExecutor(self.slots,
+            self.pool = ProcessPoolExecutor(max(1, self.slots - 1),
                                             mp_context=multiprocessing.get_context("spawn"),
                                             initializer=init_worker)
-        return job, options, self.pool.submit(train, job)
+        future = self.pool.submit(train, job)
+        self.queued.append((job, future))
+        return job, options, future
+
+    def _result(self, future):
+        """(run, wall) of a local pool run: while it has not come back, this process trains
+        runs no worker has started yet itself (the newest first, so the workers keep taking the
+        oldest), the awaited one included; then it waits."""
+        while future not in self.here and not future.done():
+            if not self._train_one_here():
+                break
+        return self.here.pop(future) if future in self.here else future.result()
+
+    def _train_one_here(self) -> bool:
+        """Take back the newest queued run no worker has started and train it in this process
+        (one torch thread, like a worker); False when there is none."""
+        while self.queued:
+            job, future = self.queued.pop()
+            if future.cancel():   # not started by a worker: it is ours now
+                self.here[future] = train_here(job)
+                return True
+        return False
 
     def collect(self, pending, key: str, grid: str) -> None:
         """Record a submitted run (a trained one: tag it) with its evaluation tag, in one
@@ -262,7 +304,7 @@ class _Trainer:
         from ..runtime.execution import record_trained
 
         job, options, future = pending
-        run, wall = future.result()
+        run, wall = future.result() if self.backend.remote else self._result(future)
         self.futures.discard(future)
         if run.status == "aborted":   # Ctrl-C reached the worker: the evaluation is stopping
             raise KeyboardInterrupt
@@ -286,6 +328,7 @@ class _Trainer:
         if self.pool is not None:
             self.pool.shutdown(wait=True, cancel_futures=cancel)
             self.pool = None
+        self.queued.clear()
         if cancel:   # the executor is not ours to shut down: cancel what this call submitted
             for future in self.futures:
                 future.cancel()

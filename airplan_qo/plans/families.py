@@ -205,12 +205,23 @@ def erdos_renyi(n: int, *, seed: int = 0, p: float = 0.2) -> nx.Graph:
 
 
 def _gnp(n: int, p: float, seed: int) -> nx.Graph:
-    """G(n, p) drawn in numpy: a Binomial number of distinct pairs of the upper triangle.
+    """G(n, p) drawn in numpy (:func:`_gnp_arrays`), its sorted edge arrays cached.
 
     Kept instead of ``networkx.fast_gnp_random_graph``: that is not faster end to end (both spend
     their time inserting edges into networkx, and it leaves the sorted edge arrays cached here to
     be extracted again, ~1.5 s at N = 1e5) and it would change every seeded G(n, p) graph.
     """
+    i, j = _gnp_arrays(n, p, seed)
+    g = _graph_from_pairs(n, i, j)
+    from .graphs import set_edge_arrays
+
+    set_edge_arrays(g, i, j)   # already sorted by (i, j)
+    return g
+
+
+def _gnp_arrays(n: int, p: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The edges (i < j, sorted) of G(n, p): a Binomial number of distinct pairs of the upper
+    triangle."""
     rng = np.random.default_rng(seed)
     total = n * (n - 1) // 2
     m = int(rng.binomial(total, p))
@@ -218,13 +229,30 @@ def _gnp(n: int, p: float, seed: int) -> nx.Graph:
     # linear index k of the upper triangle (row-major, i < j) -> (i, j)
     i = n - 2 - np.floor(np.sqrt(-8.0 * k + 4.0 * n * (n - 1) - 7) / 2.0 - 0.5).astype(np.int64)
     j = k + i + 1 - total + (n - i) * (n - i - 1) // 2
+    return i.astype(np.int64), j.astype(np.int64)
+
+
+def _graph_from_pairs(n: int, u: np.ndarray, v: np.ndarray) -> nx.Graph:
+    """The graph ``nx.empty_graph(n)`` + ``add_edges_from(zip(u, v))`` builds (same adjacency,
+    same insertion order; a repeated pair is one edge), with networkx's dicts filled directly:
+    its per-edge checks of nodes and attributes cost about 1.5x the time at 10^6 edges."""
     g = nx.empty_graph(n)
-    g.add_edges_from(zip(i.tolist(), j.tolist()))
-    order = np.lexsort((j, i))
-    u, v = i[order], j[order]
-    u.flags.writeable = v.flags.writeable = False
-    g.graph["_edge_arrays"] = (m, u, v)
+    adj = g._adj
+    for a, b in zip(np.asarray(u).tolist(), np.asarray(v).tolist()):
+        if a == b:
+            adj[a][a] = adj[a].get(a, {})
+        else:
+            data = adj[a].get(b)
+            adj[a][b] = adj[b][a] = {} if data is None else data
+    nx._clear_cache(g)
     return g
+
+
+def _sorted_unique_edges(n: int, u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Pairs as undirected edges (min, max), without self-loops and repeats, sorted."""
+    a, b = np.minimum(u, v), np.maximum(u, v)
+    key = np.unique(a[a != b].astype(np.int64) * n + b[a != b])
+    return key // n, key % n
 
 
 def _small_world_k(n: int) -> int:
@@ -274,16 +302,19 @@ def clustered(n: int, *, seed: int = 0, c: int = 5, p_in: float = 0.8, p_out: fl
     rng = _rng(seed)
     sizes = [n // c + (1 if i < n % c else 0) for i in range(c)]
     starts = np.concatenate([[0], np.cumsum(sizes)])
-    g = nx.empty_graph(n)
+    us: list[np.ndarray] = []   # every pair in the order earlier versions added them
+    vs: list[np.ndarray] = []
     for i, size in enumerate(sizes):
-        block = _resample(lambda s, size=size: _gnp(size, p_in, s),
-                          rng, f"clustered community of size {size} with p_in={p_in}")
-        g.add_edges_from((u + starts[i], v + starts[i]) for u, v in block.edges())
+        bi, bj = _connected_gnp_arrays(size, p_in, rng,
+                                       f"clustered community of size {size} with p_in={p_in}")
+        us.append(bi + starts[i])
+        vs.append(bj + starts[i])
     members = [np.arange(starts[i], starts[i + 1]) for i in range(c)]
     pairs = [(i, (i + 1) % c) for i in range(c if c > 2 else c - 1)]
     for a, b in pairs:
         for _ in range(bridges):
-            g.add_edge(int(rng.choice(members[a])), int(rng.choice(members[b])))
+            us.append(np.array([int(rng.choice(members[a]))]))
+            vs.append(np.array([int(rng.choice(members[b]))]))
     if p_out > 0 and c > 1:
         if n <= EXACT_CROSS_MAX_N:
             # one uniform per inter-community pair: O(n^2), kept up to this size so that seeded
@@ -292,11 +323,34 @@ def clustered(n: int, *, seed: int = 0, c: int = 5, p_in: float = 0.8, p_out: fl
             iu, ju = np.triu_indices(n, 1)
             cross = label[iu] != label[ju]
             pick = rng.random(int(cross.sum())) < p_out
-            g.add_edges_from(zip(iu[cross][pick].tolist(), ju[cross][pick].tolist()))
+            us.append(iu[cross][pick])
+            vs.append(ju[cross][pick])
         else:
             iu, ju = _cross_pairs(rng, starts, p_out)
-            g.add_edges_from(zip(iu.tolist(), ju.tolist()))
+            us.append(iu)
+            vs.append(ju)
+    u = np.concatenate(us).astype(np.int64)
+    v = np.concatenate(vs).astype(np.int64)
+    g = _graph_from_pairs(n, u, v)
+    from .graphs import set_edge_arrays
+
+    set_edge_arrays(g, *_sorted_unique_edges(n, u, v))
     return g
+
+
+def _connected_gnp_arrays(n: int, p: float, seed, what: str) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_gnp_arrays` resampled with derived seeds until connected, as :func:`_resample`
+    does with graphs (the same seeds, so the same draw)."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    for sub in _take(_seed_stream(seed), MAX_RESAMPLES):
+        i, j = _gnp_arrays(n, p, sub)
+        if n == 1 or connected_components(coo_matrix((np.ones(len(i)), (i, j)), shape=(n, n)),
+                                          directed=False)[0] == 1:
+            return i, j
+    raise ValidationError(f"{what}: no connected graph after {MAX_RESAMPLES} seeded draws; "
+                          "increase the edge density")
 
 
 #: Up to this many clients the clustered family draws its random inter-community edges pair by
@@ -332,13 +386,15 @@ def complete(n: int, *, seed: int = 0) -> nx.Graph:
 @family("exponential")
 def exponential(n: int, *, seed: int = 0) -> nx.Graph:
     """Static exponential graph (Ying et al. 2021), undirected: i ~ i +- 2^j mod n, 2^j < n."""
-    g = nx.empty_graph(n)
-    nodes = np.arange(n)
-    j = 1
-    while j < n:
-        g.add_edges_from(zip(nodes.tolist(), ((nodes + j) % n).tolist()))
-        j *= 2
+    nodes = np.arange(n, dtype=np.int64)
+    hops = [1 << e for e in range(max(1, (n - 1).bit_length())) if (1 << e) < n]
+    u = np.tile(nodes, len(hops))
+    v = np.concatenate([(nodes + j) % n for j in hops])
+    g = _graph_from_pairs(n, u, v)
     g.remove_edges_from(nx.selfloop_edges(g))
+    from .graphs import set_edge_arrays
+
+    set_edge_arrays(g, *_sorted_unique_edges(n, u, v))
     return g
 
 

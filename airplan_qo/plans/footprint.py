@@ -8,8 +8,10 @@ then a failed allocation. :func:`planning_bytes` estimates the peak from the exp
 of the family's parameters; :func:`split_by_memory` keeps the specs that fit in the available
 memory and names the others, which the optimizer skips with a warning (or refuses, when none
 fits). The constants are measured peaks (``tracemalloc``) of ``describe_many``: 440-1240 bytes per
-edge of G and about 60 per edge of G^2 (erdos_renyi n = 3000, ring n = 200 000, small_world
-n = 50 000, clustered n = 20 000), rounded up.
+edge of G (erdos_renyi n = 3000, ring n = 200 000, small_world n = 50 000, clustered
+n = 20 000), rounded up; and per edge of G^2, about 60 when G^2 was the sum of two float64
+matrices, now 12-23 (peak RSS at N = 1e5 of the exponential graph and of G(n, 4 ln n / n),
+whose square has 1.07e8 edges: 3.6 GiB against 13.6 estimated with 100 per edge), so 40.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from .families import EXACT_CROSS_MAX_N
 #: Bytes per edge of G while a candidate is planned (graph, weights, spectra), rounded up.
 BYTES_PER_EDGE = 1500
 #: Bytes per edge of G^2 (the OTA schedule colours the square graph).
-BYTES_PER_SQUARE_EDGE = 100
+BYTES_PER_SQUARE_EDGE = 40
 #: Bytes per node on top (arrays, schedule, eigenvectors).
 BYTES_PER_NODE = 3000
 #: Share of the available memory a plan may use.

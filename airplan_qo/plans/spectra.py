@@ -66,13 +66,45 @@ def spectral_stats(graph: nx.Graph, w: sp.spmatrix, *, family: str | None = None
 
 
 def _closed_form(graph: nx.Graph, family: str | None) -> str | None:
-    """'complete' or 'ring' when the (connected) graph is one, whatever family built it."""
+    """'complete' or 'ring' when the (connected) graph is one, whatever family built it;
+    'circulant' for the exponential family's graph beyond :data:`DENSE_LIMIT` nodes (checked
+    against its edges)."""
     n, m = graph.number_of_nodes(), len(edge_arrays(graph)[0])  # counted once, then cached
     if family == "complete" or m == n * (n - 1) // 2:
         return "complete"
     if n >= 3 and m == n and (family == "ring" or degrees(graph).max() == 2):
         return "ring"  # a connected 2-regular graph is a cycle
+    if family == "exponential" and n > DENSE_LIMIT and _is_circulant(graph,
+                                                                     _exponential_offsets(n)):
+        return "circulant"   # (up to DENSE_LIMIT the dense values are as fast, and unchanged)
     return None
+
+
+def _exponential_offsets(n: int) -> np.ndarray:
+    """The neighbour offsets of the exponential graph: +-2^j mod n for 2^j < n, distinct."""
+    hops = [1 << e for e in range(max(1, (n - 1).bit_length())) if (1 << e) < n]
+    offs = {h % n for h in hops} | {(n - h) % n for h in hops}
+    return np.array(sorted(offs - {0}), dtype=np.int64)
+
+
+def _is_circulant(graph: nx.Graph, offsets: np.ndarray) -> bool:
+    """Whether the graph's edges are exactly {i, i + s mod n} for the offsets s."""
+    n = graph.number_of_nodes()
+    u, v = edge_arrays(graph)
+    if 2 * len(u) != n * len(offsets):
+        return False
+    diff = np.unique((v - u) % n)
+    return bool(np.array_equal(np.union1d(diff, (n - diff) % n), offsets))
+
+
+def _circulant_spectrum(n: int, offsets: np.ndarray) -> np.ndarray:
+    """The Laplacian eigenvalues mu_k = sum_s (1 - cos(2 pi k s / n)), k = 1..n-1, of the
+    circulant graph with neighbour offsets s (its eigenvectors are the Fourier modes)."""
+    k = np.arange(1, n, dtype=np.float64)
+    mus = np.zeros(n - 1)
+    for off in offsets:
+        mus += 1.0 - np.cos(2.0 * math.pi * ((k * off) % n) / n)
+    return mus
 
 
 def graph_lambda2(graph: nx.Graph, family: str | None = None) -> tuple[float, float, str]:
@@ -84,6 +116,11 @@ def graph_lambda2(graph: nx.Graph, family: str | None = None) -> tuple[float, fl
     if form == "ring":
         lam2 = 2.0 - 2.0 * math.cos(2.0 * math.pi / n)
         return lam2, lam2 / 2.0, "closed-form"
+    if form == "circulant":  # regular of degree |offsets|: normalised L = L / degree
+        offsets = _exponential_offsets(n)
+        mus = _circulant_spectrum(n, offsets)
+        graph.graph["_laplacian_extremes"] = (float(mus.min()), float(mus.max()))
+        return float(mus.min()), float(mus.min()) / len(offsets), "closed-form"
     adj = adjacency(graph)  # once: every walk of a large networkx graph costs
     lap = sp.csr_matrix(csgraph.laplacian(adj))
     deg = np.asarray(adj.sum(axis=1)).ravel().astype(float)
@@ -139,12 +176,20 @@ def _mixing_gap(graph: nx.Graph, w: sp.spmatrix, family: str | None) -> tuple[fl
         a = float(off[0])
         if form == "complete":
             mus = np.array([float(n)])
+        elif form == "circulant":
+            mus = _circulant_spectrum(n, _exponential_offsets(n))
         else:
             k = np.arange(1, n)
             mus = 2.0 - 2.0 * np.cos(2.0 * math.pi * k / n)
         eig_i_minus_w = a * mus
     elif n <= DENSE_LIMIT:
         eig_i_minus_w = np.linalg.eigvalsh(np.eye(n) - w.toarray())[1:]
+    elif _is_constant_rule(graph, w, off):
+        # W = I - a L (best_constant, max_degree, any rule on a regular graph): the extremes
+        # of I - W are a times the Laplacian's, already computed (and residual-checked) for
+        # lambda2(L), so no eigensolve of its own
+        lam2, lam_max = laplacian_extremes(graph)
+        eig_i_minus_w = float(off[0]) * np.array([lam2, lam_max])
     else:
         i_minus_w = (sp.identity(n, format="csr") - w).tocsr()
         small, large, _ = _extremes(i_minus_w, np.ones(n),
@@ -156,6 +201,17 @@ def _mixing_gap(graph: nx.Graph, w: sp.spmatrix, family: str | None) -> tuple[fl
     gap = float(tent.min())
     gap = float(min(max(gap, 0.0), 1.0))
     return gap, 1.0 - gap
+
+
+def _is_constant_rule(graph: nx.Graph, w: sp.csr_matrix, off: np.ndarray) -> bool:
+    """Whether W = I - a L(G) for one edge weight a > 0: the same weight on every edge, none
+    elsewhere off the diagonal, and rows summing to one."""
+    if not len(off) or off[0] <= 0 or not np.allclose(off, off[0], rtol=1e-12, atol=0):
+        return False
+    coo = w.tocoo()
+    if int(np.count_nonzero((coo.row != coo.col) & (coo.data != 0))) != 2 * len(off):
+        return False   # weights off the graph's edges
+    return bool(np.allclose(w.diagonal(), 1.0 - off[0] * degrees(graph), rtol=0, atol=1e-12))
 
 
 def complete_stats(n: int) -> SpectralStats:

@@ -105,3 +105,20 @@ def test_from_edge_weights_fills_the_diagonal():
     w = from_edge_weights(4, np.array([0, 1, 1]), np.array([1, 2, 3]), np.array([0.5, 0.25, 0.1]))
     assert np.allclose(w.toarray(), [[0.5, 0.5, 0, 0], [0.5, 0.15, 0.25, 0.1],
                                      [0, 0.25, 0.75, 0], [0, 0.1, 0, 0.9]], atol=1e-15)
+
+
+def test_edge_arrays_follow_changes_to_the_graph():
+    from airplan_qo.plans.families import build_graph
+    from airplan_qo.plans.mixing import edge_arrays
+
+    g = build_graph("erdos_renyi", 30, seed=2, p=0.3)   # built with its arrays cached
+    u, v = edge_arrays(g)
+    assert len(u) == g.number_of_edges()
+    assert sorted(zip(u.tolist(), v.tolist())) == sorted(
+        (min(a, b), max(a, b)) for a, b in g.edges())
+    a, b = next((a, b) for a in range(30) for b in range(a + 1, 30) if not g.has_edge(a, b))
+    g.add_edge(a, b)
+    u2, v2 = edge_arrays(g)
+    assert len(u2) == len(u) + 1 and (a, b) in set(zip(u2.tolist(), v2.tolist()))
+    g.remove_edge(a, b)
+    assert len(edge_arrays(g)[0]) == len(u)

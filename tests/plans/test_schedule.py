@@ -118,3 +118,34 @@ def test_iterated_greedy_never_adds_colours():
     assert np.all(improved[coo.row] != improved[coo.col])
     assert improved.max() <= first.max()
     assert ota_schedule(g).slots_per_round <= improved.max() + 1
+
+
+def test_iterated_greedy_stops_at_the_first_pass_without_a_gain_on_a_large_square(
+        monkeypatch):
+    from airplan_qo.plans import schedule
+
+    g = build_graph("erdos_renyi", 2000, seed=3, p=0.01)
+    a2 = square_adjacency(g)
+    first = _greedy(a2, np.argsort(-np.diff(a2.indptr), kind="stable"))
+    full = _iterated_greedy(a2, first)
+    counts = []
+    recolour = schedule._recolour_classes
+
+    def counted(rows, colour, order):
+        out = recolour(rows, colour, order)
+        counts.append((schedule._colours(colour), schedule._colours(out)))
+        return out
+
+    monkeypatch.setattr(schedule, "_recolour_classes", counted)
+    monkeypatch.setattr(schedule, "ITERATED_GREEDY_FULL_NNZ", a2.nnz - 1)   # "large"
+    early = _iterated_greedy(a2, first)
+    coo = a2.tocoo()
+    assert np.all(early[coo.row] != early[coo.col])
+    # every pass but the last saved a colour; the last saved none (or the passes ran out)
+    assert all(after < before for before, after in counts[:-1])
+    assert counts[-1][1] == counts[-1][0] or len(counts) == schedule.ITERATED_GREEDY_PASSES
+    assert schedule._colours(full) <= schedule._colours(early) <= schedule._colours(first)
+    counts.clear()
+    monkeypatch.setattr(schedule, "ITERATED_GREEDY_FULL_NNZ", a2.nnz)       # not large
+    assert np.array_equal(_iterated_greedy(a2, first), full)
+    assert len(counts) == schedule.ITERATED_GREEDY_PASSES

@@ -180,3 +180,56 @@ def test_large_n_spectral_stats_match_arpack(monkeypatch):
         assert getattr(fast, f) == pytest.approx(getattr(dense, f), rel=1e-6)
     assert spectra.laplacian_extremes(g2) == pytest.approx(
         _dense_second_and_last(laplacian(g2)), rel=1e-6)
+
+
+@pytest.mark.parametrize("rule", ["best_constant", "max_degree"])
+def test_constant_rule_gap_comes_from_the_laplacian(monkeypatch, rule):
+    # W = I - a L: the gap is a times the Laplacian's extremes, with no eigensolve of I - W
+    g = build_graph("small_world", 2500, seed=5, k=6)
+    dense = spectral_stats(g, WEIGHTS.get(rule)(g))
+    monkeypatch.setattr(spectra, "DENSE_LIMIT", 1000)
+    g2 = build_graph("small_world", 2500, seed=5, k=6)
+    calls = []
+    extremes = spectra._extremes
+    monkeypatch.setattr(spectra, "_extremes", lambda m, *a, **k: calls.append(m.shape) or
+                        extremes(m, *a, **k))
+    lam = spectra.graph_lambda2(g2, "small_world")
+    fast = spectral_stats(g2, WEIGHTS.get(rule)(g2), laplacian_lambda2=lam)
+    assert len(calls) == 1   # the Laplacian's run only
+    for f in ("mixing_gap", "mixing_rho", "mixing_p"):
+        assert getattr(fast, f) == pytest.approx(getattr(dense, f), rel=1e-6)
+
+
+def test_varying_weights_are_not_taken_for_a_constant_rule():
+    g = build_graph("small_world", 300, seed=1, k=4)
+    u, v = spectra.edge_arrays(g)
+    w_mh = _mh(g)
+    assert not spectra._is_constant_rule(g, w_mh, np.asarray(w_mh[u, v]).ravel())
+    w_bc = WEIGHTS.get("best_constant")(g)
+    assert spectra._is_constant_rule(g, w_bc, np.asarray(w_bc[u, v]).ravel())
+    # the same weight on every edge, but a diagonal that does not make W = I - a L
+    off = sp.csr_matrix(w_bc - sp.diags(w_bc.diagonal()))
+    bad = (off + sp.identity(300) * 0.5).tocsr()
+    assert not spectra._is_constant_rule(g, bad, np.asarray(bad[u, v]).ravel())
+
+
+@pytest.mark.parametrize("n", [6, 8, 12, 31, 64, 100, 257])
+def test_exponential_graph_spectra_in_closed_form_match_dense(n, monkeypatch):
+    monkeypatch.setattr(spectra, "DENSE_LIMIT", 4)
+    g = build_graph("exponential", n)
+    assert spectra._closed_form(g, "exponential") == "circulant"
+    s = spectral_stats(g, _mh(g), family="exponential")
+    assert s.method == "closed-form"
+    lap = laplacian(g).toarray()
+    ev = np.linalg.eigvalsh(lap)
+    assert s.lambda2_laplacian == pytest.approx(ev[1], rel=1e-9)
+    assert spectra.laplacian_extremes(g) == pytest.approx((ev[1], ev[-1]), rel=1e-9)
+    nl = laplacian(g, normed=True).toarray()
+    assert s.lambda2_normalized == pytest.approx(np.linalg.eigvalsh(nl)[1], rel=1e-9)
+    w = _mh(g).toarray()
+    rho = np.max(np.abs(np.linalg.eigvalsh(w - np.ones((n, n)) / n)))
+    assert s.mixing_rho == pytest.approx(rho, rel=1e-9, abs=1e-12)
+    # the same family name on another graph is not taken for the circulant
+    h = g.copy()
+    h.remove_edge(*next(iter(h.edges())))
+    assert spectra._closed_form(h, "exponential") is None
