@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import inspect
 import math
-import re
 from typing import Any, Callable, Sequence
 
 from .errors import AirPlanError, ValidationError
-from .registry import Registry
+from .registry import Registry, user_key
 
 __all__ = ["BUILTIN_MODELS", "MODELS", "build_model", "parameter_count", "register_model"]
 
@@ -51,7 +50,6 @@ class _Builtin:
 for _name in BUILTIN_MODELS:
     MODELS.register(_name, _Builtin(_name))
 
-_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
 _COUNTS: dict[tuple[int, str, tuple[int, ...], int], int] = {}
 
 
@@ -64,19 +62,10 @@ def register_model(name: str, factory: Callable[..., Any], *, replace: bool = Fa
     parameter vector). d, its number of parameters, is counted on the module itself. A built-in
     name cannot be replaced; a name of your own can with ``replace=True``.
     """
-    if not isinstance(name, str) or not _NAME.match(name.strip().lower()):
-        raise ValidationError(f"a model name is a word of letters, digits and underscores "
-                              f"(not starting with a digit), got {name!r}")
+    key = user_key("model", name, BUILTIN_MODELS, MODELS, replace)
     if not callable(factory):
         raise ValidationError(f"model '{name}': the factory must be callable "
                               f"(input_shape, n_classes) -> nn.Module, got {factory!r}")
-    key = name.strip().lower()
-    if key in BUILTIN_MODELS:
-        raise ValidationError(f"'{key}' is a built-in model and cannot be replaced; register "
-                              f"yours under another name")
-    if key in MODELS and not replace:
-        raise ValidationError(f"model '{key}' is already registered; pass replace=True to "
-                              f"replace it")
     MODELS.register(key, _adapt(factory), replace=True)
     for cached in [k for k in _COUNTS if k[1] == key]:
         del _COUNTS[cached]

@@ -23,6 +23,24 @@ def suggest(name: str, choices: list[str]) -> str:
     return f" (did you mean '{original}'?)"
 
 
+def user_key(kind: str, name: object, builtin: tuple[str, ...], registry: "Registry",
+             replace: bool) -> str:
+    """The registry key of a user's own ``kind`` (model, dataset) called ``name``: a word of
+    letters, digits and underscores, not a built-in's name, and not taken unless ``replace``."""
+    key = name.strip().lower() if isinstance(name, str) else ""
+    if not key or not (key[0].isalpha() or key[0] == "_") \
+            or not key.replace("_", "a").isalnum() or not key.isascii():
+        raise ValidationError(f"a {kind} name is a word of letters, digits and underscores "
+                              f"(not starting with a digit), got {name!r}")
+    if key in builtin:
+        raise ValidationError(f"'{key}' is a built-in {kind} and cannot be replaced; register "
+                              f"yours under another name")
+    if key in registry and not replace:
+        raise ValidationError(f"{kind} '{key}' is already registered; pass replace=True to "
+                              f"replace it")
+    return key
+
+
 class Registry(Generic[T]):
     """A name -> object table for one kind of pluggable method."""
 

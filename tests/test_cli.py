@@ -132,7 +132,8 @@ def test_plot_command(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     cat = str(tmp_path / "c.duckdb")
     assert main(["sql", "--catalog", cat, "--quiet",
-                 "TRAIN digits ON 6 CLIENTS WITH (rounds = 4) USING TOPOLOGY ring"]) == 0
+                 "TRAIN digits ON 6 CLIENTS WITH (rounds = 4) USING TOPOLOGY ring "
+                 "FALLBACK COMPLETE"]) == 0
     out = tmp_path / "p.png"
     assert main(["plot", "1", "--catalog", cat, "--out", str(out)]) == 0
     assert out.exists() and out.stat().st_size > 5000

@@ -59,7 +59,7 @@ def test_registered_data_and_a_zero_argument_factory(tmp_path, forget):
     forget += [(DATASETS, "quadrants"), (MODELS, "tiny")]
     with aq.connect(tmp_path / "c.duckdb") as db:
         [r] = db.sql("EXPLAIN ANALYZE TRAIN quadrants ON 4 CLIENTS WITH (model = tiny, "
-                     "rounds = 3, partition = 'iid') USING TOPOLOGY complete")
+                     "rounds = 3, partition = 'iid') USING TOPOLOGY complete FALLBACK COMPLETE")
     assert r.status == "succeeded" and "model=tiny d=28 " in r.text
     assert r.accuracy > 0.5        # four linearly separable quadrants
 

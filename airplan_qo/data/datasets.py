@@ -26,7 +26,7 @@ import attrs
 import numpy as np
 
 from ..errors import DataError, ValidationError
-from ..registry import Registry
+from ..registry import Registry, user_key
 
 __all__ = [
     "DATA_DIR_ENV",
@@ -239,17 +239,7 @@ def register_dataset(name: str, data: Any, *, replace: bool = False) -> None:
     The registration lasts for this process (register again in each process that plans or
     trains it). Built-in names cannot be replaced; your own can with ``replace=True``.
     """
-    if not isinstance(name, str) or not name.strip() or not name.strip().replace("_", "a") \
-            .isalnum() or name.strip()[0].isdigit():
-        raise ValidationError(f"a dataset name is a word of letters, digits and underscores "
-                              f"(not starting with a digit), got {name!r}")
-    key = name.strip().lower()
-    if key in BUILTIN_DATASETS:
-        raise ValidationError(f"'{key}' is a built-in dataset and cannot be replaced; register "
-                              f"yours under another name")
-    if key in DATASETS and not replace:
-        raise ValidationError(f"dataset '{key}' is already registered; pass replace=True to "
-                              f"replace it")
+    key = user_key("dataset", name, BUILTIN_DATASETS, DATASETS, replace)
     if isinstance(data, Dataset) or isinstance(data, (tuple, list)):
         fixed = _as_dataset(key, data)
 

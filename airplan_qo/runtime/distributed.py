@@ -249,17 +249,7 @@ class DistributedTrainer(Trainer):
             if n_rows == 0:
                 continue
             idx = idx[lo:hi] if rows is None else idx[lo:hi][mine]
-            it = to_device(idx.reshape(-1), self.device)
-            m = it.numel()
-            xb = torch.index_select(self.x_train, 0, it, out=self._batch_x[:m]).view(
-                n_rows, cfg.batch_size, *self.x_train.shape[1:])
-            yb = torch.index_select(self.y_train, 0, it, out=self._batch_y[:m]).view(
-                n_rows, cfg.batch_size)
-            step_losses = self._grad(params, xb, yb, grads)
-            if cfg.weight_decay:
-                grads.add_(params, alpha=cfg.weight_decay)
-            torch.add(grads, buf, alpha=cfg.momentum, out=buf)
-            params.add_(buf, alpha=-cfg.lr)
+            step_losses = self._sgd_step(params, buf, grads, idx)
             if rows is None:
                 losses[:, step] = step_losses
             else:

@@ -428,18 +428,7 @@ class Trainer:
                 continue
             if rows is not None:
                 idx = idx[trainable]
-            # index_select: ~4x faster than x[idx2d]
-            it = to_device(idx.reshape(-1), self.device)
-            m = it.numel()
-            xb = torch.index_select(self.x_train, 0, it, out=self._batch_x[:m]).view(
-                n_rows, cfg.batch_size, *self.x_train.shape[1:])
-            yb = torch.index_select(self.y_train, 0, it, out=self._batch_y[:m]).view(
-                n_rows, cfg.batch_size)
-            losses = self._grad(params, xb, yb, grads)
-            if cfg.weight_decay:
-                grads.add_(params, alpha=cfg.weight_decay)
-            torch.add(grads, buf, alpha=cfg.momentum, out=buf)   # buf = momentum * buf + g
-            params.add_(buf, alpha=-cfg.lr)
+            losses = self._sgd_step(params, buf, grads, idx)
             mean = float(losses.mean())
             if self.initial_loss is None and step == 0:
                 self.initial_loss = mean
@@ -448,6 +437,27 @@ class Trainer:
             self.x[rows] = params
             self.m[rows] = buf
         return total / cfg.local_steps if n_rows else float("nan")
+
+    def _sgd_step(self, params: torch.Tensor, buf: torch.Tensor, grads: torch.Tensor,
+                  idx: np.ndarray) -> torch.Tensor:
+        """One momentum-SGD step of the clients whose rows are ``params`` (momentum ``buf``,
+        gradient buffer ``grads``) on their minibatch indices ``idx`` (rows x batch); returns
+        each client's minibatch loss."""
+        cfg = self.config
+        n_rows = params.shape[0]
+        # index_select: ~4x faster than x[idx2d]
+        it = to_device(idx.reshape(-1), self.device)
+        m = it.numel()
+        xb = torch.index_select(self.x_train, 0, it, out=self._batch_x[:m]).view(
+            n_rows, cfg.batch_size, *self.x_train.shape[1:])
+        yb = torch.index_select(self.y_train, 0, it, out=self._batch_y[:m]).view(
+            n_rows, cfg.batch_size)
+        losses = self._grad(params, xb, yb, grads)
+        if cfg.weight_decay:
+            grads.add_(params, alpha=cfg.weight_decay)
+        torch.add(grads, buf, alpha=cfg.momentum, out=buf)   # buf = momentum * buf + g
+        params.add_(buf, alpha=-cfg.lr)
+        return losses
 
     def step(self) -> dict:
         """Run one round and return its dict (keys :data:`ROUND_KEYS`)."""
