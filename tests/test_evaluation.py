@@ -771,3 +771,26 @@ def test_report_shows_full_hindsight_with_three_seeds(tmp_path):
     assert fh["advisors"]["hindsight: reached in all 3 seeds"]["workloads"] == 2
     text = (tmp_path / "out" / "report.md").read_text()
     assert "**Full hindsight.**" in text and "| hindsight: reached in all 3 seeds |" in text
+
+
+def test_seed_run_figures_judge_picks_against_the_confident_oracle():
+    from airplan_qo.evaluation.metrics import PlanSummary, seed_run_figures
+
+    def s(w, plan, cost, reached):
+        return PlanSummary(w, plan, plan.split()[0], 4, reached, 0.9, 0.0, cost, 10, None,
+                           None, reached > 2)
+
+    summaries = {
+        "w1": {"ring k=1": s("w1", "ring k=1", 100, 3),             # cheap, misses one seed
+               "complete k=1": s("w1", "complete k=1", 300, 4)},    # the confident oracle
+        "w2": {"ring k=1": s("w2", "ring k=1", 50, 2),
+               "complete k=1": s("w2", "complete k=1", 80, 3)}}     # no plan reaches all 4
+    out = seed_run_figures({"w1": "ring k=1", "w2": "complete k=1"}, summaries)
+    assert out["workloads"] == 2
+    assert out["seed_runs_reached"] == pytest.approx((3 + 3) / 8)
+    assert out["picks_reached_every_seed"] == 0
+    assert out["with_confident_oracle"] == 1
+    assert out["median_ratio_to_confident_oracle"] == pytest.approx(100 / 300)
+    fc = seed_run_figures({"w1": "complete k=1", "w2": "complete k=1", "w3": "x"}, summaries)
+    assert fc["workloads"] == 2 and fc["picks_reached_every_seed"] == 1
+    assert fc["gmean_ratio_to_confident_oracle"] == pytest.approx(1.0)

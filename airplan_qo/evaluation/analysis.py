@@ -34,8 +34,8 @@ from .ttt_crossval import reference as ttt_reference
 from .grid import Grid, WorkloadSpec
 from .metrics import (Comparison, PairedTest, PlanSummary, RunOutcome, assign_folds, compare,
                       family_scores, full_hindsight, geometric_mean, mape, measured_target,
-                      noise_ceiling, oracle, paired_test, policy_table, rate, stats_of,
-                      summarize)
+                      noise_ceiling, oracle, paired_test, policy_table, rate, seed_run_figures,
+                      stats_of, summarize)
 from .runner import Measured, RunRecord, _matches, client_variance
 
 
@@ -596,6 +596,11 @@ def _time_to_target(measured, outcome_of, summaries, folds_of, notes: list[str],
                                                    for c in cmps]) if cmps else None
     out["prediction"] = prediction_quality(ev["errors"])
     out["noise_ceiling"] = _noise_ceiling(measured, outcome_of, ev)
+    fc = {m.spec.key: m.seeds[min(m.seeds)].fc_candidate.plan.label() for m in measured}
+    out["seed_runs"] = {
+        "time-to-target advisor (reference predicted)": seed_run_figures(
+            {c.workload: c.advisor_plan for c in ev["comparisons"]["predicted_fc"]}, summaries),
+        "always the fully connected reference": seed_run_figures(fc, summaries)}
     by_key = ev["pilot_cost_over_oracle"]
     shares = list(by_key.values())
     with_pilot = [c.cost_ratio + by_key.get(c.workload, 0.0)

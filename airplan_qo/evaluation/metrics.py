@@ -462,6 +462,35 @@ def assign_folds(keys: Sequence[str], folds: int, seed: int,
     return out
 
 
+def seed_run_figures(picks: Mapping[str, str],
+                     summaries: Mapping[str, Mapping[str, PlanSummary]]) -> dict[str, Any]:
+    """What a user of ``picks`` (workload -> plan label) sees run by run: the share of the
+    picks' seed runs that reach the target, how many picks reach it in every seed, and the
+    pick's cost ratio to the **confident oracle**, the cheapest measured plan that reached the
+    target in every seed (over the workloads that have one; some have none, where every plan
+    misses in some seed)."""
+    reached = seeds = always = 0
+    ratios = []
+    for key, label in picks.items():
+        by_plan = summaries.get(key, {})
+        pick = by_plan.get(label)
+        if pick is None:
+            continue
+        reached += pick.n_reached
+        seeds += pick.n_seeds
+        always += pick.n_reached == pick.n_seeds
+        sure = [s.cost for s in by_plan.values()
+                if s.n_seeds and s.n_reached == s.n_seeds and s.cost > 0]
+        if sure:
+            ratios.append(pick.cost / min(sure))
+    return {"workloads": sum(1 for k, lab in picks.items() if lab in summaries.get(k, {})),
+            "seed_runs_reached": reached / seeds if seeds else None,
+            "picks_reached_every_seed": int(always),
+            "with_confident_oracle": len(ratios),
+            "median_ratio_to_confident_oracle": float(np.median(ratios)) if ratios else None,
+            "gmean_ratio_to_confident_oracle": geometric_mean(ratios)}
+
+
 def rate(values: Iterable[bool | None]) -> tuple[float | None, int]:
     """(fraction of True, n) over the values that are not None."""
     vals = [bool(v) for v in values if v is not None]
@@ -481,4 +510,4 @@ __all__ = ["RunOutcome", "PlanSummary", "Comparison", "FamilyScore", "PairedTest
            "outcome_from_curve", "measured_target", "summarize", "oracle", "compare",
            "within_noise", "policy_table", "geometric_mean", "hindsight_pick", "noise_ceiling",
            "full_hindsight", "family_scores", "mape", "paired_test", "assign_folds", "rate",
-           "stats_of"]
+           "seed_run_figures", "stats_of"]

@@ -189,6 +189,20 @@ def render(analysis, *, figures: list[Path], wall_s: float, command: str,
         lines += _table(["variant", "within-noise match", "pick meets the SLA",
                          "median cost ratio", "geometric-mean cost ratio",
                          "median abs log error of T", "90% coverage"], rows)
+        sr = ttt.get("seed_runs") or {}
+        if sr:
+            lines += ["What a user sees run by run: the share of the pick's seed runs that reach "
+                      "the target, and the pick's cost to the cheapest plan that reached the "
+                      "target in every seed (the confident oracle; workloads without one are "
+                      "left out of the ratios).", ""]
+            lines += _table(
+                ["advisor", "seed runs that reach the target", "picks reaching it in every seed",
+                 "workloads with a confident oracle", "median cost ratio to it",
+                 "geometric-mean cost ratio to it"],
+                [[name, _pct(f["seed_runs_reached"]),
+                  f"{f['picks_reached_every_seed']}/{f['workloads']}",
+                  str(f["with_confident_oracle"]), _num(f["median_ratio_to_confident_oracle"]),
+                  _num(f["gmean_ratio_to_confident_oracle"])] for name, f in sr.items()])
         pc = ttt.get("pilot_cost_over_oracle") or {}
         if pc.get("median") is not None:
             lines += [f"Pilot racing (replayed on the measured runs: up to 3 cheaper contenders "
