@@ -261,7 +261,13 @@ class Watchdog:
 
     ``fired`` tells afterwards whether it did. Leaving the block stops the timer; an interrupt
     racing with the end of the statement is harmless (DuckDB clears it at the next statement).
+    DuckDB also clears an interrupt that arrives before the statement has started, so once the
+    deadline has passed the interrupt is repeated every :attr:`REPEAT` seconds until the block
+    is left: a statement that began late (a busy machine) is still stopped.
     """
+
+    #: Seconds between repeated interrupts after the deadline.
+    REPEAT = 0.2
 
     def __init__(self, con: duckdb.DuckDBPyConnection, seconds: float | None):
         self.con, self.seconds = con, seconds
@@ -273,9 +279,16 @@ class Watchdog:
 
     def _fire(self) -> None:
         with self._lock:
-            if self._active:
-                self.fired = True
-                self.con.interrupt()
+            if not self._active:
+                return
+            self.fired = True
+            self.con.interrupt()
+            self._start(self.REPEAT)
+
+    def _start(self, seconds: float) -> None:
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
 
     def expired(self) -> bool:
         return self.fired or time.monotonic() >= self._deadline
@@ -284,16 +297,15 @@ class Watchdog:
         if self.seconds is not None:
             self._active = True
             self._deadline = time.monotonic() + self.seconds
-            self._timer = threading.Timer(self.seconds, self._fire)
-            self._timer.daemon = True
-            self._timer.start()
+            self._start(self.seconds)
         return self
 
     def __exit__(self, *exc: object) -> None:
         with self._lock:
             self._active = False
-        if self._timer is not None:
-            self._timer.cancel()
+            timer = self._timer
+        if timer is not None:
+            timer.cancel()
 
 
 def run_query(con: duckdb.DuckDBPyConnection, sql: str, *, limits: SqlLimits,

@@ -11,6 +11,7 @@ import json
 import re
 import subprocess
 import sys
+import threading
 import time
 
 import duckdb
@@ -19,7 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import airplan_qo as aq
-from airplan_qo.catalog.sandbox import DEFAULT_MEMORY_LIMIT, DEFAULT_TIMEOUT, parse_memory_limit
+from airplan_qo.catalog.sandbox import (DEFAULT_MEMORY_LIMIT, DEFAULT_TIMEOUT, Watchdog,
+                                     parse_memory_limit)
 from airplan_qo.catalog.schema import TABLES
 from airplan_qo.cli import build_parser, main
 from airplan_qo.errors import (
@@ -328,6 +330,25 @@ def test_runaway_recursive_cte_is_stopped_at_the_time_limit(catalog, counts, cap
     err = _cli_refuses(["sql", "--catalog", str(catalog), "--timeout", "1", RUNAWAY], capsys,
                        "statement time limit of 1 s")
     assert time.monotonic() - started < 10 and "--timeout" in err
+
+
+def test_a_statement_that_starts_after_the_deadline_is_still_stopped():
+    """DuckDB clears an interrupt that arrives before a statement starts; on a busy machine the
+    deadline can pass before the statement begins, so the watchdog repeats its interrupt."""
+    con = duckdb.connect()
+    safety = threading.Timer(20, con.interrupt)  # ends the statement if the watchdog does not
+    safety.daemon = True
+    safety.start()
+    try:
+        with Watchdog(con, 0.05) as watchdog:
+            time.sleep(0.3)  # the deadline passes before the statement starts
+            started = time.monotonic()
+            with pytest.raises(duckdb.InterruptException):
+                con.execute(RUNAWAY).fetchall()
+        assert watchdog.fired and time.monotonic() - started < 5
+    finally:
+        safety.cancel()
+        con.close()
 
 
 def test_the_time_limit_covers_fetching_a_long_result(catalog, counts):
