@@ -279,6 +279,45 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ranks_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ranks", type=_positive_int, default=1, metavar="N",
+                   help="train over N processes on this machine (torch.distributed: gloo on "
+                        "CPUs, NCCL on GPUs); the same as starting the command under torchrun "
+                        "--standalone --nproc-per-node N -m airplan_qo (default 1)")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of processes >= 1, got {text!r}")
+    return value
+
+
+def _relaunch(argv: list[str], ranks: int) -> int:
+    """Run ``argv`` (without ``--ranks``) as ``ranks`` processes under torch's launcher
+    (``python -m torch.distributed.run --standalone``) and return its exit status."""
+    import subprocess
+
+    rest, skip = [], False
+    for token in argv:
+        if skip:
+            skip = False
+        elif token == "--ranks":
+            skip = True
+        elif not token.startswith("--ranks="):
+            rest.append(token)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           "--nproc-per-node", str(ranks), "-m", "airplan_qo", *rest]
+    try:
+        return subprocess.run(cmd).returncode
+    except KeyboardInterrupt:
+        # the processes got the interrupt too: rank 0 records the execution as aborted
+        return 130
+
+
 def _device_flag(p: argparse.ArgumentParser, text: str) -> None:
     # checked by the session, so a bad value is the usual one-line error naming the forms
     p.add_argument("--device", metavar="DEVICE", help=text)
@@ -420,6 +459,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="continue an aborted execution from its last checkpoint instead")
     _device_flag(p, "where TRAIN statements train unless they say WITH (device = ...): "
                     "cpu (default), cuda, cuda:N, or auto (CUDA when present)")
+    _ranks_flag(p)
     p.set_defaults(func=cmd_sql)
 
     p = sub.add_parser("shell", parents=[common, limits], help="interactive SQL shell",
@@ -489,6 +529,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true")
     _device_flag(p, "where to continue: cpu, cuda, cuda:N or auto (default: the device the "
                     "execution was asked to use)")
+    _ranks_flag(p)
     p.set_defaults(func=cmd_resume)
 
     p = sub.add_parser("abandon", parents=[common],
@@ -590,6 +631,11 @@ def _main(argv: Sequence[str] | None) -> int:
     if not getattr(args, "func", None):
         print(NO_COMMAND_HINT, file=sys.stderr)
         return 2
+    if getattr(args, "ranks", 1) > 1:
+        from .runtime import distributed_launch
+
+        if not distributed_launch():
+            return _relaunch(argv, args.ranks)
     from .catalog.store import default_wait, set_default_wait
 
     previous = default_wait()

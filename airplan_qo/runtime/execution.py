@@ -235,7 +235,8 @@ def prepare(catalog: Catalog, result, *, stop_at_target: bool = True,
     _check_training_memory(w.clients, result.context.d, config.resolved_algorithm, resolved)
     options = {"dataset": w.dataset, "clients": w.clients, "workload": w.params(),
                "run_config": config.as_dict(), "planning_run_id": result.planning_run_id,
-               "feedback_basis": feedback_basis(result), "device": device_name(resolved)}
+               "feedback_basis": feedback_basis(result), "device": device_name(resolved),
+               "processes": _processes()}
     if reoptimize is None:
         reoptimize = stop_at_target
     if reoptimize:
@@ -289,6 +290,14 @@ def record_trained(catalog: Catalog, job: TrainJob, options: dict[str, Any], run
         feedback = _record_outcome(catalog, exec_id, job.plan_id, run, options["feedback_basis"],
                                    written=set(), ckpt=None, rewired=False)
     return ExecutionReport(exec_id, job.plan_id, run, tuple(feedback), elapsed_s * 1e3)
+
+
+def _processes() -> int:
+    """How many processes train a run started here: the torch.distributed group's size, else 1."""
+    from . import distributed
+
+    group = distributed.active()
+    return group.world if group is not None else 1
 
 
 def _trainer(w, spec: TopologySpec, config: RunConfig) -> Trainer:
@@ -575,6 +584,10 @@ def resume(catalog: Catalog, exec_id: int, *, quiet: bool = False,
     options["device"] = resolved
     if resolved != previous[-1]:
         options["devices"] = [*previous, resolved]
+    before = options.get("processes_history") or [options.get("processes", 1)]
+    options["processes"] = _processes()
+    if options["processes"] != before[-1]:
+        options["processes_history"] = [*before, options["processes"]]
     reopt, bases = _resumed_reoptimizer(catalog, exec_id, options, w, plan_row, spec, planner)
     catalog.update_row("executions", exec_id, {"status": "running", "reason": None,
                                                "finished_at": None, "heartbeat_at": _now(),

@@ -8,6 +8,7 @@ resume across a different number of processes, and the CLI under torchrun."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -229,6 +230,15 @@ def _round_stats(catalog: Path) -> list[tuple]:
             "dropout_rate FROM airplan.round_stats ORDER BY exec_id, round")]
 
 
+def _processes(catalog: Path) -> list[int]:
+    """The ``processes`` each execution of ``catalog`` recorded in its options."""
+    from airplan_qo.catalog.store import Catalog
+
+    with Catalog.open(catalog, read_only=True) as cat:
+        return [int(row["p"]) for row in cat.query(
+            "SELECT options->>'processes' AS p FROM airplan.executions ORDER BY exec_id")]
+
+
 def _cli(args: list[str], cwd: Path, world: int = 1) -> subprocess.CompletedProcess:
     launcher = ([] if world == 1 else
                 ["-m", "torch.distributed.run", "--nproc-per-node", str(world),
@@ -265,3 +275,24 @@ def test_cli_under_torchrun_trains_and_resumes_like_one_process(tmp_path):
     done = _cli(["resume", "--catalog", str(one), "--quiet", "1"], tmp_path, world=2)
     assert "execution 1: succeeded after 12 rounds" in done.stdout
     assert _round_stats(one) == rows
+    with Catalog.open(one, read_only=True) as cat:
+        history = cat.query("SELECT options->'processes_history' AS h FROM airplan.executions")
+    assert json.loads(history[0]["h"]) == [1, 2]
+
+
+def test_cli_ranks_option_trains_like_one_process(tmp_path):
+    """``airplan sql --ranks 2 "TRAIN ..."`` starts the two processes itself (torch's launcher,
+    standalone) and records what one process records; ``--ranks 0`` is refused."""
+    statement = ("TRAIN digits ON 6 CLIENTS WITH (rounds = 5, snr_db = 5, dropout = 0.2) "
+                 "USING TOPOLOGY ring SLA accuracy >= 0.99 FALLBACK COMPLETE")
+    one, two = tmp_path / "one.duckdb", tmp_path / "two.duckdb"
+    _cli(["sql", "--catalog", str(one), "--quiet", statement], tmp_path)
+    done = _cli(["sql", "--ranks", "2", "--catalog", str(two), "--quiet", statement], tmp_path)
+    assert "succeeded" in done.stdout
+    rows = _round_stats(one)
+    assert len(rows) == 5 and _round_stats(two) == rows
+    assert _processes(one) == [1] and _processes(two) == [2]
+    refused = subprocess.run([sys.executable, "-m", "airplan_qo", "sql", "--ranks", "0",
+                              "SELECT 1"], cwd=tmp_path, env=_env(), capture_output=True,
+                             text=True, timeout=120)
+    assert refused.returncode == 2 and "--ranks" in refused.stderr
