@@ -84,6 +84,36 @@ def check_algorithm(value: Any) -> str:
     return text
 
 
+def parse_transport(value: Any) -> tuple[str, int | None]:
+    """One transport choice as (name, bits): ``"ota"``, ``"digital"`` (bits None: the default
+    widths :data:`DEFAULT_DIGITAL_BITS`), ``"digital(8)"``, ``"digital(bits=8)"`` or a
+    ``(name, bits)`` pair; ValidationError otherwise."""
+    if isinstance(value, (tuple, list)):
+        if len(value) != 2:
+            raise ValidationError(f"a transport pair is (name, bits), got {value!r}")
+        name, bits = check_transport(value[0]), value[1]
+    else:
+        text = str(value).strip().lower().replace(" ", "")
+        name, _, rest = text.partition("(")
+        bits = None
+        if rest:
+            if not rest.endswith(")"):
+                raise ValidationError(f"unclosed '(' in transport {value!r}")
+            arg = rest[:-1]
+            key, eq, num = arg.partition("=")
+            if eq and key not in ("bits", "b"):
+                raise ValidationError(f"unknown parameter '{key}' for transport {name!r}; "
+                                      f"allowed: bits")
+            bits = num if eq else arg
+        name = check_transport(name)
+    if bits is None:
+        return name, None
+    if name != "digital":
+        raise ValidationError("bits applies to the digital transport only: an over-the-air "
+                              "payload is analog (not quantised)")
+    return name, check_bits(bits)
+
+
 def auto_rule(k_ratio: float) -> str:
     """What ``auto`` runs: D-SGD at k = 1, CHOCO below."""
     return "dsgd" if k_ratio >= 1 else "choco"
@@ -206,4 +236,4 @@ __all__ = ["AUTO_ALGORITHMS", "AUTO_TRANSPORTS", "COSTED_ALGORITHMS", "Combinati
            "DEFAULT_DIGITAL_BITS", "EXACT_BITS", "EXCLUSIONS", "MAX_BITS", "MIN_BITS",
            "PLAN_ALGORITHMS", "SERVER_ALGORITHMS", "TRANSPORTS", "auto_rule", "canonical",
            "check_algorithm", "check_bits", "check_transport", "exclusion", "extra_reals",
-           "payload_vectors", "resolve", "transport_label"]
+           "parse_transport", "payload_vectors", "resolve", "transport_label"]

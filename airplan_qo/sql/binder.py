@@ -19,6 +19,7 @@ from ..data.datasets import DATASETS
 from ..errors import BindError, UnknownNameError, ValidationError
 from ..plans.families import FAMILIES
 from ..plans.mixing import WEIGHTS
+from ..plans.operators import check_algorithm, check_bits, check_transport
 from ..plans.sla import DEFAULT_SLA, SLA, SLAError, sla_from_expression, sla_with_target
 from ..plans.workload import NOT_SETTINGS, WORKLOAD_PARAMS, Workload, coerce_param
 from ..registry import suggest
@@ -59,6 +60,10 @@ class BoundTrain:
     topologies: tuple[tuple[str, dict[str, Any]], ...] | None = None
     weights: tuple[str, ...] | None = None
     sparsity: tuple[float, ...] | None = None
+    #: ``USING TRANSPORT``: (name, bits or None for the default widths); None = AUTO
+    transports: tuple[tuple[str, int | None], ...] | None = None
+    #: ``USING ALGORITHM``: algorithm names; None = AUTO
+    algorithms: tuple[str, ...] | None = None
     sla: SLA = DEFAULT_SLA
     confidence: float | None = None
     budgets: dict[str, float] = attrs.field(factory=dict)
@@ -212,6 +217,49 @@ class _Binder:
                 values.append(k)
         return tuple(values)
 
+    def transports(self, stmt: Train):
+        clause = stmt.args.get("transport")
+        if clause is None or clause.args.get("auto"):
+            return None
+        out: list[tuple[str, int | None]] = []
+        for spec in clause.expressions:
+            try:
+                name = check_transport(spec.this.this)
+            except ValidationError as e:
+                raise self.error(str(e), spec.this) from None
+            bits: int | None = None
+            for setting in spec.expressions or []:
+                key = str(setting.this.this).lower()
+                if key != "bits":
+                    raise self.error(f"unknown parameter '{key}' for transport '{name}'"
+                                     f"{suggest(key, ['bits'])}; allowed: "
+                                     f"{'bits' if name == 'digital' else 'none'}", setting.this)
+                if name != "digital":
+                    raise self.error("bits applies to the digital transport only: an "
+                                     "over-the-air payload is analog (not quantised)",
+                                     setting.this)
+                try:
+                    bits = check_bits(self.value(setting.expression))
+                except ValidationError as e:
+                    raise self.error(str(e), setting.expression) from None
+            if (name, bits) not in out:
+                out.append((name, bits))
+        return tuple(out)
+
+    def algorithms(self, stmt: Train):
+        clause = stmt.args.get("algorithm")
+        if clause is None or clause.args.get("auto"):
+            return None
+        names: list[str] = []
+        for ident in clause.expressions:
+            try:
+                name = check_algorithm(ident.this)
+            except ValidationError as e:
+                raise self.error(str(e), ident) from None
+            if name not in names:
+                names.append(name)
+        return tuple(names)
+
     def confidence(self, stmt: Train) -> float | None:
         clause = stmt.args.get("sla")
         literal = clause.args.get("confidence") if clause is not None else None
@@ -325,6 +373,8 @@ def bind(statement: Statement) -> BoundTrain | BoundAnalyze:
         topologies=binder.topologies(train, workload.clients),
         weights=binder.weights(train),
         sparsity=binder.sparsity(train),
+        transports=binder.transports(train),
+        algorithms=binder.algorithms(train),
         sla=binder.sla(train, workload.target_accuracy),
         confidence=binder.confidence(train),
         budgets=binder.budgets(train),
