@@ -20,6 +20,11 @@ within its budget B is right-censored, log T > log B, and contributes log(1 - Ph
 to the likelihood instead of being dropped or read as "never". Coefficients of interactions get a
 ridge penalty; main effects a weak one.
 
+Plans outside the fitted runs' operators (a digital transport: its quantisation enters as the
+noise feature in place of the channel noise; an algorithm other than D-SGD/CHOCO: gradient
+tracking without the heterogeneity terms) are flagged in ``notes`` and their log-T spread is
+widened (:meth:`TimeToTargetEstimator.operator_spread`), as for an unseen dataset.
+
 A prediction is a normal distribution of log T, so P(meets the SLA) = P(T <= B) =
 Phi((log B - mu) / s), which the chance-constrained planner compares with a confidence level.
 """
