@@ -132,3 +132,24 @@ def test_ota_wins_channel_uses(db):
     assert r.chosen.plan.transport == "ota"
     dig = next(c for c in r.candidates if c.plan.transport == "digital")
     assert dig.cost.per_round.channel_uses > r.chosen.cost.per_round.channel_uses
+
+
+def test_estimators_model_quantisation_and_gradient_tracking(db):
+    from airplan_qo.costmodels.features import quantisation_noise
+
+    assert quantisation_noise(32, 2.0, 4810) == 0.0
+    assert 0 < quantisation_noise(8, 2.0, 4810) < quantisation_noise(1, 2.0, 4810)
+    w = aq.Workload(dataset="digits", clients=20, alpha=0.1, snr_db=10)
+    for estimator in ("ttt", "dsgd"):
+        r = db.plan(w, topologies=["ring"], sparsity=[1.0], weights=["metropolis_hastings"],
+                    transports=["digital(bits=1)", "digital(bits=32)"],
+                    algorithms=["dsgd", "gradient_tracking"], estimator=estimator,
+                    fallback="complete")
+        by = {(c.plan.effective_algorithm, c.plan.bits): c.cost.estimate
+              for c in r.candidates if c.plan.topology.family == "ring"}
+        key = "mu" if estimator == "ttt" else "error_floor"
+        # coarser quantisation needs more rounds (ttt) or leaves a higher floor (dsgd)
+        assert by[("dsgd", 1)].terms[key] > by[("dsgd", 32)].terms[key]
+        # gradient tracking drops the heterogeneity term: fewer rounds / a lower floor
+        assert by[("gradient_tracking", 32)].terms[key] < by[("dsgd", 32)].terms[key]
+        assert any("gradient_tracking" in n for n in by[("gradient_tracking", 32)].notes)
