@@ -19,7 +19,8 @@ from ..data.datasets import DATASETS
 from ..errors import BindError, UnknownNameError, ValidationError
 from ..plans.families import FAMILIES
 from ..plans.mixing import WEIGHTS
-from ..plans.operators import check_algorithm, check_bits, check_transport
+from ..plans.operators import (AUTO_TRANSPORTS, EXACT_BITS, check_algorithm, check_bits,
+                               check_transport, exclusion)
 from ..plans.sla import DEFAULT_SLA, SLA, SLAError, sla_from_expression, sla_with_target
 from ..plans.workload import NOT_SETTINGS, WORKLOAD_PARAMS, Workload, coerce_param
 from ..registry import suggest
@@ -260,6 +261,23 @@ class _Binder:
                 names.append(name)
         return tuple(names)
 
+    def check_operators(self, stmt: Train, workload: Workload,
+                        transports: tuple | None, algorithms: tuple | None) -> None:
+        """An algorithm named in USING ALGORITHM that every transport of the statement excludes
+        (a rule that holds whatever the topology and k) is a BindError at its name, with the
+        rule's reason."""
+        clause = stmt.args.get("algorithm")
+        if clause is None or algorithms is None:
+            return
+        pairs = ([(t, b if b is not None else EXACT_BITS) for t, b in transports]
+                 if transports is not None else list(AUTO_TRANSPORTS))
+        for ident in clause.expressions:
+            name = check_algorithm(ident.this)
+            reasons = [exclusion(name, t, bits=b, access_point=workload.access_point)
+                       for t, b in pairs]
+            if all(r is not None for r in reasons):
+                raise self.error(f"USING ALGORITHM {name}: {reasons[0]}", ident)
+
     def confidence(self, stmt: Train) -> float | None:
         clause = stmt.args.get("sla")
         literal = clause.args.get("confidence") if clause is not None else None
@@ -365,6 +383,8 @@ def bind(statement: Statement) -> BoundTrain | BoundAnalyze:
     train = statement.this if explain else statement
     options = binder.options(statement) if explain else ExplainOptions()
     workload = binder.workload(train)
+    transports, algorithms = binder.transports(train), binder.algorithms(train)
+    binder.check_operators(train, workload, transports, algorithms)
     return BoundTrain(
         workload=workload,
         explain=explain,
@@ -373,8 +393,8 @@ def bind(statement: Statement) -> BoundTrain | BoundAnalyze:
         topologies=binder.topologies(train, workload.clients),
         weights=binder.weights(train),
         sparsity=binder.sparsity(train),
-        transports=binder.transports(train),
-        algorithms=binder.algorithms(train),
+        transports=transports,
+        algorithms=algorithms,
         sla=binder.sla(train, workload.target_accuracy),
         confidence=binder.confidence(train),
         budgets=binder.budgets(train),
