@@ -280,14 +280,14 @@ def _text(result, tree: Node, verbose, costs, alternatives, analyze) -> str:
                  f"{result.request.workload.clients} clients, {alpha_text(result)}, d={ctx.d}")
     cand = _candidates(result)
     pruned = ", ".join(f"{k}: {v}" for k, v in cand["pruned"].items()) or "none"
-    line = f"Candidates: {cand['considered']} considered"
-    if cand.get("by_transport"):
-        line += " (" + ", ".join(f"{transport_label(x['transport'], x['bits_per_coord'])} "
-                                 f"{x['count']}" for x in cand["by_transport"]) + ")"
-    line += f", {cand['pruned_total']} pruned ({pruned})"
+    line = f"Candidates: {cand['considered']} considered, {cand['pruned_total']} pruned ({pruned})"
     ru = cand["runner_up"]
     if ru:
         line += f"; runner-up {ru['plan']} {ru['gap_pct']:+.1f}%"
+    if cand.get("by_transport"):
+        line += "; by transport: " + ", ".join(
+            f"{transport_label(x['transport'], x['bits_per_coord'])} {x['count']}"
+            for x in cand["by_transport"])
     lines.append(line)
     lines.append(f"Why chosen: {why_chosen(result)}")
     if verbose:
