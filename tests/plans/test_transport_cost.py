@@ -21,8 +21,8 @@ def ring10():
 
 
 def test_ring_needs_four_slots(ring10):
-    # C_10 squared (distance <= 2) is 4-regular; 10 is not a multiple of 3, so 3 colours do not
-    # suffice and 4 do (colours 0 1 2 3 0 1 2 3 ... need care at the wrap, the greedy finds 4)
+    # C_10 squared (distance <= 2): any 3 consecutive clients need distinct slots, so 3 slots
+    # would repeat with period 3, which 10 is not a multiple of; 4 slots suffice
     assert ring10.slots_per_round == 4
 
 
