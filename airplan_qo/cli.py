@@ -134,7 +134,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
             topologies=[_parse_topology(t) for t in args.topology] if args.topology else None,
             weights=args.weights, sparsity=args.sparsity, budgets=budgets,
             estimator=args.estimator, objective=args.objective,
-            progress=_planning_progress(args), fallback=args.fallback)
+            progress=_planning_progress(args), fallback=args.fallback,
+            transports=args.transport, algorithms=args.algorithm)
         print(result.explain(format=args.format, verbose=args.verbose,
                              alternatives=args.alternatives))
     return 0
@@ -425,6 +426,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--weights", action="append", help="mixing weights rules to consider")
     p.add_argument("--sparsity", "-k", type=float, action="append",
                    help="sparsification ratios to consider (repeatable)")
+    p.add_argument("--transport", action="append",
+                   help="transports to consider (repeatable): ota, digital, digital(bits=8); "
+                        "default: AUTO")
+    p.add_argument("--algorithm", action="append",
+                   help="algorithms to consider (repeatable): dsgd, choco, gradient_tracking, "
+                        "push_sum, fedavg, fedprox; default: AUTO")
     p.add_argument("--fallback", choices=["error", "auto", "complete"],
                    help="when nothing in the --topology/--weights/--sparsity restriction meets "
                         "the SLA: error (the default), auto (plan the whole space instead) or "

@@ -77,7 +77,8 @@ class Session:
              weights: Iterable[str] | None = None, sparsity: Iterable[float] | None = None,
              budgets: Mapping[str, float] | None = None, estimator: str | None = None,
              objective: str | None = None, statement: str = "",
-             confidence: float | None = None, progress=None, fallback: str | None = None):
+             confidence: float | None = None, progress=None, fallback: str | None = None,
+             transports: Iterable[Any] | None = None, algorithms: Iterable[str] | None = None):
         """Enumerate, cost and choose a plan; returns a PlanResult (``.explain()``).
 
         ``fallback``: what happens when ``topologies``, ``weights`` or ``sparsity`` restrict
@@ -96,6 +97,13 @@ class Session:
         ``"small_world(k=4)"``, ``(name, params dict)``, or your own graphs as networkx graphs
         (or scipy sparse adjacency matrices), each planned as a ``from_edges`` topology.
 
+        ``transports``: restrict the transports: ``"ota"``, ``"digital"`` (8 and 32 bits per
+        coordinate), ``"digital(bits=8)"`` or ``("digital", 8)``; ``algorithms``: restrict the
+        algorithms (``"dsgd"``, ``"choco"``, ``"gradient_tracking"``, ``"push_sum"``,
+        ``"fedavg"``, ``"fedprox"``). None (the default) is AUTO: the planner enumerates them
+        (plans/operators.py). A combination an exclusion rule rules out (e.g. gradient tracking
+        over the air) is refused with its reason.
+
         ``progress``: a callable given one line per step (``building topology 3/14: ...``,
         ``costing 7/14: ...``) once planning has run about a second (many clients); it may be
         called from a timer thread. None (the default): silent.
@@ -112,12 +120,17 @@ class Session:
             workload=workload, sla=sla_value, topologies=_topologies(topologies),
             weights=tuple(weights) if weights else None,
             sparsity=tuple(float(k) for k in sparsity) if sparsity else None,
+            transports=([transports] if isinstance(transports, str) else list(transports))
+            if transports else None,
+            algorithms=([algorithms] if isinstance(algorithms, str) else list(algorithms))
+            if algorithms else None,
             budgets=tuple(sorted((budgets or {}).items())), estimator=estimator,
             objective=objective, statement=statement,
             confidence=DEFAULT_CONFIDENCE if confidence is None else check_confidence(confidence),
             fallback=(fallback if fallback is not None
                       else "error" if any(x is not None for x in (topologies, weights,
-                                                                   sparsity))
+                                                                   sparsity, transports,
+                                                                   algorithms))
                       else "complete"))
         result = Optimizer(self.catalog, progress=progress).plan(request)
         if confidence is not None and result.chosen.cost.estimate.p_meets is None:

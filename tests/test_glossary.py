@@ -46,7 +46,16 @@ def printed() -> set[str]:
         db.plan(aq.Workload(dataset="digits", clients=16), topologies=["one_peer_exponential"],
                 sparsity=[0.3], fallback="complete"),
         db.plan(aq.Workload(dataset="digits", clients=16, channel="ideal"),
-                topologies=["ring", "base_k(k=1)"], sparsity=[0.3, 1.0], fallback="complete")]
+                topologies=["ring", "base_k(k=1)"], sparsity=[0.3, 1.0], fallback="complete"),
+        # a digital pick beside an over-the-air runner-up (energy at high SNR)
+        db.plan(aq.Workload(dataset="digits", clients=20, snr_db=30), topologies=["complete"],
+                sparsity=[1.0], objective="energy_j", transports=["ota", "digital(bits=8)"],
+                sla="accuracy >= 0.8 * fc", fallback="complete"),
+        db.plan(aq.Workload(dataset="digits", clients=16, access_point=True),
+                topologies=["complete"], sparsity=[1.0], algorithms=["fedavg"],
+                transports=["digital(bits=8)"], fallback="complete"),
+        db.plan(aq.Workload(dataset="digits", clients=16), topologies=["ring"], sparsity=[1.0],
+                algorithms=["push_sum"], fallback="complete")]
     names: set[str] = set()
 
     def keys(doc):

@@ -510,6 +510,16 @@ _V4: tuple[str, ...] = (
     "ALTER TABLE evaluations_v4 RENAME TO evaluations",
 )
 
+# Version 5: physical operators. A plan has a transport (over the air or digital packets of
+# ``bits_per_coord`` bits per coordinate; ``bits`` stays the total bits the plan sends) beside
+# its algorithm; rows of older catalogs are over the air.
+_V5: tuple[str, ...] = (
+    "ALTER TABLE plans ADD COLUMN transport VARCHAR DEFAULT 'ota'",
+    "ALTER TABLE plans ADD COLUMN bits_per_coord INTEGER DEFAULT 32",
+    "UPDATE plans SET transport = 'ota' WHERE transport IS NULL",
+    "UPDATE plans SET bits_per_coord = 32 WHERE bits_per_coord IS NULL",
+)
+
 #: Every migration, oldest first; versions are consecutive from 1.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial catalog: workloads, statistics, topologies, plans, executions, "
@@ -521,6 +531,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "concurrent access: running executions and evaluations are judged by their "
                  "owner process (owner_started, heartbeat_at); evaluations record their owner "
                  "and can end interrupted", _V4),
+    Migration(5, "plans record their transport (ota or digital) and bits per coordinate "
+                 "(bits_per_coord)",
+              _V5),
 )
 
 #: The schema version this code writes and expects.

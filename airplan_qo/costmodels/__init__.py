@@ -10,7 +10,12 @@ registered in ``ESTIMATORS``.
 * ``dsgd`` (:mod:`.dsgd`): error floor and linear rate shaped by decentralized-SGD theory.
 * ``ttt`` (:mod:`.time_to_target`): the distribution of log rounds-to-target relative to the
   fully connected reference, fitted by censored regression; chance-constrained SLAs.
-* ``paper`` (:mod:`.paper`): the AirPlan paper's C_ours, for reproduction.
+* ``paper`` (:mod:`.paper`): the AirPlan paper's C_ours, for reproduction (over-the-air
+  D-SGD/CHOCO plans only: it refuses other transports and algorithms, :func:`refusal`).
+
+Digital plans enter ``dsgd`` and ``ttt`` through their quantisation noise in place of the
+channel noise, gradient tracking through a heterogeneity of 0; ``ttt`` flags plans whose
+transport or algorithm its runs never used and widens their rounds interval.
 
 Shared plan quantities (heterogeneity, channel noise, p of the random mixing matrix) are in
 :mod:`.features`; fitting constants to the catalog's executions in :mod:`.calibration`.
@@ -19,7 +24,7 @@ Shared plan quantities (heterogeneity, channel noise, p of the random mixing mat
 from __future__ import annotations
 
 from .interface import (DEFAULT_ESTIMATOR, ESTIMATORS, RANGE_MARK, CostEstimator,
-                        EstimationContext, recorded_range, resolve_constants)
+                        EstimationContext, recorded_range, refusal, resolve_constants)
 
 
 def _register() -> None:
@@ -35,4 +40,4 @@ def _register() -> None:
 _register()
 
 __all__ = ["CostEstimator", "DEFAULT_ESTIMATOR", "ESTIMATORS", "EstimationContext",
-           "RANGE_MARK", "recorded_range", "resolve_constants"]
+           "RANGE_MARK", "recorded_range", "refusal", "resolve_constants"]

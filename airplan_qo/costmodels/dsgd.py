@@ -48,7 +48,7 @@ class DSGDEstimator:
         p_random = max(p * survival_factor(plan, stats), 1e-12)
         p_eff = max(min(1.0, p_random * plan.k_ratio ** c["beta_k"]), 1e-12)
         zeta2 = plan_heterogeneity(ctx.alpha, ctx.n_classes, plan)
-        sigma_c2 = channel_noise(plan, stats)
+        sigma_c2 = channel_noise(plan, stats, ctx.d)
         inv = 1.0 / p_eff - 1.0
         floor = (c["f0"] + c["f1"] * inv + c["f2"] * zeta2 * (1.0 / p_eff**2 - 1.0)
                  + c["f3"] * sigma_c2 / p_eff)
@@ -67,11 +67,21 @@ class DSGDEstimator:
         the priors, fitted to no run. Otherwise the plan's k, N (clients), family and dataset
         are checked against the range the calibration rows in use record
         (``ctx.fitted_range``: what the executions they were fitted on spanned)."""
+        ops = []
+        if plan.transport != "ota":
+            ops.append(f"transport {plan.transport} (b = {plan.bits}): its quantisation "
+                       f"enters as channel noise, never measured")
+        if plan.effective_algorithm not in ("dsgd", "choco"):
+            ops.append(f"algorithm {plan.effective_algorithm}: D-SGD's floor and rate "
+                       + ("without the heterogeneity term"
+                          if plan.effective_algorithm == "gradient_tracking" else
+                          "on the same graph"))
         if not ctx.calibration_ids:
             return ("dsgd constants are the priors, not fitted to any run: airplan calibrate "
-                    "fits them to this catalog's executions planned with COST MODEL dsgd",)
+                    "fits them to this catalog's executions planned with COST MODEL dsgd",
+                    *ops)
         r = ctx.fitted_range or {}
-        out = []
+        out = ops
         k = plan.k_ratio
         ks = r.get("k")
         if ks and not ks[0] - 1e-12 <= k <= ks[1] + 1e-12:

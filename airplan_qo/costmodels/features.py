@@ -38,9 +38,14 @@ def plan_heterogeneity(alpha: float, n_classes: int, plan: PhysicalPlan) -> floa
     ``d_cliques`` plan with Clique Averaging by the fraction its cliques leave
     (:func:`airplan_qo.plans.cliques.residual_heterogeneity`, filled in by the planner from the
     label statistics): every client then applies its clique's mean update, whose
-    dissimilarity is the cliques' label mix, not its own."""
+    dissimilarity is the cliques' label mix, not its own. Gradient tracking removes the
+    heterogeneity term: 0."""
     from ..plans.plan import averaged_cliques
 
+    if plan.effective_algorithm == "gradient_tracking":
+        # the tracking variable follows the mean gradient: no heterogeneity term in its rate
+        # (Koloskova, Lin & Stich 2021)
+        return 0.0
     zeta2 = heterogeneity(alpha, n_classes)
     residual = plan.topology.param_dict.get("residual")
     if residual is not None and averaged_cliques(plan.topology):
@@ -84,7 +89,26 @@ def effective_neighbours(weights) -> float:
     return float(1.0 / np.mean(rows))
 
 
-def channel_noise(plan: PhysicalPlan, stats: TopologyStats) -> float:
+#: Model dimension assumed by :func:`quantisation_noise` when a caller does not know it.
+DEFAULT_DIMENSION = 5000
+
+
+def quantisation_noise(bits: int, mean_degree: float, d: int | None = None) -> float:
+    """Relative noise variance a digital round adds: each neighbour's message is quantised
+    independently by a stochastic (unbiased) b-bit quantiser whose levels span the message's
+    largest coordinate, ``omega_b = crest^2 / (2^b - 1)^2`` per coordinate relative to the
+    coordinates' mean square, with ``crest^2 = 2 ln d`` (the largest of d Gaussian-like
+    coordinates over their RMS); the receiver weighs each of its ``deg`` neighbours by
+    ``W_ij ~ 1 / (deg + 1)``: ``deg omega_b / (deg + 1)^2``. 0 for b = 32 (float32 is what the
+    model holds)."""
+    if bits >= 32:
+        return 0.0
+    crest2 = 2.0 * math.log(max(int(d or DEFAULT_DIMENSION), 2))
+    omega = crest2 / (2.0 ** bits - 1.0) ** 2
+    return mean_degree * omega / (mean_degree + 1.0) ** 2
+
+
+def channel_noise(plan: PhysicalPlan, stats: TopologyStats, d: int | None = None) -> float:
     """Relative effective noise variance of one OTA aggregation, sigma_c^2.
 
     sigma_eff^2 / (payload power per coordinate) = 1 / (2 SNR |h_min|^2) (docs/runtime.md).
@@ -94,7 +118,12 @@ def channel_noise(plan: PhysicalPlan, stats: TopologyStats) -> float:
     the payload power: relative to the payload (the model for D-SGD, the replica values on the
     mask for CHOCO) the noise is W_ij^2 ~ 1 / (degree + 1)^2 times the inverse gain over 2 SNR
     (checked against the runtime's noise energy in tests/runtime/test_accounting.py).
+    A digital plan has no channel noise, only its quantisation (:func:`quantisation_noise`,
+    ``d`` the model dimension).
     """
+    if plan.transport == "digital":
+        # packets carry no channel noise: a truncated link loses its packet (in p_random)
+        return quantisation_noise(plan.bits, stats.spectra.mean_degree, d)
     return channel_noise_at(plan.channel, stats.spectra.mean_degree)
 
 

@@ -50,6 +50,13 @@ class CostEstimator(Protocol):
                  target_accuracy: float) -> Estimate: ...
 
 
+def refusal(estimator: CostEstimator, plan: PhysicalPlan) -> str | None:
+    """Why ``estimator`` cannot cost ``plan`` (an estimator may define ``refusal(plan)``, e.g.
+    for transports or algorithms its model has no terms for), or None."""
+    judge = getattr(estimator, "refusal", None)
+    return judge(plan) if judge is not None else None
+
+
 ESTIMATORS: Registry[CostEstimator] = Registry("cost estimator")
 DEFAULT_ESTIMATOR = "ttt"
 

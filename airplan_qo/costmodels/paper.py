@@ -30,6 +30,15 @@ class PaperEstimator:
         "eps_target": 1.0,  # eps_eff constraint (the paper's eps_tgt)
     })
 
+    def refusal(self, plan) -> str | None:
+        """Why this model cannot cost ``plan``: its C_ours counts over-the-air D-SGD/CHOCO
+        links only (no rate, no server, no second vector)."""
+        if plan.transport != "ota" or plan.effective_algorithm not in ("dsgd", "choco"):
+            return (f"the paper estimator costs over-the-air D-SGD/CHOCO plans only (its C_ours "
+                    f"has no rate, server or second vector), not "
+                    f"{plan.effective_algorithm} over {plan.transport}; use COST MODEL ttt")
+        return None
+
     def terms(self, ctx, plan, stats):
         c = ctx.constants
         lam2 = max(stats.spectra.lambda2_laplacian, 1e-12)

@@ -20,6 +20,11 @@ within its budget B is right-censored, log T > log B, and contributes log(1 - Ph
 to the likelihood instead of being dropped or read as "never". Coefficients of interactions get a
 ridge penalty; main effects a weak one.
 
+Plans outside the fitted runs' operators (a digital transport: its quantisation enters as the
+noise feature in place of the channel noise; an algorithm other than D-SGD/CHOCO: gradient
+tracking without the heterogeneity terms) are flagged in ``notes`` and their log-T spread is
+widened (:meth:`TimeToTargetEstimator.operator_spread`), as for an unseen dataset.
+
 A prediction is a normal distribution of log T, so P(meets the SLA) = P(T <= B) =
 Phi((log B - mu) / s), which the chance-constrained planner compares with a confidence level.
 """
@@ -408,6 +413,14 @@ def flatten(plan_fit: "TobitFit", fc_fit: "TobitFit",
     return out
 
 
+#: The transports and algorithms the shipped fit's runs used; a plan with another is flagged
+#: and its rounds interval widened (:meth:`TimeToTargetEstimator.operator_spread`).
+FITTED_TRANSPORTS = ("ota",)
+FITTED_ALGORITHMS = ("dsgd", "choco")
+#: Log-rounds spread added for each operator outside the fit (a factor e^0.5 ~ 1.65 at one sd).
+OPERATOR_SD = 0.5
+
+
 @attrs.frozen
 class TimeToTargetEstimator:
     """Predicts the distribution of log rounds-to-target (module docstring).
@@ -462,7 +475,7 @@ class TimeToTargetEstimator:
         fc_error = 1.0 - ceiling
         x = plan_features(p_random, plan.k_ratio, plan_heterogeneity(ctx.alpha, ctx.n_classes,
                                                                      plan),
-                          channel_noise(plan, stats), ch.dropout, n,
+                          channel_noise(plan, stats, ctx.d), ch.dropout, n,
                           averaged=bool(averaged_cliques(plan.topology)), fc_error=fc_error)
         fc_p = approximate_survival_factor(1.0, n - 1, ch.dropout, ch.active_probability)
         fc_noise = channel_noise_at(ch, n - 1)
@@ -479,9 +492,48 @@ class TimeToTargetEstimator:
                 "sd": c.get("joint.sd") or math.hypot(c.get("plan.sd", 0.3),
                                                       c.get("fc.sd", 0.0))}
 
+    def operator_spread(self, ctx, plan, stats) -> float:
+        """Extra log-rounds spread of a plan whose transport or algorithm the fit never saw
+        (:data:`FITTED_TRANSPORTS`, :data:`FITTED_ALGORITHMS`): :data:`OPERATOR_SD` for each,
+        plus the size of the term the model extrapolates (the channel noise a digital plan
+        drops, the heterogeneity gradient tracking drops), as uncertain as it is large. 0 for
+        a plan inside the fit."""
+        from .features import channel_noise_at, heterogeneity
+
+        if plan.transport in FITTED_TRANSPORTS and \
+                plan.effective_algorithm in FITTED_ALGORITHMS:
+            return 0.0
+        c = ctx.constants
+        spread = 0.0
+        if plan.transport not in FITTED_TRANSPORTS:
+            x_ota = channel_noise_at(plan.channel, stats.spectra.mean_degree)
+            p_random = max(stats.spectra.mixing_p, 1e-12)
+            spread = math.hypot(spread, OPERATOR_SD,
+                                c.get("plan.noise", 0.0) * x_ota / p_random)
+        if plan.effective_algorithm not in FITTED_ALGORITHMS:
+            lp = math.log(1.0 / max(stats.spectra.mixing_p, 1e-12))
+            lk = math.log(1.0 / max(plan.k_ratio, 1e-12))
+            dropped = (heterogeneity(ctx.alpha, ctx.n_classes)
+                       * (c.get("plan.zeta2_log_inv_p", 0.0) * lp
+                          + c.get("plan.zeta2_log_inv_k", 0.0) * lk)
+                       if plan.effective_algorithm == "gradient_tracking" else 0.0)
+            spread = math.hypot(spread, OPERATOR_SD, dropped)
+        return spread
+
     def notes(self, ctx, plan, stats) -> tuple[str, ...]:
         r = self.fitted_range
         out = []
+        if plan.transport not in FITTED_TRANSPORTS:
+            out.append(f"transport {plan.transport} (b = {plan.bits}) not in the fitted runs "
+                       f"(over the air only): rounds without channel noise, with the "
+                       f"quantisation as noise")
+        alg = plan.effective_algorithm
+        if alg not in FITTED_ALGORITHMS:
+            what = {"gradient_tracking": "rounds without the heterogeneity term",
+                    "fedavg": "rounds of the complete graph's averaging",
+                    "fedprox": "rounds of the complete graph's averaging"}.get(
+                        alg, "rounds of D-SGD on the same graph")
+            out.append(f"algorithm {alg} not in the fitted runs (dsgd, choco): {what}")
         n = stats.spectra.n_nodes
         if r.get("clients") and not r["clients"][0] <= n <= r["clients"][1]:
             out.append(f"N = {n} outside the fitted {r['clients'][0]}..{r['clients'][1]}")
@@ -534,6 +586,10 @@ class TimeToTargetEstimator:
         mu = t["mu"] + target_shift(rho, t["relative_log_t"], ctx.constants)
         unseen = unseen_dataset_spread(ctx.constants, ctx.dataset)
         p_ceiling = 1.0
+        outside = self.operator_spread(ctx, plan, stats)
+        if outside:
+            # a transport or algorithm the fit never saw: widened as for an unseen dataset
+            sd = math.hypot(sd, outside)
         if unseen is not None:
             # a dataset the fit never saw: its fc level (log rounds) and its fc accuracy are
             # the fitted datasets' mean, as uncertain as those levels are spread; the target
@@ -551,8 +607,10 @@ class TimeToTargetEstimator:
         terms = {k: float(v) for k, v in dict(t, mu=mu, p_meets=p,
                                               median_rounds=math.exp(min(mu, 700.0)),
                                               target_over_ceiling=rho).items()}
+        if unseen is not None or outside:
+            terms.update(sd=float(sd))
         if unseen is not None:
-            terms.update(sd=float(sd), p_ceiling_above_target=float(p_ceiling))
+            terms.update(p_ceiling_above_target=float(p_ceiling))
         if ctx.privacy_epsilon:
             terms["privacy_epsilon"] = ctx.privacy_epsilon
         return Estimate(rounds=rounds, accuracy=acc, rounds_lo=max(1.0, lo),
@@ -560,4 +618,5 @@ class TimeToTargetEstimator:
                         calibration_ids=ctx.calibration_ids, p_meets=p, notes=notes)
 
 
-__all__ += ["TimeToTargetEstimator", "load_reference", "flatten", "CONSTANTS_FILE"]
+__all__ += ["FITTED_ALGORITHMS", "FITTED_TRANSPORTS", "OPERATOR_SD", "TimeToTargetEstimator",
+            "load_reference", "flatten", "CONSTANTS_FILE"]

@@ -40,6 +40,10 @@ class Pick:
     fallback: bool
 
 
+#: The transports an evaluation plans: the ones the runtime trains (every candidate is trained).
+TRAINED_TRANSPORTS = ("ota",)
+
+
 def fc_plan(result) -> PhysicalPlan:
     """The fully connected, uncompressed plan the planner uses as ``fc`` and fallback."""
     w = result.request.workload
@@ -143,4 +147,4 @@ def finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-__all__ = ["Pick", "pick", "predicted_rounds", "estimate", "fc_plan", "context_with"]
+__all__ = ["TRAINED_TRANSPORTS", "Pick", "pick", "predicted_rounds", "estimate", "fc_plan", "context_with"]

@@ -25,7 +25,7 @@ from ..plans.families import FAMILIES
 from ..plans.plan import Cost
 from ..plans.sla import parse_sla
 from ..plans.topology import TopologySpec
-from .advisor import Pick, fc_plan, pick, predicted_rounds
+from .advisor import TRAINED_TRANSPORTS, Pick, fc_plan, pick, predicted_rounds
 from .advisor import estimate as advisor_estimate
 from .ttt_crossval import CONFIDENCE as TTT_CONFIDENCE
 from .ttt_crossval import evaluate as evaluate_ttt
@@ -520,7 +520,8 @@ def _scalability(grid: Grid, m: Measured, w: WorkloadResult, priors, full_fit, n
                 result = scratch.plan(wl, sla=ws.sla, topologies=topologies,
                                       weights=[ws.weights[0]], sparsity=[k],
                                       estimator=grid.estimator, objective=grid.objective,
-                                      confidence=grid.confidence, fallback="complete")
+                                      confidence=grid.confidence, fallback="complete",
+                                      transports=TRAINED_TRANSPORTS)
             except AirPlanError as exc:
                 notes.append(f"scalability: planning at N = {n} failed ({exc})")
                 continue

@@ -35,7 +35,7 @@ import numpy as np
 
 from ..errors import ValidationError
 from ..plans.plan import PhysicalPlan
-from .advisor import fc_plan
+from .advisor import TRAINED_TRANSPORTS, fc_plan
 from .grid import Grid, WorkloadSpec
 
 #: Version of the measurement protocol; part of every cache key.
@@ -172,7 +172,7 @@ def plan_seed(session, grid: Grid, ws: WorkloadSpec, seed: int) -> SeedPlan:
     result = session.plan(w, sla=ws.sla, topologies=ws.topology_args(), weights=ws.weights,
                           sparsity=ws.sparsity, estimator=grid.estimator,
                           objective=grid.objective, confidence=grid.confidence,
-                          fallback="complete",
+                          fallback="complete", transports=TRAINED_TRANSPORTS,
                           statement=f"evaluate {grid.name}: {ws.key} (seed {seed})")
     specs = ws.specs()
     candidates = [c for c in result.candidates if c.plan.k_ratio in ws.sparsity

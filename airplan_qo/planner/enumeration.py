@@ -1,17 +1,26 @@
 """The plan space the planner enumerates: topology families and their parameter variants, mixing
 rules and sparsity values (the defaults, or the request's restriction), less the topologies
-whose planning would not fit in memory.
+whose planning would not fit in memory; and for each topology and k the physical operators,
+transport and algorithm (the request's, or AUTO's: :data:`~airplan_qo.plans.operators.
+AUTO_TRANSPORTS` and :data:`~airplan_qo.plans.operators.AUTO_ALGORITHMS`), less the
+combinations an exclusion rule or the estimator rules out.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
+import attrs
+
 from ..catalog.store import Catalog
-from ..errors import PlanningError
+from ..errors import PlanningError, ValidationError
 from ..plans.families import FAMILIES
 from ..plans.mixing import WEIGHTS
+from ..plans.operators import (AUTO_ALGORITHMS, AUTO_TRANSPORTS, DEFAULT_DIGITAL_BITS,
+                               EXACT_BITS, PLAN_ALGORITHMS, canonical, exclusion)
+from ..plans.plan import PhysicalPlan
 from ..plans.request import PlanRequest
 from ..plans.topology import TopologySpec
 from ..plans.workload import Workload
@@ -103,5 +112,91 @@ def candidate_specs(catalog: Catalog, request: PlanRequest,
     return specs
 
 
-__all__ = ["DEFAULT_FAMILIES", "PLANNED_WEIGHTS", "candidate_specs", "fitting",
-           "parameter_variants"]
+def transport_choices(request: PlanRequest) -> list[tuple[str, int]]:
+    """The (transport, bits) pairs to plan: the request's (``digital`` without a width at
+    :data:`~airplan_qo.plans.operators.DEFAULT_DIGITAL_BITS`), else
+    :data:`~airplan_qo.plans.operators.AUTO_TRANSPORTS`."""
+    if request.transports is None:
+        return list(AUTO_TRANSPORTS)
+    out: list[tuple[str, int]] = []
+    for name, bits in request.transports:
+        if name == "ota":
+            out.append(("ota", EXACT_BITS))
+        else:
+            out += [("digital", b) for b in ((bits,) if bits is not None
+                                             else DEFAULT_DIGITAL_BITS)]
+    return list(dict.fromkeys(out))
+
+
+@attrs.frozen
+class OperatorChoices:
+    """The operators (algorithm, transport, bits) the planner costs for each topology and k,
+    and why the combinations it skips were excluded (for the error of an explicit request
+    that nothing is left of)."""
+
+    algorithms: tuple[str, ...]
+    transports: tuple[tuple[str, int], ...]
+    explicit_algorithms: bool
+    explicit_transports: bool
+    access_point: bool
+    refuse: Callable[[PhysicalPlan], str | None]
+    reasons: dict[str, str] = attrs.field(factory=dict)
+    planned: set[str] = attrs.field(factory=set)
+
+    def for_plan(self, spec: TopologySpec, k: float, channel) -> list[PhysicalPlan]:
+        """The plans to cost for topology ``spec`` at sparsity ``k``. Under AUTO, D-SGD and
+        CHOCO are costed only where the default rule runs them (D-SGD at k = 1, CHOCO
+        below): such plans are labelled with the rule (``auto``), as before."""
+        out: list[PhysicalPlan] = []
+        algorithms = self.algorithms
+        if not self.explicit_algorithms:
+            # AUTO: the default rule covers dsgd and choco (each where it runs)
+            ruled = [a for a in algorithms if a in ("dsgd", "choco")]
+            algorithms = (("auto",) if ruled else ()) + tuple(
+                a for a in algorithms if a not in ruled)
+        for alg in algorithms:
+            for transport, bits in self.transports:
+                why = exclusion(alg, transport, bits=bits, k_ratio=k, family=spec.family,
+                                access_point=self.access_point)
+                name = canonical(alg, k)
+                plan = None
+                if why is None:
+                    plan = PhysicalPlan(spec, k, channel, algorithm=name, transport=transport,
+                                        bits=bits)
+                    why = self.refuse(plan)
+                if why is not None:
+                    self.reasons.setdefault(alg, why)
+                    self.reasons.setdefault(transport, why)
+                    continue
+                self.planned.update((alg, transport))
+                if plan not in out:
+                    out.append(plan)
+        return out
+
+    def check(self) -> None:
+        """ValidationError when an algorithm or transport the request names explicitly has no
+        plan left: the reason of the rule that excluded it."""
+        named = ([a for a in self.algorithms if self.explicit_algorithms]
+                 + [t for t in dict.fromkeys(t for t, _ in self.transports)
+                    if self.explicit_transports])
+        for name in named:
+            if name not in self.planned:
+                what = "ALGORITHM" if name in PLAN_ALGORITHMS else "TRANSPORT"
+                raise ValidationError(f"USING {what} {name}: "
+                                      f"{self.reasons.get(name, 'no plan to cost')}")
+
+
+def operator_choices(request: PlanRequest, refuse: Callable[[PhysicalPlan], str | None]
+                     ) -> OperatorChoices:
+    """The request's algorithms and transports (AUTO: :data:`AUTO_ALGORITHMS` and
+    :data:`AUTO_TRANSPORTS`); ``refuse`` gives the estimator's reason not to cost a plan."""
+    return OperatorChoices(
+        algorithms=tuple(request.algorithms or AUTO_ALGORITHMS),
+        transports=tuple(transport_choices(request)),
+        explicit_algorithms=request.algorithms is not None,
+        explicit_transports=request.transports is not None,
+        access_point=bool(request.workload.access_point), refuse=refuse)
+
+
+__all__ = ["DEFAULT_FAMILIES", "OperatorChoices", "PLANNED_WEIGHTS", "candidate_specs",
+           "fitting", "operator_choices", "parameter_variants", "transport_choices"]

@@ -25,7 +25,7 @@ from ..catalog.privacy import choose_release
 from ..catalog.sketch import dimensions
 from ..catalog.store import Catalog
 from ..costmodels import (DEFAULT_ESTIMATOR, ESTIMATORS, EstimationContext, recorded_range,
-                          resolve_constants)
+                          refusal, resolve_constants)
 from ..errors import ValidationError
 from ..plans.families import FAMILIES
 from ..plans.plan import OBJECTIVES, ChannelConfig, Cost, PhysicalPlan, round_cost
@@ -34,7 +34,7 @@ from ..plans.sla import SLA
 from ..plans.topology import TopologySpec, TopologyStats, describe_many
 from ..plans.workload import Workload
 from .clique_planning import clique_details, placeholder
-from .enumeration import candidate_specs, fitting
+from .enumeration import candidate_specs, fitting, operator_choices
 from .feasibility import check_data_split
 from .progress import PlanningProgress
 from .pruning import Pruning, budget_limits, pruned_reason
@@ -211,23 +211,25 @@ class Optimizer:
                 family_ctx[family] = attrs.evolve(ctx, constants=consts, calibration_ids=ids_f,
                                                   fitted_range=recorded_range(rows, ids_f))
         pruning = Pruning(request, fc_accuracy, budgets, round_budget, tuple(unanalysed))
+        operators = operator_choices(request, lambda plan: refusal(estimator, plan))
         candidates: list[Candidate] = []
         for i, spec in enumerate(specs, 1):
             self._step(f"costing {i}/{len(specs)}: {spec.label()} [{spec.weights}] x "
                        f"{len(sparsity)} values of k")
             st, tid = stats_of[spec]
             for k in sparsity:
-                plan = PhysicalPlan(st.spec, k, channel)
-                cand = self._cost(estimator, family_ctx.get(spec.family, ctx), plan, st, d,
-                                  startup, objective, target)
-                if st.spec != spec:  # costed on the placeholder: recorded as requested
-                    cand.plan = attrs.evolve(plan, topology=spec)
-                    cand.stats = attrs.evolve(st, spec=spec)
-                cand.topology_id = tid
-                if spec.family == "d_cliques":
-                    cand.topology_details = clique_details(spec, labels)
-                cand.pruned_reason = pruned_reason(cand, pruning)
-                candidates.append(cand)
+                for plan in operators.for_plan(st.spec, k, channel):
+                    cand = self._cost(estimator, family_ctx.get(spec.family, ctx), plan, st, d,
+                                      startup, objective, target)
+                    if st.spec != spec:  # costed on the placeholder: recorded as requested
+                        cand.plan = attrs.evolve(plan, topology=spec)
+                        cand.stats = attrs.evolve(st, spec=spec)
+                    cand.topology_id = tid
+                    if spec.family == "d_cliques":
+                        cand.topology_details = clique_details(spec, labels)
+                    cand.pruned_reason = pruned_reason(cand, pruning)
+                    candidates.append(cand)
+        operators.check()
         candidates.sort(key=lambda c: (not c.feasible,) + c.cost.sort_key(c.plan.label()))
         for rank, cand in enumerate(candidates, 1):
             cand.rank = rank

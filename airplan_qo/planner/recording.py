@@ -23,7 +23,7 @@ def record(catalog: Catalog, result: PlanResult, workload_id: int | None,
     cands = result.candidates
     names = ("planning_run_id", "chosen", "rank", "family", "topology_params",
              "topology_seed", "weights_rule", "topology_id", "k_ratio", "algorithm",
-             "snr_db", "g_th", "tx_power_dbm", "est_rounds", "reaches_target",
+             "transport", "bits_per_coord", "snr_db", "g_th", "tx_power_dbm", "est_rounds", "reaches_target",
              "est_accuracy", "est_accuracy_lo", "est_accuracy_hi", "channel_uses", "slots",
              "airtime_s", "energy_j", "bits", "privacy_epsilon", "total_cost",
              "pruned_reason", "calibration_ids", "terms")
@@ -52,7 +52,7 @@ def record(catalog: Catalog, result: PlanResult, workload_id: int | None,
             rows.append((
                 run_id, c is result.chosen, c.rank, spec.family, params_json[spec],
                 spec.seed, spec.weights, c.topology_id, c.plan.k_ratio,
-                c.plan.effective_algorithm, ch.snr_db, ch.g_th, ch.tx_power_dbm, e.rounds,
+                c.plan.effective_algorithm, c.plan.transport, c.plan.bits, ch.snr_db, ch.g_th, ch.tx_power_dbm, e.rounds,
                 c.cost.reaches_target, e.accuracy, e.accuracy_lo, e.accuracy_hi,
                 bd["channel_uses"], bd["slots"], bd["airtime_s"], bd["energy_j"], bd["bits"],
                 bd["privacy_epsilon"], c.cost.total(), c.pruned_reason,

@@ -1,5 +1,5 @@
 """What planning does when the user restricted the plan space (USING TOPOLOGY / WEIGHTS /
-SPARSITY) and no plan in the restriction meets the SLA.
+SPARSITY / TRANSPORT / ALGORITHM) and no plan in the restriction meets the SLA.
 
 An explicit choice is respected: by default (``FALLBACK ERROR``) such a plan request is an error
 that says why (the best plan of the restriction and its P(meets SLA) or predicted accuracy) and
@@ -27,6 +27,12 @@ def restriction_text(request: Any) -> str:
         parts.append("USING WEIGHTS " + ", ".join(request.weights))
     if request.sparsity:
         parts.append("USING SPARSITY " + ", ".join(f"{k:g}" for k in request.sparsity))
+    if getattr(request, "transports", None):
+        parts.append("USING TRANSPORT " + ", ".join(
+            name if bits is None else f"{name}(bits = {bits})"
+            for name, bits in request.transports))
+    if getattr(request, "algorithms", None):
+        parts.append("USING ALGORITHM " + ", ".join(request.algorithms))
     return " ".join(parts)
 
 
@@ -65,6 +71,15 @@ def _inside(request: Any, c: Any) -> bool:
         return False
     if request.weights and spec.weights not in request.weights:
         return False
+    transports = getattr(request, "transports", None)
+    if transports and not any(c.plan.transport == name and (bits is None or
+                                                            c.plan.bits == bits)
+                              for name, bits in transports):
+        return False
+    algorithms = getattr(request, "algorithms", None)
+    if algorithms and c.plan.effective_algorithm not in {
+            a if a != "auto" else c.plan.effective_algorithm for a in algorithms}:
+        return False
     if request.topologies:
         from ..plans.families import FAMILIES
 
@@ -91,7 +106,7 @@ def respect_restriction(request: Any, result: Any, plan: Callable[[Any], Any]) -
     what = restriction_text(request) or "the plan space"
     best = _best_rejected(result)
     wider_request = attrs.evolve(request, topologies=None, weights=None, sparsity=None,
-                                 fallback="complete")
+                                 transports=None, algorithms=None, fallback="complete")
     closest = _describe(best, request.confidence)
     wider = plan(wider_request) if restriction_text(request) else result
     outside = _cheapest_outside(request, wider)

@@ -16,6 +16,7 @@ from typing import Any
 
 import attrs
 
+from .operators import SERVER_ALGORITHMS, extra_reals, payload_vectors, transport_label
 from .plan import clique_exchange_cost
 
 FORMAT_VERSION = 1
@@ -102,15 +103,23 @@ def build_tree(result, analyze: dict[str, Any] | None = None) -> Node:
                  "weights": plan.topology.weights, "slots": stats.slots_per_round,
                  "channel_uses_per_round": pr.channel_uses - (exchange.channel_uses
                                                               if exchange else 0.0)}
+    server = plan.effective_algorithm in SERVER_ALGORITHMS
+    if server:
+        ota_attrs.pop("weights")
+        ota_attrs["slots"] = pr.slots
+    if plan.transport != "ota" or server or payload_vectors(plan.effective_algorithm) > 1 \
+            or extra_reals(plan.effective_algorithm):
+        ota_attrs = {**dict(list(ota_attrs.items())[:2]), "transport": plan.transport,
+                     **operator_terms(plan, pr, result.context.d),
+                     **dict(list(ota_attrs.items())[2:])}
     if plan.channel.kind == "ota":
         ota_attrs.update({"snr_db": plan.channel.snr_db, "g_th": plan.channel.g_th,
                           "truncation": 1 - plan.channel.active_probability,
                           "tx_power_dbm": plan.channel.tx_power_dbm})
     if plan.channel.dropout:
         ota_attrs["dropout"] = plan.channel.dropout
-    children.append(Node("OTA Consensus" if plan.channel.kind == "ota" else "Noiseless Consensus",
-                         ota_attrs, actual={k: act[k] for k in ("actual_link_drop_rate",)
-                                            if k in act}))
+    children.append(Node(consensus_node(plan), ota_attrs,
+                         actual={k: act[k] for k in ("actual_link_drop_rate",) if k in act}))
     loop = Node("Gossip Loop", {"per_round_cost": per_round_obj,
                                 "rounds_interval": _interval(est.rounds_lo, est.rounds_hi)},
                 startup_cost=startup, total_cost=total, rounds=est.rounds,
@@ -130,6 +139,54 @@ def build_tree(result, analyze: dict[str, Any] | None = None) -> Node:
                 actual={k: v for k, v in act.items() if k in (
                     "actual_rounds", "actual_accuracy", "actual_total_cost", "status")},
                 children=(loop, setup))
+
+
+def consensus_node(plan) -> str:
+    """The node that names how a round's messages travel: over the air, as packets, through a
+    server, or noiselessly (the ideal channel)."""
+    if plan.effective_algorithm in SERVER_ALGORITHMS:
+        return "Server Averaging"
+    if plan.transport == "digital":
+        return "Digital Consensus"
+    return "OTA Consensus" if plan.channel.kind == "ota" else "Noiseless Consensus"
+
+
+def operator_terms(plan, pr, d: int) -> dict[str, Any]:
+    """The cost terms of a plan's transport and algorithm: the reals a message carries, and for
+    a digital plan its bits per coordinate, message bits and rate (bits per channel use)."""
+    alg = plan.effective_algorithm
+    out: dict[str, Any] = {}
+    if payload_vectors(alg) > 1 or extra_reals(alg):
+        out["payload_reals"] = payload_vectors(alg) * pr.coords + extra_reals(alg)
+    if alg in SERVER_ALGORITHMS:
+        out["uplink"] = ("one slot for all clients (over the air)" if plan.transport == "ota"
+                         else "one slot per client (TDMA)")
+    if plan.transport == "digital":
+        out.update({"bits_per_coord": plan.bits, "message_bits": pr.message_bits,
+                    "rate_bits_per_use": pr.rate})
+    return out
+
+
+def operator_difference(chosen, other) -> str | None:
+    """How ``other`` differs from ``chosen`` in transport and algorithm, with the per-round
+    channel uses and the rounds it trades (None when both use the same operators)."""
+    a, b = chosen.plan, other.plan
+    parts = []
+    if (a.transport, a.bits) != (b.transport, b.bits):
+        parts.append(f"transport {transport_label(b.transport, b.bits)} instead of "
+                     f"{transport_label(a.transport, a.bits)}")
+    if a.effective_algorithm != b.effective_algorithm:
+        parts.append(f"algorithm {b.effective_algorithm} instead of {a.effective_algorithm}")
+    if not parts:
+        return None
+    text = " and ".join(parts)
+    ratios = []
+    if chosen.cost.per_round.channel_uses:
+        ratios.append(f"{other.cost.per_round.channel_uses / chosen.cost.per_round.channel_uses:.3g}"
+                      "x the channel uses per round")
+    if chosen.cost.rounds and other.cost.rounds:
+        ratios.append(f"{other.cost.rounds / chosen.cost.rounds:.3g}x the rounds")
+    return text + (": " + ", ".join(ratios) if ratios else "")
 
 
 def _period(stats) -> dict[str, Any]:
@@ -227,6 +284,10 @@ def _text(result, tree: Node, verbose, costs, alternatives, analyze) -> str:
     ru = cand["runner_up"]
     if ru:
         line += f"; runner-up {ru['plan']} {ru['gap_pct']:+.1f}%"
+    if cand.get("by_transport"):
+        line += "; by transport: " + ", ".join(
+            f"{transport_label(x['transport'], x['bits_per_coord'])} {x['count']}"
+            for x in cand["by_transport"])
     lines.append(line)
     lines.append(f"Why chosen: {why_chosen(result)}")
     if verbose:
@@ -280,8 +341,16 @@ def _candidates(result) -> dict[str, Any]:
     if ru is not None:
         gap = (ru.cost.total() / chosen_total - 1) * 100 if chosen_total else 0.0
         runner = {"plan": ru.plan.label(), "total_cost": ru.cost.total(), "gap_pct": gap}
-    return {"considered": len(result.candidates), "pruned_total": sum(pruned.values()),
-            "pruned": dict(sorted(pruned.items())), "runner_up": runner}
+        diff = operator_difference(result.chosen, ru)
+        if diff is not None:
+            runner["differs"] = diff
+    out = {"considered": len(result.candidates), "pruned_total": sum(pruned.values()),
+           "pruned": dict(sorted(pruned.items())), "runner_up": runner}
+    transports = Counter((c.plan.transport, c.plan.bits) for c in result.candidates)
+    if len(transports) > 1:
+        out["by_transport"] = [{"transport": t, "bits_per_coord": b, "count": n}
+                               for (t, b), n in transports.items()]
+    return out
 
 
 def _alternatives(result, n: int) -> list[dict[str, Any]]:
@@ -304,9 +373,11 @@ def _lost(result, c) -> str:
         return c.pruned_reason
     chosen = result.chosen.cost.total()
     total = c.cost.total()
+    diff = operator_difference(result.chosen, c)
     if chosen and total is not None:
-        return f"dearer by {100.0 * (total / chosen - 1.0):+.1f}% ({result.objective})"
-    return "ranked lower"
+        return (f"dearer by {100.0 * (total / chosen - 1.0):+.1f}% ({result.objective})"
+                + (f"; {diff}" if diff else ""))
+    return "ranked lower" + (f"; {diff}" if diff else "")
 
 
 def figures_legend(result, analyze: bool = False) -> str:
@@ -378,6 +449,9 @@ def why_chosen(result) -> str:
         text += f"; runner-up {ru.plan.label()} costs {100 * (ru.cost.total() / total - 1):+.1f}%"
         if ru.cost.estimate.p_meets is not None:
             text += f" (p_meets_sla={_num(ru.cost.estimate.p_meets)})"
+        diff = operator_difference(chosen, ru)
+        if diff is not None:
+            text += f"; it differs in {diff}"
     return text
 
 

@@ -40,6 +40,21 @@ Cost accounting (shared by every estimator; estimators only predict rounds and a
   Count-Min sketch, whichever ``ANALYZE WORKLOAD`` chooses: ``cells / 2`` channel uses per
   client, one slot each), the ``cost=startup..total`` of EXPLAIN.
 
+* digital transport (``transport = 'digital'``, ``bits`` b per coordinate): a client
+  broadcasts one packet of ``M = reals * b`` bits (plus the index bits of top-k supports) to
+  all its neighbours. Co-slotted transmitters must be at distance >= 3 so that each receiver
+  hears only one: the same ``slots_per_round`` colouring of G^2. The packet is sent at the
+  rate its worst active receiver supports, ``R = log2(1 + SNR min |h|^2)`` over the links
+  above the truncation threshold g_th (expected value, :mod:`.rates`), so a slot lasts
+  ``ceil(M / R)`` channel uses at the rate of a transmitter of maximum degree (exact on
+  regular graphs, an upper bound otherwise): ``channel uses = slots * ceil(M / R_max) *
+  P(live slot)``. Energy: every online client with a live link transmits ``ceil(M / R)``
+  symbols (R at the mean degree) at peak power; bits: ``delivered links * M``. No channel
+  noise enters the rounds; the quantisation does (``costmodels``).
+* algorithms: gradient tracking sends two vectors (x and its tracking variable y: twice the
+  payload), push-sum one more real (its weight w); FedAvg/FedProx run through an access point
+  (:func:`server_round_cost`: one uplink slot over the air or one per client digitally, and a
+  digital downlink to the worst client).
 * periodic topologies (one graph and W_t per round, :mod:`.periodic`): every figure above is
   computed for each round of the period from that round's own links, slots and receivers (a
   round's links are the directions its W_t weights; only clients that receive occupy slots), and
@@ -59,6 +74,9 @@ from typing import Any
 import attrs
 
 from ..errors import ValidationError
+from .operators import (EXACT_BITS, SERVER_ALGORITHMS, check_algorithm, check_bits,
+                        check_transport, extra_reals, payload_vectors, resolve, transport_label)
+from .rates import channel_rate
 from .topology import TopologySpec, TopologyStats
 
 OBJECTIVES = ("channel_uses", "energy_j", "airtime_s", "c_ours")
@@ -79,6 +97,13 @@ def link_bits(coords: float, index_coords: float, d: int) -> float:
 def _indexed(plan: "PhysicalPlan", coords: int) -> int:
     """Coordinates per link that need index bits: the top-k supports of a sparse plan."""
     return coords if plan.k_ratio < 1 and plan.mask == "topk" else 0
+
+
+def _algorithm(value) -> str:
+    # the runtime-only rule that reproduces the AirPlan paper literally is a plan algorithm too
+    if isinstance(value, str) and value.strip().lower() == "paper_literal":
+        return "paper_literal"
+    return check_algorithm(value)
 
 
 def _check_k(instance, attribute, value):
@@ -109,29 +134,48 @@ class ChannelConfig:
 
 @attrs.frozen
 class PhysicalPlan:
-    """One point of the plan space."""
+    """One point of the plan space.
+
+    ``transport``: ``ota`` (over-the-air aggregation) or ``digital`` (packets of ``bits`` bits
+    per coordinate, 1..32; 32 = exact float32); an over-the-air plan has ``bits = 32`` (the
+    payload is analog, nothing is quantised). ``algorithm``: one of
+    :data:`~.operators.PLAN_ALGORITHMS` (``auto``: D-SGD at k = 1, CHOCO below)."""
 
     topology: TopologySpec
     k_ratio: float = attrs.field(default=1.0, validator=_check_k)
     channel: ChannelConfig = ChannelConfig()
-    algorithm: str = "auto"
+    algorithm: str = attrs.field(default="auto", converter=_algorithm)
     mask: str = "common_randk"
+    transport: str = attrs.field(default="ota", converter=check_transport)
+    bits: int = attrs.field(default=EXACT_BITS, converter=check_bits)
+
+    def __attrs_post_init__(self) -> None:
+        if self.transport == "ota" and self.bits != EXACT_BITS:
+            raise ValidationError(f"bits = {self.bits} applies to digital plans only: an "
+                                  f"over-the-air payload is analog (not quantised)")
 
     @property
     def effective_algorithm(self) -> str:
         """What runs: with ``auto``, D-SGD for dense payloads (k = 1) and CHOCO gossip for
         k < 1 (its public replicas carry the compression residual)."""
-        if self.algorithm == "auto":
-            return "dsgd" if self.k_ratio >= 1 else "choco"
-        return self.algorithm
+        return resolve(self.algorithm, self.k_ratio)
 
     def label(self) -> str:
-        return f"{self.topology.label()} [{self.topology.weights}] k={self.k_ratio:g}"
+        text = f"{self.topology.label()} [{self.topology.weights}] k={self.k_ratio:g}"
+        if self.algorithm != "auto":
+            text += f" {self.algorithm}"
+        if self.transport != "ota":
+            text += f" {transport_label(self.transport, self.bits)}"
+        return text
 
 
 @attrs.frozen
 class RoundCost:
-    """Per-round resources of a plan (independent of how many rounds it needs)."""
+    """Per-round resources of a plan (independent of how many rounds it needs).
+
+    ``coords``: coordinates of one payload vector; ``message_bits``: bits of one digital
+    message (None over the air); ``rate``: the bits per channel use of the slowest
+    transmitter of a slot (digital; None over the air)."""
 
     coords: int
     channel_uses: float
@@ -140,6 +184,8 @@ class RoundCost:
     energy_j: float
     bits: float
     symbols: float
+    message_bits: float | None = None
+    rate: float | None = None
 
 
 def live_slot_probability(plan: PhysicalPlan, stats: TopologyStats) -> float:
@@ -175,30 +221,123 @@ def phase_live_slot_probability(plan: PhysicalPlan, phase) -> float:
     return 1.0 - silent ** (receivers / max(phase.slots, 1))
 
 
+@attrs.frozen
+class Payload:
+    """What one message of a plan carries: ``coords`` coordinates per vector, ``reals`` real
+    numbers in all (gradient tracking: two vectors; push-sum: one more real, its weight),
+    ``index_coords`` coordinates whose position is sent (top-k) and ``message_bits`` (digital:
+    ``reals * bits`` plus the index bits; over the air: the 32-bit equivalent that
+    :func:`link_bits` counts)."""
+
+    coords: int
+    reals: int
+    index_coords: int
+    message_bits: float
+
+    @property
+    def ota_uses(self) -> int:
+        """Channel uses of one over-the-air payload: two reals per complex channel use."""
+        return math.ceil(self.reals / 2)
+
+
+def payload(plan: PhysicalPlan, d: int) -> Payload:
+    """The message one client sends per round under ``plan`` for a d-dimensional model."""
+    coords = max(1, math.ceil(plan.k_ratio * d))
+    alg = plan.effective_algorithm
+    vectors = payload_vectors(alg)
+    reals = vectors * coords + extra_reals(alg)
+    indexed = vectors * _indexed(plan, coords)
+    bits = plan.bits if plan.transport == "digital" else BITS_PER_COORD
+    return Payload(coords, reals, indexed, float(reals * bits + indexed * index_bits(d)))
+
+
+def digital_rate(plan: PhysicalPlan, receivers: float) -> float:
+    """Expected bits per channel use of a broadcast to ``receivers`` receivers on the plan's
+    channel (:func:`~.rates.channel_rate`, same truncation as over the air)."""
+    ch = plan.channel
+    return channel_rate(ch.kind, max(1, round(receivers)), ch.snr_db, ch.g_th, ch.dropout)
+
+
 def round_cost(plan: PhysicalPlan, stats: TopologyStats, d: int) -> RoundCost:
     """Per-round resources; for a periodic topology the mean over its period of each round's
-    own figures (its slots, links and receivers)."""
+    own figures (its slots, links and receivers); through a server for FedAvg/FedProx."""
+    if plan.effective_algorithm in SERVER_ALGORITHMS:
+        return server_round_cost(plan, stats, d)
     if stats.phases:
         return _periodic_round_cost(plan, stats, d)
-    coords = max(1, math.ceil(plan.k_ratio * d))
-    uses_per_payload = math.ceil(coords / 2)
+    pl = payload(plan, d)
+    ch = plan.channel
     slots = stats.slots_per_round
-    channel_uses = float(slots * uses_per_payload) * live_slot_probability(plan, stats)
-    symbol_s = 1.0 / plan.channel.bandwidth_hz
-    links = (2 * stats.spectra.n_edges * plan.channel.active_probability
-             * (1 - plan.channel.dropout) ** 2)
-    symbols = links * uses_per_payload
-    bits = links * link_bits(coords, _indexed(plan, coords), d)
+    live = live_slot_probability(plan, stats)
+    symbol_s = 1.0 / ch.bandwidth_hz
+    links = 2 * stats.spectra.n_edges * ch.active_probability * (1 - ch.dropout) ** 2
+    rate = None
+    if plan.transport == "digital":
+        # a slot lasts as long as its slowest transmitter's packet (the one with the most
+        # receivers has the lowest rate); each client broadcasts once per round when online
+        # and one of its links is up
+        sp = stats.spectra
+        rate = digital_rate(plan, sp.max_degree)
+        channel_uses = float(slots * math.ceil(pl.message_bits / rate)) * live
+        link_down = 1.0 - ch.active_probability * (1 - ch.dropout)
+        transmitters = sp.n_nodes * (1 - ch.dropout) * (1.0 - link_down ** sp.mean_degree)
+        symbols = transmitters * math.ceil(pl.message_bits / digital_rate(plan, sp.mean_degree))
+        bits = links * pl.message_bits
+    else:
+        channel_uses = float(slots * pl.ota_uses) * live
+        symbols = links * pl.ota_uses
+        bits = links * link_bits(pl.reals, pl.index_coords, d)
     exchange = clique_exchange_cost(plan, d)
     if exchange is not None:
         channel_uses += exchange.channel_uses
         slots += exchange.slots
         symbols += exchange.symbols
         bits += exchange.bits
-    return RoundCost(coords=coords, channel_uses=channel_uses, slots=slots,
+    return RoundCost(coords=pl.coords, channel_uses=channel_uses, slots=slots,
                      airtime_s=channel_uses * symbol_s,
-                     energy_j=plan.channel.tx_power_w * symbol_s * symbols, bits=bits,
-                     symbols=symbols)
+                     energy_j=ch.tx_power_w * symbol_s * symbols, bits=bits, symbols=symbols,
+                     message_bits=pl.message_bits if plan.transport == "digital" else None,
+                     rate=rate)
+
+
+def server_round_cost(plan: PhysicalPlan, stats: TopologyStats, d: int) -> RoundCost:
+    """FedAvg/FedProx through an access point (a star), every client taking part.
+
+    Uplink over the air: every client transmits at once in one slot of ``ceil(reals / 2)``
+    channel uses (the access point receives the sum). Uplink digital: one slot per client
+    (TDMA), ``ceil(M / R_1)`` channel uses each at the single-link rate R_1; a client whose
+    link is truncated (or that is offline) sends nothing. Downlink (both): the access point
+    broadcasts the average, ``ceil(M_dl / R_dl)`` channel uses at the rate of the worst of the
+    N clients, ``M_dl = reals * bits`` (32 bits per coordinate for an over-the-air plan)."""
+    ch = plan.channel
+    pl = payload(plan, d)
+    n = stats.spectra.n_nodes
+    up = ch.active_probability * (1 - ch.dropout)       # a client's uplink delivers
+    dl_bits = pl.message_bits if plan.transport == "digital" else float(pl.reals * BITS_PER_COORD)
+    dl_rate = digital_rate(plan, n)
+    dl_uses = math.ceil(dl_bits / dl_rate)
+    if plan.transport == "digital":
+        rate = digital_rate(plan, 1)
+        per_client = math.ceil(pl.message_bits / rate)
+        up_uses = n * up * per_client
+        up_symbols = up_uses
+        slots = n + 1
+        up_bits = n * up * pl.message_bits
+    else:
+        rate = None
+        up_uses = float(pl.ota_uses)
+        up_symbols = n * up * pl.ota_uses
+        slots = 2
+        up_bits = n * up * link_bits(pl.reals, pl.index_coords, d)
+    channel_uses = up_uses + dl_uses
+    symbol_s = 1.0 / ch.bandwidth_hz
+    symbols = up_symbols + dl_uses
+    return RoundCost(coords=pl.coords, channel_uses=channel_uses, slots=slots,
+                     airtime_s=channel_uses * symbol_s,
+                     energy_j=ch.tx_power_w * symbol_s * symbols,
+                     bits=up_bits + n * (1 - ch.dropout) * dl_bits, symbols=symbols,
+                     message_bits=pl.message_bits if plan.transport == "digital" else None,
+                     rate=rate)
 
 
 @attrs.frozen
@@ -215,7 +354,9 @@ class CliqueExchange:
 def clique_exchange_cost(plan: PhysicalPlan, d: int) -> CliqueExchange | None:
     """Clique Averaging's exchange of the full update (d coordinates) inside every clique: the
     cliques are disjoint and complete, so they receive in parallel in max(sizes) slots (scaled
-    by the probability that a slot has a live receiver); None without Clique Averaging."""
+    by the probability that such a slot has a live receiver); None without Clique Averaging.
+    Digital: every member broadcasts ``d * bits`` bits to its clique at the rate of its worst
+    clique mate."""
     sizes = averaged_cliques(plan.topology)
     if not sizes:
         return None
@@ -226,6 +367,13 @@ def clique_exchange_cost(plan: PhysicalPlan, d: int) -> CliqueExchange | None:
     silent = ch.dropout + (1 - ch.dropout) * link_down ** mean_deg
     live = 1.0 - silent ** len(sizes) if silent > 0 else 1.0
     delivered = sum(c * (c - 1) for c in sizes) * ch.active_probability * (1 - ch.dropout) ** 2
+    if plan.transport == "digital":
+        m = float(d * plan.bits)
+        per_slot = math.ceil(m / digital_rate(plan, max(sizes) - 1))
+        symbols = sum(c * (1 - ch.dropout) * math.ceil(m / digital_rate(plan, c - 1))
+                      for c in sizes)
+        return CliqueExchange(len(sizes), max(sizes), max(sizes) * per_slot * live, symbols,
+                              delivered * m)
     return CliqueExchange(len(sizes), max(sizes), max(sizes) * full * live, delivered * full,
                           delivered * link_bits(d, 0, d))
 
@@ -253,21 +401,37 @@ def _clique_sizes(n: int, cliques: str | None, size: int | None) -> tuple[int, .
 
 
 def _periodic_round_cost(plan: PhysicalPlan, stats: TopologyStats, d: int) -> RoundCost:
-    coords = max(1, math.ceil(plan.k_ratio * d))
-    uses_per_payload = math.ceil(coords / 2)
-    symbol_s = 1.0 / plan.channel.bandwidth_hz
-    delivered = plan.channel.active_probability * (1 - plan.channel.dropout) ** 2
+    # digital: a round's slot lasts as long as the packet at the rate of the round's largest
+    # in-degree, and every client that receives that round is taken to transmit once (periodic
+    # families exchange symmetrically or with one peer)
+    pl = payload(plan, d)
+    ch = plan.channel
+    symbol_s = 1.0 / ch.bandwidth_hz
+    delivered = ch.active_probability * (1 - ch.dropout) ** 2
     phases = stats.phases
-    channel_uses = sum(ph.slots * uses_per_payload * phase_live_slot_probability(plan, ph)
-                       for ph in phases) / len(phases)
     links = sum(ph.links for ph in phases) / len(phases)
-    symbols = links * delivered * uses_per_payload
-    return RoundCost(coords=coords, channel_uses=channel_uses,
+    rate = None
+    if plan.transport == "digital":
+        rates = [digital_rate(plan, max(g for g, _ in ph.in_degrees) if ph.in_degrees else 1)
+                 for ph in phases]
+        per_tx = [math.ceil(pl.message_bits / r) for r in rates]
+        channel_uses = sum(ph.slots * u * phase_live_slot_probability(plan, ph)
+                           for ph, u in zip(phases, per_tx)) / len(phases)
+        symbols = sum(ph.receivers * (1 - ch.dropout) * u
+                      for ph, u in zip(phases, per_tx)) / len(phases)
+        bits = links * delivered * pl.message_bits
+        rate = min(rates)
+    else:
+        channel_uses = sum(ph.slots * pl.ota_uses * phase_live_slot_probability(plan, ph)
+                           for ph in phases) / len(phases)
+        symbols = links * delivered * pl.ota_uses
+        bits = links * delivered * link_bits(pl.reals, pl.index_coords, d)
+    return RoundCost(coords=pl.coords, channel_uses=channel_uses,
                      slots=sum(ph.slots for ph in phases) / len(phases),
                      airtime_s=channel_uses * symbol_s,
-                     energy_j=plan.channel.tx_power_w * symbol_s * symbols,
-                     bits=links * delivered * link_bits(coords, _indexed(plan, coords), d),
-                     symbols=symbols)
+                     energy_j=ch.tx_power_w * symbol_s * symbols, bits=bits, symbols=symbols,
+                     message_bits=pl.message_bits if plan.transport == "digital" else None,
+                     rate=rate)
 
 
 @attrs.frozen

@@ -11,6 +11,7 @@ from typing import Any
 import attrs
 
 from ..errors import ValidationError
+from .operators import check_algorithm, parse_transport
 from .plan import Cost, PhysicalPlan
 from .sla import DEFAULT_SLA, SLA
 from .topology import TopologySpec, TopologyStats
@@ -64,6 +65,15 @@ class PlanRequest:
     topologies: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] | None = None
     weights: tuple[str, ...] | None = None
     sparsity: tuple[float, ...] | None = None
+    #: transports to plan, (name, bits) with bits None for the default digital widths
+    #: (:func:`~.operators.parse_transport`); None = AUTO (:data:`~.operators.AUTO_TRANSPORTS`)
+    transports: tuple[tuple[str, int | None], ...] | None = attrs.field(
+        default=None, converter=lambda v: None if v is None else tuple(
+            dict.fromkeys(parse_transport(t) for t in v)) or None)
+    #: algorithms to plan; None = AUTO (:data:`~.operators.AUTO_ALGORITHMS`)
+    algorithms: tuple[str, ...] | None = attrs.field(
+        default=None, converter=lambda v: None if v is None else tuple(
+            dict.fromkeys(check_algorithm(a) for a in v)) or None)
     budgets: tuple[tuple[str, float], ...] = ()
     estimator: str | None = None
     objective: str | None = None

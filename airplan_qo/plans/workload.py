@@ -87,6 +87,9 @@ WORKLOAD_PARAMS: dict[str, WorkloadParam] = {p.name: p for p in [
                   "what uncompressed D-SGD sends over the air: its change since the link's last "
                   "delivery ('difference') or the whole model, as in the AirPlan paper ('model')",
                   choices=("difference", "model")),
+    WorkloadParam("access_point", bool, False,
+                  "the clients reach an access point (a server): FedAvg and FedProx may be "
+                  "planned through it"),
     WorkloadParam("topology_seed", int, 0, "seed of random topologies", _range(0, None)),
     WorkloadParam("seed", int, 0, "master seed (data, training and channel seeds derive from it)",
                   _range(0, None)),
@@ -187,6 +190,7 @@ class Workload:
     dropout: float = 0.0
     channel: str = "ota"
     ota_payload: str = "difference"
+    access_point: bool = False
     topology_seed: int = 0
     seed: int = 0
     sketch_eps: float = 0.05

@@ -73,6 +73,13 @@ def derive_seeds(seed: int) -> dict[str, int]:
 
 def run_config(workload, plan, rounds: int, target: float | None, seeds: dict[str, int],
                target_metric: str = "accuracy", device: str = DEFAULT_DEVICE) -> RunConfig:
+    if getattr(plan, "transport", "ota") != "ota" or plan.effective_algorithm not in (
+            "dsgd", "choco"):
+        # the planner costs more operators than this runtime trains: refuse rather than train
+        # another plan than the one chosen
+        raise ExecutionError(
+            f"the runtime trains over-the-air D-SGD/CHOCO plans only, not {plan.label()}: plan "
+            f"it with USING TRANSPORT ota USING ALGORITHM AUTO to train it")
     ch = plan.channel
     return RunConfig(
         model=workload.model, lr=workload.lr, momentum=workload.momentum,

@@ -259,6 +259,10 @@ def request_to_json(request: Any) -> dict[str, Any] | None:
                           if request.topologies else None),
            "weights": list(request.weights) if request.weights else None,
            "sparsity": list(request.sparsity) if request.sparsity else None,
+           "transports": ([list(t) for t in request.transports]
+                          if getattr(request, "transports", None) else None),
+           "algorithms": (list(request.algorithms)
+                          if getattr(request, "algorithms", None) else None),
            "budgets": [[k, v] for k, v in request.budgets],
            "estimator": request.estimator, "objective": request.objective,
            "statement": request.statement, "confidence": request.confidence}
@@ -280,6 +284,8 @@ def request_from_json(doc: Mapping[str, Any], workload: Any) -> Any:
                     if doc.get("topologies") else None),
         weights=tuple(doc["weights"]) if doc.get("weights") else None,
         sparsity=tuple(doc["sparsity"]) if doc.get("sparsity") else None,
+        transports=([tuple(t) for t in doc["transports"]] if doc.get("transports") else None),
+        algorithms=doc.get("algorithms") or None,
         budgets=tuple((k, v) for k, v in doc.get("budgets") or ()),
         estimator=doc.get("estimator"), objective=doc.get("objective"),
         statement=doc.get("statement") or "",
@@ -418,6 +424,8 @@ class Reoptimizer:
         req = attrs.evolve(
             self.request, workload=observed_workload(self.request.workload, observed),
             sparsity=ks or (cur.k_ratio,), min_mixing_p=cur.mixing_p,
+            # a run rewires its topology and k only: it keeps its transport (over the air)
+            transports=(("ota", None),),
             # the current topology stays a candidate only where it can run with a larger k
             exclude_topologies=() if max(ks, default=0.0) > cur.k_ratio else (cur.spec,),
             statement=(f"re-optimisation of execution {self.exec_id} at round {trig.round} "

@@ -72,7 +72,7 @@ def run_pilot(session, dataset: str, clients: int, *, rounds: int = 30,
         w = Workload.from_params(dataset, clients, values)
         plan = session.plan(w, topologies=[(family, dict(tparams))], sparsity=[k],
                             weights=["metropolis_hastings"], estimator=estimator,
-                            fallback="complete",
+                            fallback="complete", transports=["ota"],
                             statement=f"pilot {i}/{len(design)}")
         # the design point itself, even when the planner would fall back to another plan
         point = next(c for c in plan.candidates

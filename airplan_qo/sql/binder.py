@@ -19,6 +19,8 @@ from ..data.datasets import DATASETS
 from ..errors import BindError, UnknownNameError, ValidationError
 from ..plans.families import FAMILIES
 from ..plans.mixing import WEIGHTS
+from ..plans.operators import (AUTO_TRANSPORTS, EXACT_BITS, check_algorithm, check_bits,
+                               check_transport, exclusion)
 from ..plans.sla import DEFAULT_SLA, SLA, SLAError, sla_from_expression, sla_with_target
 from ..plans.workload import NOT_SETTINGS, WORKLOAD_PARAMS, Workload, coerce_param
 from ..registry import suggest
@@ -59,6 +61,10 @@ class BoundTrain:
     topologies: tuple[tuple[str, dict[str, Any]], ...] | None = None
     weights: tuple[str, ...] | None = None
     sparsity: tuple[float, ...] | None = None
+    #: ``USING TRANSPORT``: (name, bits or None for the default widths); None = AUTO
+    transports: tuple[tuple[str, int | None], ...] | None = None
+    #: ``USING ALGORITHM``: algorithm names; None = AUTO
+    algorithms: tuple[str, ...] | None = None
     sla: SLA = DEFAULT_SLA
     confidence: float | None = None
     budgets: dict[str, float] = attrs.field(factory=dict)
@@ -212,6 +218,66 @@ class _Binder:
                 values.append(k)
         return tuple(values)
 
+    def transports(self, stmt: Train):
+        clause = stmt.args.get("transport")
+        if clause is None or clause.args.get("auto"):
+            return None
+        out: list[tuple[str, int | None]] = []
+        for spec in clause.expressions:
+            try:
+                name = check_transport(spec.this.this)
+            except ValidationError as e:
+                raise self.error(str(e), spec.this) from None
+            bits: int | None = None
+            for setting in spec.expressions or []:
+                key = str(setting.this.this).lower()
+                if key != "bits":
+                    raise self.error(f"unknown parameter '{key}' for transport '{name}'"
+                                     f"{suggest(key, ['bits'])}; allowed: "
+                                     f"{'bits' if name == 'digital' else 'none'}", setting.this)
+                if name != "digital":
+                    raise self.error("bits applies to the digital transport only: an "
+                                     "over-the-air payload is analog (not quantised)",
+                                     setting.this)
+                try:
+                    bits = check_bits(self.value(setting.expression))
+                except ValidationError as e:
+                    raise self.error(str(e), setting.expression) from None
+            if (name, bits) not in out:
+                out.append((name, bits))
+        return tuple(out)
+
+    def algorithms(self, stmt: Train):
+        clause = stmt.args.get("algorithm")
+        if clause is None or clause.args.get("auto"):
+            return None
+        names: list[str] = []
+        for ident in clause.expressions:
+            try:
+                name = check_algorithm(ident.this)
+            except ValidationError as e:
+                raise self.error(str(e), ident) from None
+            if name not in names:
+                names.append(name)
+        return tuple(names)
+
+    def check_operators(self, stmt: Train, workload: Workload,
+                        transports: tuple | None, algorithms: tuple | None) -> None:
+        """An algorithm named in USING ALGORITHM that every transport of the statement excludes
+        (a rule that holds whatever the topology and k) is a BindError at its name, with the
+        rule's reason."""
+        clause = stmt.args.get("algorithm")
+        if clause is None or algorithms is None:
+            return
+        pairs = ([(t, b if b is not None else EXACT_BITS) for t, b in transports]
+                 if transports is not None else list(AUTO_TRANSPORTS))
+        for ident in clause.expressions:
+            name = check_algorithm(ident.this)
+            reasons = [exclusion(name, t, bits=b, access_point=workload.access_point)
+                       for t, b in pairs]
+            if all(r is not None for r in reasons):
+                raise self.error(f"USING ALGORITHM {name}: {reasons[0]}", ident)
+
     def confidence(self, stmt: Train) -> float | None:
         clause = stmt.args.get("sla")
         literal = clause.args.get("confidence") if clause is not None else None
@@ -317,6 +383,8 @@ def bind(statement: Statement) -> BoundTrain | BoundAnalyze:
     train = statement.this if explain else statement
     options = binder.options(statement) if explain else ExplainOptions()
     workload = binder.workload(train)
+    transports, algorithms = binder.transports(train), binder.algorithms(train)
+    binder.check_operators(train, workload, transports, algorithms)
     return BoundTrain(
         workload=workload,
         explain=explain,
@@ -325,6 +393,8 @@ def bind(statement: Statement) -> BoundTrain | BoundAnalyze:
         topologies=binder.topologies(train, workload.clients),
         weights=binder.weights(train),
         sparsity=binder.sparsity(train),
+        transports=transports,
+        algorithms=algorithms,
         sla=binder.sla(train, workload.target_accuracy),
         confidence=binder.confidence(train),
         budgets=binder.budgets(train),

@@ -28,6 +28,7 @@ from .expressions import (
     BOOLEAN_OPTIONS,
     EXPLAIN_OPTIONS,
     WITHIN_UNITS,
+    AlgorithmClause,
     AnalyzeWorkload,
     CostModelClause,
     ExplainOption,
@@ -40,6 +41,8 @@ from .expressions import (
     TopologyClause,
     TopologySpec,
     Train,
+    TransportClause,
+    TransportSpec,
     WeightsClause,
     WithClause,
     WithinClause,
@@ -58,8 +61,9 @@ _NOT_WORDS = frozenset({
 _UNIT_WORDS = {"ROUNDS": "ROUNDS", "ROUND": "ROUNDS", "SECONDS": "SECONDS", "SECOND": "SECONDS",
                "JOULES": "JOULES", "JOULE": "JOULES"}
 _CLAUSE_WORDS = ("WITH", "USING", "SLA", "WITHIN", "COST", "FALLBACK")
-_CLAUSE_LIST = ("WITH, USING TOPOLOGY, USING WEIGHTS, USING SPARSITY, SLA, WITHIN, COST MODEL or "
-                "FALLBACK")
+_CLAUSE_LIST = ("WITH, USING TOPOLOGY, USING WEIGHTS, USING SPARSITY, USING TRANSPORT, "
+                "USING ALGORITHM, SLA, WITHIN, COST MODEL or FALLBACK")
+_USING_WORDS = ("TOPOLOGY", "WEIGHTS", "SPARSITY", "TRANSPORT", "ALGORITHM")
 _FALLBACK_WORDS = ("AUTO", "COMPLETE", "ERROR")
 _TRUE_WORDS = {"TRUE": True, "ON": True, "FALSE": False, "OFF": False}
 
@@ -503,10 +507,10 @@ class AirPlanParser(DuckDBParser):
             kw = word(tok)
             if kw == "USING":
                 sub = word(self._next)
-                if sub not in ("TOPOLOGY", "SPARSITY", "WEIGHTS"):
+                if sub not in _USING_WORDS:
                     self._advance()
-                    raise self._error(f"expected TOPOLOGY, WEIGHTS or SPARSITY after USING, "
-                                      f"{self._found()}")
+                    raise self._error(f"expected TOPOLOGY, WEIGHTS, SPARSITY, TRANSPORT or "
+                                      f"ALGORITHM after USING, {self._found()}")
                 key = f"USING {sub}"
             elif kw == "COST":
                 key = "COST MODEL"
@@ -531,6 +535,10 @@ class AirPlanParser(DuckDBParser):
                 node.set("weights", self._weights_clause().update_positions(tok))
             elif key == "USING SPARSITY":
                 node.set("sparsity", self._sparsity_clause().update_positions(tok))
+            elif key == "USING TRANSPORT":
+                node.set("transport", self._transport_clause().update_positions(tok))
+            elif key == "USING ALGORITHM":
+                node.set("algorithm", self._algorithm_clause().update_positions(tok))
             elif key == "SLA":
                 clause = SlaClause(this=self._sla_predicate())
                 if word(self._curr) == "CONFIDENCE":
@@ -610,6 +618,36 @@ class AirPlanParser(DuckDBParser):
             raise self._error(f"expected AUTO or a mixing weights rule after USING WEIGHTS, "
                               f"{self._found()}")
         return WeightsClause(expressions=self._name_list("weights"))
+
+    def _transport_clause(self) -> TransportClause:
+        if word(self._curr) == "AUTO":
+            self._advance()
+            return TransportClause(auto=True)
+        specs = []
+        while True:
+            tok = self._curr
+            if specs and word(tok) == "AUTO":
+                raise self._error("AUTO cannot be combined with other transport names", tok)
+            name = self._name()
+            if name is None:
+                raise self._error(f"expected AUTO or a transport (ota, digital) after USING "
+                                  f"TRANSPORT, {self._found()}" if not specs else
+                                  f"expected a transport, {self._found()}")
+            spec = TransportSpec(this=name).update_positions(tok)
+            if self._curr.token_type == TokenType.L_PAREN:
+                spec.set("expressions", self._settings(f"transport {name.this}", False))
+            specs.append(spec)
+            if not self._match(TokenType.COMMA):
+                return TransportClause(expressions=specs)
+
+    def _algorithm_clause(self) -> AlgorithmClause:
+        if word(self._curr) == "AUTO":
+            self._advance()
+            return AlgorithmClause(auto=True)
+        if word(self._curr) is None and self._curr.token_type != TokenType.IDENTIFIER:
+            raise self._error(f"expected AUTO or an algorithm name after USING ALGORITHM, "
+                              f"{self._found()}")
+        return AlgorithmClause(expressions=self._name_list("algorithm"))
 
     def _sparsity_clause(self) -> SparsityClause:
         if word(self._curr) == "AUTO":
@@ -733,6 +771,23 @@ class AirPlanGenerator(DuckDBGenerator):
                 parts.append(f"USING SPARSITY IN ({values})")
             else:
                 parts.append(f"USING SPARSITY {self._value_sql(sparsity.expressions[0])}")
+        transport = e.args.get("transport")
+        if transport:
+            if transport.args.get("auto"):
+                parts.append("USING TRANSPORT AUTO")
+            else:
+                specs = []
+                for spec in transport.expressions:
+                    text = self._name_sql(spec.this)
+                    if spec.expressions:
+                        text += f"({self._settings_sql(spec.expressions, ' = ')})"
+                    specs.append(text)
+                parts.append("USING TRANSPORT " + ", ".join(specs))
+        algorithm = e.args.get("algorithm")
+        if algorithm:
+            names = "AUTO" if algorithm.args.get("auto") else ", ".join(
+                self._name_sql(n) for n in algorithm.expressions)
+            parts.append(f"USING ALGORITHM {names}")
         sla = e.args.get("sla")
         if sla:
             parts.append(f"SLA {self._predicate_sql(sla.this)}")

@@ -122,7 +122,8 @@ def _run_train(session, bound: BoundTrain, fmt: str, quiet: bool = True,
     result = session.plan(
         bound.workload, progress=progress, sla=bound.sla, topologies=bound.topologies, weights=bound.weights,
         sparsity=bound.sparsity, budgets=bound.budgets, estimator=bound.estimator,
-        statement=bound.text, fallback=bound.fallback,
+        statement=bound.text, fallback=bound.fallback, transports=bound.transports,
+        algorithms=bound.algorithms,
         **({"confidence": bound.confidence} if bound.confidence else {}))
     rendered = result.explain(format=out_fmt, verbose=opts.verbose, costs=opts.costs,
                               alternatives=opts.alternatives)
@@ -142,6 +143,8 @@ def run_training(session, bound: BoundTrain, fmt: str = "text", *, quiet: bool =
                         weights=bound.weights, sparsity=bound.sparsity, budgets=bound.budgets,
                         estimator=bound.estimator, statement=bound.text, progress=progress,
                         fallback=getattr(bound, "fallback", None),
+                        transports=getattr(bound, "transports", None),
+                        algorithms=getattr(bound, "algorithms", None),
                         **({"confidence": bound.confidence} if bound.confidence else {}))
     if not bound.explain:   # EXPLAIN ANALYZE prints them among its lines
         for warning in plan.warnings:

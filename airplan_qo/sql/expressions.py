@@ -77,6 +77,24 @@ class SparsityClause(AirPlanNode):
     arg_types = {"expressions": False, "auto": False, "in_list": False}
 
 
+class TransportSpec(AirPlanNode):
+    """One transport of ``USING TRANSPORT``: ``ota`` or ``digital[(bits = b)]``."""
+
+    arg_types = {"this": True, "expressions": False}
+
+
+class TransportClause(AirPlanNode):
+    """``USING TRANSPORT AUTO | transport, ...``: the transports to consider."""
+
+    arg_types = {"expressions": False, "auto": False}
+
+
+class AlgorithmClause(AirPlanNode):
+    """``USING ALGORITHM AUTO | name, ...``: the algorithms to consider."""
+
+    arg_types = {"expressions": False, "auto": False}
+
+
 class SlaClause(AirPlanNode):
     """``SLA predicate [CONFIDENCE p]``; the predicate is a plain sqlglot expression."""
 
@@ -112,6 +130,8 @@ class Train(Statement):
         "topology": False,
         "weights": False,
         "sparsity": False,
+        "transport": False,
+        "algorithm": False,
         "sla": False,
         "within": False,
         "cost_model": False,

@@ -22,7 +22,8 @@ def measured():
                         model="logistic", dropout=dropout)
         db.analyze(w)
         result = db.plan(w, topologies=FAMILIES, sparsity=[0.1, 0.3, 1.0],
-                         weights=["metropolis_hastings"], fallback="complete")
+                         weights=["metropolis_hastings"], fallback="complete",
+                         transports=["ota"])
         for cand in result.candidates:
             report = db.execute(attrs.evolve(result, chosen=cand), stop_at_target=False,
                                 reoptimize=False)

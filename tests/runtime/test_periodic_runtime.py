@@ -194,7 +194,7 @@ def measured():
                         channel=channel, dropout=dropout)
         result = db.plan(w, topologies=["one_peer_exponential", ("base_k", {"k": 2}),
                                         ("base_k", {"k": 1})],
-                         sparsity=[0.1, 1.0], estimator="dsgd")
+                         sparsity=[0.1, 1.0], estimator="dsgd", transports=["ota"])
         for cand in result.candidates:
             report = db.execute(attrs.evolve(result, chosen=cand), stop_at_target=False,
                                 reoptimize=False)

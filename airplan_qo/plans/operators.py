@@ -1,0 +1,239 @@
+"""Physical operators of a plan besides its topology: the **transport** (how a message crosses
+the air) and the **algorithm** (what the clients send and how they mix it), the rules that
+exclude combinations that make no sense (each with the reason a user is shown), and the
+algorithms and transports the planner enumerates when a request leaves them to it (``AUTO``).
+
+Transports:
+
+* ``ota``: over-the-air aggregation (analog superposition; the receiver gets the weighted sum of
+  its neighbours' payloads plus channel noise), two real coordinates per complex channel use.
+* ``digital``: packets; ``b`` bits per coordinate (1..32, 32 = exact float32), sent at the
+  rate the worst active receiver supports (:mod:`.rates`); no channel noise beyond the
+  quantisation, a truncated link loses its packet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from ..errors import ValidationError
+
+TRANSPORTS = ("ota", "digital")
+#: Bits per coordinate of an exact (float32) payload, and the range a digital plan may use.
+EXACT_BITS = 32
+MIN_BITS, MAX_BITS = 1, 32
+
+#: Algorithms a plan may name. ``auto`` is the default rule: D-SGD for dense payloads (k = 1),
+#: CHOCO gossip for compressed ones (k < 1).
+PLAN_ALGORITHMS = ("auto", "dsgd", "choco", "gradient_tracking", "push_sum", "matcha", "fedavg",
+                   "fedprox")
+
+#: Algorithms whose per-round cost the planner computes (MATCHA needs its matching
+#: decomposition and activation probabilities, which the planner does not compute yet).
+COSTED_ALGORITHMS = ("auto", "dsgd", "choco", "gradient_tracking", "push_sum", "fedavg",
+                     "fedprox")
+
+#: Algorithms that run through a server (a star with an access point), not over a topology.
+SERVER_ALGORITHMS = ("fedavg", "fedprox")
+
+#: The algorithms ``USING ALGORITHM AUTO`` (the default) enumerates: those the runtime trains.
+#: Extend this tuple when the runtime gains an update rule.
+AUTO_ALGORITHMS: tuple[str, ...] = ("dsgd", "choco")
+
+#: The (transport, bits) pairs ``USING TRANSPORT AUTO`` (the default) enumerates.
+AUTO_TRANSPORTS: tuple[tuple[str, int], ...] = (("ota", EXACT_BITS), ("digital", 8),
+                                                ("digital", EXACT_BITS))
+
+#: Digital bits per coordinate enumerated when a request asks for ``digital`` without a width.
+DEFAULT_DIGITAL_BITS = (8, 32)
+
+
+def check_transport(value: Any) -> str:
+    """A valid transport name (lower case), else ValidationError naming the choices."""
+    text = str(value).strip().lower() if value is not None else ""
+    if text not in TRANSPORTS:
+        raise ValidationError(f"unknown transport {value!r}; use one of {', '.join(TRANSPORTS)}")
+    return text
+
+
+def check_bits(value: Any) -> int:
+    """Bits per coordinate: an integer in 1..32, else ValidationError."""
+    if isinstance(value, bool):
+        raise ValidationError(f"bits must be an integer in {MIN_BITS}..{MAX_BITS}, got {value!r}")
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        raise ValidationError(f"bits must be an integer in {MIN_BITS}..{MAX_BITS}, "
+                              f"got {value!r}") from None
+    if not f.is_integer() or not MIN_BITS <= f <= MAX_BITS:
+        raise ValidationError(f"bits must be an integer in {MIN_BITS}..{MAX_BITS}, got {value!r}")
+    return int(f)
+
+
+def check_algorithm(value: Any) -> str:
+    """A valid plan algorithm name (lower case), else ValidationError naming the choices."""
+    text = str(value).strip().lower() if value is not None else ""
+    if text not in PLAN_ALGORITHMS:
+        from ..registry import suggest
+
+        raise ValidationError(f"unknown algorithm {value!r}{suggest(text, list(PLAN_ALGORITHMS))}"
+                              f"; use one of {', '.join(PLAN_ALGORITHMS)}")
+    return text
+
+
+def parse_transport(value: Any) -> tuple[str, int | None]:
+    """One transport choice as (name, bits): ``"ota"``, ``"digital"`` (bits None: the default
+    widths :data:`DEFAULT_DIGITAL_BITS`), ``"digital(8)"``, ``"digital(bits=8)"`` or a
+    ``(name, bits)`` pair; ValidationError otherwise."""
+    if isinstance(value, (tuple, list)):
+        if len(value) != 2:
+            raise ValidationError(f"a transport pair is (name, bits), got {value!r}")
+        name, bits = check_transport(value[0]), value[1]
+    else:
+        text = str(value).strip().lower().replace(" ", "")
+        name, _, rest = text.partition("(")
+        bits = None
+        if rest:
+            if not rest.endswith(")"):
+                raise ValidationError(f"unclosed '(' in transport {value!r}")
+            arg = rest[:-1]
+            key, eq, num = arg.partition("=")
+            if eq and key not in ("bits", "b"):
+                raise ValidationError(f"unknown parameter '{key}' for transport {name!r}; "
+                                      f"allowed: bits")
+            bits = num if eq else arg
+        name = check_transport(name)
+    if bits is None:
+        return name, None
+    if name != "digital":
+        raise ValidationError("bits applies to the digital transport only: an over-the-air "
+                              "payload is analog (not quantised)")
+    return name, check_bits(bits)
+
+
+def auto_rule(k_ratio: float) -> str:
+    """What ``auto`` runs: D-SGD at k = 1, CHOCO below."""
+    return "dsgd" if k_ratio >= 1 else "choco"
+
+
+def resolve(algorithm: str, k_ratio: float) -> str:
+    """The algorithm that runs (``auto`` resolved by :func:`auto_rule`)."""
+    return auto_rule(k_ratio) if algorithm == "auto" else algorithm
+
+
+def canonical(algorithm: str, k_ratio: float) -> str:
+    """``auto`` when ``algorithm`` is what the default rule would run at ``k_ratio``, so that a
+    plan the rule already covers keeps the default rule's label."""
+    return "auto" if algorithm in ("dsgd", "choco") and auto_rule(k_ratio) == algorithm \
+        else algorithm
+
+
+@attrs.frozen
+class Combination:
+    """What an exclusion rule judges: one (algorithm, transport) pair in its plan's context."""
+
+    algorithm: str
+    transport: str
+    bits: int = EXACT_BITS
+    k_ratio: float = 1.0
+    family: str | None = None
+    access_point: bool = False
+
+
+#: A rule returns the reason a combination makes no sense, or None.
+Rule = Callable[[Combination], "str | None"]
+
+
+def _gt_over_the_air(c: Combination) -> str | None:
+    if c.algorithm == "gradient_tracking" and c.transport == "ota":
+        return ("gradient tracking over the air: the channel noise on the tracking variable "
+                "is summed round after round (its mean drifts as a random walk instead of "
+                "tracking the mean gradient); plan it with TRANSPORT digital")
+    return None
+
+
+def _server_needs_access_point(c: Combination) -> str | None:
+    if c.algorithm in SERVER_ALGORITHMS and not c.access_point:
+        return (f"{c.algorithm} runs through a server: the workload must declare an access "
+                f"point (WITH (access_point = true))")
+    return None
+
+
+def _server_topology(c: Combination) -> str | None:
+    if c.algorithm in SERVER_ALGORITHMS and c.family not in (None, "complete"):
+        return (f"{c.algorithm} averages every client's model at the server (W = 11^T/N): the "
+                f"topology is not a choice, plan it on the complete graph, not {c.family}")
+    return None
+
+
+def _dsgd_dense(c: Combination) -> str | None:
+    if c.algorithm == "dsgd" and c.k_ratio < 1:
+        return (f"dsgd transmits whole models (k = 1); k = {c.k_ratio:g} needs choco (whose "
+                f"replicas carry the compression residual)")
+    return None
+
+
+def _compressed_server(c: Combination) -> str | None:
+    if c.algorithm in SERVER_ALGORITHMS + ("gradient_tracking", "push_sum") and c.k_ratio < 1:
+        return (f"{c.algorithm} is planned with dense payloads only (k = 1): sparsifying its "
+                f"messages without a residual (as CHOCO keeps) biases the average")
+    return None
+
+
+def _matcha_not_costed(c: Combination) -> str | None:
+    if c.algorithm not in COSTED_ALGORITHMS:
+        return (f"{c.algorithm} cannot be planned yet: its cost needs the matching "
+                f"decomposition and activation probabilities, which the planner does not "
+                f"compute")
+    return None
+
+
+#: The exclusion rules, in the order they are checked; the first that applies gives the reason.
+EXCLUSIONS: tuple[tuple[str, Rule], ...] = (
+    ("not costed", _matcha_not_costed),
+    ("needs an access point", _server_needs_access_point),
+    ("server topology", _server_topology),
+    ("noise integrated", _gt_over_the_air),
+    ("dense payload", _dsgd_dense),
+    ("dense payload", _compressed_server),
+)
+
+
+def exclusion(algorithm: str, transport: str, *, bits: int = EXACT_BITS, k_ratio: float = 1.0,
+              family: str | None = None, access_point: bool = False) -> str | None:
+    """Why ``algorithm`` over ``transport`` makes no sense in this context (the first rule of
+    :data:`EXCLUSIONS` that applies), or None when the combination may be planned.
+    ``algorithm`` may be ``auto`` (resolved at ``k_ratio``)."""
+    c = Combination(resolve(check_algorithm(algorithm), k_ratio), check_transport(transport),
+                    check_bits(bits), float(k_ratio), family, bool(access_point))
+    for _, rule in EXCLUSIONS:
+        reason = rule(c)
+        if reason is not None:
+            return reason
+    return None
+
+
+def transport_label(transport: str, bits: int) -> str:
+    """How a plan label names a transport: ``ota`` or ``digital(b=8)``."""
+    return f"digital(b={bits})" if transport == "digital" else transport
+
+
+def payload_vectors(algorithm: str) -> int:
+    """Vectors an algorithm sends per round: gradient tracking sends x and its tracking
+    variable y, every other algorithm one."""
+    return 2 if algorithm == "gradient_tracking" else 1
+
+
+def extra_reals(algorithm: str) -> int:
+    """Reals sent beside the payload: push-sum's weight w."""
+    return 1 if algorithm == "push_sum" else 0
+
+
+__all__ = ["AUTO_ALGORITHMS", "AUTO_TRANSPORTS", "COSTED_ALGORITHMS", "Combination",
+           "DEFAULT_DIGITAL_BITS", "EXACT_BITS", "EXCLUSIONS", "MAX_BITS", "MIN_BITS",
+           "PLAN_ALGORITHMS", "SERVER_ALGORITHMS", "TRANSPORTS", "auto_rule", "canonical",
+           "check_algorithm", "check_bits", "check_transport", "exclusion", "extra_reals",
+           "parse_transport", "payload_vectors", "resolve", "transport_label"]
