@@ -481,8 +481,8 @@ class Trainer:
             result = self.rule.communicate(self.x, self.links, links, self.channel,
                                            train_gen=self.train_gen, x_prev=x_prev,
                                            scratch=self._scratch)
-            if result[4] is not self.x:     # the rule mixed into the scratch buffer: swap
-                self._scratch, self.x = self.x, result[4]
+            if result.x is not self.x:     # the rule mixed into the scratch buffer: swap
+                self._scratch, self.x = self.x, result.x
             cost = round_traffic(result, self.links, self.d, dbm_to_watt(cfg.tx_power_dbm),
                                  cfg.bandwidth_hz)
             if ca is not None:

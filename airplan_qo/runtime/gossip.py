@@ -3,10 +3,11 @@
 Every rule works on the stacked (N x d) models after local training (the half-step models
 x_i^{t+1/2}) and one round's :class:`~.channel.RoundLinks`. What is transmitted, and where
 channel noise enters, is stated per rule; noise is only ever added to what a receiver receives.
-``communicate(x, links, round_links, channel, ...)`` returns ``(k_recv, n_tx, link_nnz,
-link_index_bits, x_new)``: what each receiver listened on, its active transmitters, per delivered
-link the coordinates carried and those needing index bits, and the tensor now holding the models
-(the ``scratch`` buffer when one was given and used; the input ``x`` may be overwritten).
+``communicate(x, links, round_links, channel, ...)`` returns an :class:`Exchange`: what each
+receiver listened on (``k_recv``), its active transmitters (``n_tx``), per delivered link the
+coordinates carried (``link_nnz``) and those needing index bits (``link_index_bits``), and the
+tensor now holding the models (``x``: the ``scratch`` buffer when one was given and used; the
+input ``x`` may be overwritten).
 
 ``dsgd`` (k = 1)
     x_i <- sum_j W^t_ij x_j^{t+1/2}. Each transmitter j sends its half-step model, pre-scaled by
@@ -63,6 +64,7 @@ from __future__ import annotations
 
 import warnings
 
+import attrs
 import numpy as np
 import scipy.sparse as sp
 import torch
@@ -73,7 +75,7 @@ from .channel import Channel, RoundLinks, Traffic, traffic
 from .compression import ErrorFeedback, common_mask, compress
 from .device import to_device
 
-__all__ = ["ALGORITHMS", "Choco", "DSGD", "LinkSet", "OTA_PAYLOADS", "Operator",
+__all__ = ["ALGORITHMS", "Choco", "DSGD", "Exchange", "LinkSet", "OTA_PAYLOADS", "Operator",
            "PaperLiteral", "check_schedule", "difference_decay", "dsgd_mix",
            "link_schedule"]
 
@@ -86,6 +88,21 @@ DENSE_MAX_N = 2000
 #: vs 1.1 ms; ring N = 1000 4 ms vs 69 ms; Erdos-Renyi(0.2) N = 1000 257 ms vs 70 ms). The same
 #: rule picks the form on a GPU, where the sparse form is a torch CSR tensor (cuSPARSE).
 SPARSE_ADVANTAGE = 8
+
+
+@attrs.frozen(eq=False)
+class Exchange:
+    """What one round of an update rule sent and where the models now are.
+
+    ``k_recv`` (N,): coordinates each receiver listened on; ``n_tx`` (N,): its active
+    transmitters; ``link_nnz`` / ``link_index_bits`` (one entry per delivered link): coordinates
+    carried and how many of them need index bits; ``x``: the tensor now holding the models."""
+
+    k_recv: np.ndarray
+    n_tx: np.ndarray
+    link_nnz: np.ndarray
+    link_index_bits: np.ndarray
+    x: torch.Tensor
 
 
 class LinkSet:
@@ -362,7 +379,7 @@ class DSGD:
                     mixed = shrink(mixed, x, sigma)
         k_recv = np.full(self.n, self.d)
         n_links = int(up.sum())
-        return k_recv, n_tx, np.full(n_links, self.d), np.zeros(n_links), mixed
+        return Exchange(k_recv, n_tx, np.full(n_links, self.d), np.zeros(n_links), mixed)
 
     def _difference(self, x: torch.Tensor, links: LinkSet, rl: RoundLinks, channel: Channel):
         """One round of the difference form (docs/runtime.md, Over-the-air payloads).
@@ -430,7 +447,7 @@ class DSGD:
             off = to_device(np.flatnonzero(~rl.active), device)
             mixed[off] = x[off]
         k_recv = np.full(self.n, self.d)
-        return k_recv, n_tx, np.full(lids.size, self.d), np.zeros(lids.size), mixed
+        return Exchange(k_recv, n_tx, np.full(lids.size, self.d), np.zeros(lids.size), mixed)
 
     def state(self) -> dict:
         if self.s is None or not self.kept:     # decay 0 (or nothing sent yet): no state
@@ -534,7 +551,7 @@ class Choco:
             x.add_(delta, alpha=self.gamma)
         else:
             x[active] += self.gamma * delta[active]
-        return k_recv, n_tx, nnz, idx_bits, x
+        return Exchange(k_recv, n_tx, nnz, idx_bits, x)
 
     def _add_noise(self, fresh: torch.Tensor, listen: torch.Tensor | None, payload: np.ndarray,
                    lids: np.ndarray, links: LinkSet, k_recv: np.ndarray, n_tx: np.ndarray,
@@ -633,7 +650,7 @@ class PaperLiteral:
         else:
             x += step
         nnz = np.full(lids.size, self.k, dtype=np.float64)
-        return k_recv, n_tx, nnz, (np.zeros(lids.size) if u.common else nnz.copy()), x
+        return Exchange(k_recv, n_tx, nnz, np.zeros(lids.size) if u.common else nnz.copy(), x)
 
     def rewire(self, links: LinkSet) -> None:
         return None
@@ -646,9 +663,8 @@ class PaperLiteral:
             self.ef.memory = state["ef"].clone()
 
 
-def round_traffic(result: tuple, links: LinkSet, d: int, tx_power_w: float,
+def round_traffic(result: Exchange, links: LinkSet, d: int, tx_power_w: float,
                   bandwidth_hz: float) -> Traffic:
-    """Traffic of one round from a rule's (k_recv, n_tx, link_nnz, link_index_bits, ...)."""
-    k_recv, n_tx, nnz, idx_bits = result[:4]
-    return traffic(np.asarray(k_recv), np.asarray(n_tx), links.slot_of, nnz, idx_bits, d,
-                   tx_power_w, bandwidth_hz)
+    """Traffic of one round from a rule's :class:`Exchange`."""
+    return traffic(np.asarray(result.k_recv), np.asarray(result.n_tx), links.slot_of,
+                   result.link_nnz, result.link_index_bits, d, tx_power_w, bandwidth_hz)
