@@ -37,6 +37,7 @@ from .compression import MASKS, k_from_ratio
 from .device import DEFAULT_DEVICE, check_device, device_name, resolve_device, to_device
 from .flat import STRATEGIES, GradientEngine, ParamLayout, chunks, client_logits, \
     resolve_strategy, single_logits
+from .digital import TRANSPORTS, Digital
 from .gossip import ALGORITHMS, DSGD, OTA_PAYLOADS, Choco, PaperLiteral, \
     check_schedule, difference_decay, link_schedule, round_traffic
 from ..plans.sla import TARGET_METRICS, first_crossing
@@ -183,11 +184,20 @@ class RunConfig:
     client_eval_samples: int | None = attrs.field(default=2000)
     divergence_factor: float = attrs.field(default=1e3, validator=_finite(1.0, lo_open=True))
     device: str = attrs.field(default=DEFAULT_DEVICE, converter=check_device)
+    transport: str = attrs.field(default="ota", validator=_choice(TRANSPORTS))
+    bits: int = attrs.field(default=32)
 
     def __attrs_post_init__(self) -> None:
         if self.client_eval_samples is not None:
             _positive_int("client_eval_samples")(self, None, self.client_eval_samples)
+        if isinstance(self.bits, bool) or not isinstance(self.bits, (int, np.integer)) \
+                or not 1 <= self.bits <= 32:
+            raise ValidationError(f"bits must be an integer in 1..32, got {self.bits!r}")
         algorithm = self.resolved_algorithm
+        if self.transport == "digital" and algorithm in ("choco", "paper_literal"):
+            raise ValidationError(
+                f"the digital transport sends whole (quantised) models; {algorithm} "
+                f"(k_ratio = {self.k_ratio}) runs over the air only: use transport 'ota'")
         if algorithm == "dsgd" and self.k_ratio < 1.0:
             raise ValidationError(
                 f"dsgd transmits whole models (k_ratio = 1); k_ratio = {self.k_ratio} needs "
@@ -374,8 +384,10 @@ class Trainer:
                                      self.device)
                            if cap is not None and cap < n_test else None)
 
-        if self.algorithm == "dsgd":
-            self.rule: Any = self._dsgd(x0)
+        if self.algorithm == "dsgd" and config.transport == "digital":
+            self.rule: Any = Digital(n, self.d, config.bits, x0, config.gamma)
+        elif self.algorithm == "dsgd":
+            self.rule = self._dsgd(x0)
         elif self.algorithm == "choco":
             self.rule = Choco(n, self.d, self.k, config.mask, self.gamma, x0)
         else:
@@ -484,7 +496,7 @@ class Trainer:
             if result.x is not self.x:     # the rule mixed into the scratch buffer: swap
                 self._scratch, self.x = self.x, result.x
             cost = round_traffic(result, self.links, self.d, dbm_to_watt(cfg.tx_power_dbm),
-                                 cfg.bandwidth_hz)
+                                 cfg.bandwidth_hz, self.channel.snr)
             if ca is not None:
                 cost = Traffic(cost.channel_uses + ca.channel_uses, cost.slots + ca.slots,
                                cost.energy_j + ca.energy_j, cost.bits + ca.bits)

@@ -71,7 +71,7 @@ import torch
 
 from ..errors import ExecutionError
 from ..plans.graphs import directed_links, edge_arrays
-from .channel import Channel, RoundLinks, Traffic, traffic
+from .channel import Channel, RoundLinks, Traffic, digital_traffic, traffic
 from .compression import ErrorFeedback, common_mask, compress
 from .device import to_device
 
@@ -96,13 +96,25 @@ class Exchange:
 
     ``k_recv`` (N,): coordinates each receiver listened on; ``n_tx`` (N,): its active
     transmitters; ``link_nnz`` / ``link_index_bits`` (one entry per delivered link): coordinates
-    carried and how many of them need index bits; ``x``: the tensor now holding the models."""
+    carried and how many of them need index bits; ``x``: the tensor now holding the models.
+
+    Digital exchanges (:mod:`.digital`) add, per delivered link, the bits it carried
+    (``link_bits``), its sender (``link_send``) and its channel gain |h|^2 (``link_h2``): their
+    traffic is counted by :func:`~.channel.digital_traffic` from rates instead of channel uses
+    per real coordinate. ``more``: further exchanges of the same round (gradient tracking's
+    tracker), counted on top. ``traffic``: a round whose cost is not link-shaped (the server
+    of :mod:`.federated`) gives it directly."""
 
     k_recv: np.ndarray
     n_tx: np.ndarray
     link_nnz: np.ndarray
     link_index_bits: np.ndarray
     x: torch.Tensor
+    link_bits: np.ndarray | None = None
+    link_send: np.ndarray | None = None
+    link_h2: np.ndarray | None = None
+    more: tuple = ()
+    traffic: Traffic | None = None
 
 
 class LinkSet:
@@ -664,7 +676,18 @@ class PaperLiteral:
 
 
 def round_traffic(result: Exchange, links: LinkSet, d: int, tx_power_w: float,
-                  bandwidth_hz: float) -> Traffic:
-    """Traffic of one round from a rule's :class:`Exchange`."""
-    return traffic(np.asarray(result.k_recv), np.asarray(result.n_tx), links.slot_of,
-                   result.link_nnz, result.link_index_bits, d, tx_power_w, bandwidth_hz)
+                  bandwidth_hz: float, snr: float = 10.0) -> Traffic:
+    """Traffic of one round from a rule's :class:`Exchange` (and its ``more``): over the air
+    by :func:`~.channel.traffic`, digital by :func:`~.channel.digital_traffic` (at the linear
+    ``snr``)."""
+    if result.traffic is not None:
+        cost = result.traffic
+    elif result.link_bits is not None:
+        cost = digital_traffic(result.link_send, result.link_bits, result.link_h2,
+                               links.slot_of, snr, tx_power_w, bandwidth_hz)
+    else:
+        cost = traffic(np.asarray(result.k_recv), np.asarray(result.n_tx), links.slot_of,
+                       result.link_nnz, result.link_index_bits, d, tx_power_w, bandwidth_hz)
+    for extra in result.more:
+        cost = cost + round_traffic(extra, links, d, tx_power_w, bandwidth_hz, snr)
+    return cost

@@ -22,6 +22,7 @@ CASES = [
     dict(channel="ota", dropout=0.2, g_th=0.5),      # D-SGD's difference form keeps state
     dict(k_ratio=0.1, mask="topk", channel="ota", dropout=0.1),
     dict(algorithm="paper_literal", k_ratio=0.2, error_feedback=True, channel="ota"),
+    dict(transport="digital", bits=4, channel="ota", dropout=0.2, g_th=0.5),   # public copies
 ]
 
 
