@@ -38,6 +38,7 @@ from .device import DEFAULT_DEVICE, check_device, device_name, resolve_device, t
 from .flat import STRATEGIES, GradientEngine, ParamLayout, chunks, client_logits, \
     resolve_strategy, single_logits
 from .digital import TRANSPORTS, Digital
+from .federated import FEDERATED, Federated
 from .gossip import ALGORITHMS, DSGD, OTA_PAYLOADS, Choco, PaperLiteral, \
     check_schedule, difference_decay, link_schedule, round_traffic
 from ..plans.sla import TARGET_METRICS, first_crossing
@@ -186,6 +187,7 @@ class RunConfig:
     device: str = attrs.field(default=DEFAULT_DEVICE, converter=check_device)
     transport: str = attrs.field(default="ota", validator=_choice(TRANSPORTS))
     bits: int = attrs.field(default=32)
+    prox_mu: float = attrs.field(default=0.0, validator=_finite(0.0))
 
     def __attrs_post_init__(self) -> None:
         if self.client_eval_samples is not None:
@@ -194,6 +196,15 @@ class RunConfig:
                 or not 1 <= self.bits <= 32:
             raise ValidationError(f"bits must be an integer in 1..32, got {self.bits!r}")
         algorithm = self.resolved_algorithm
+        if algorithm in FEDERATED + ("gradient_tracking", "push_sum", "matcha") \
+                and self.k_ratio < 1.0:
+            raise ValidationError(
+                f"{algorithm} sends whole models (k_ratio = 1); k_ratio = {self.k_ratio} needs "
+                f"algorithm 'choco' (or 'auto')")
+        if self.prox_mu and algorithm != "fedprox":
+            raise ValidationError(
+                f"prox_mu = {self.prox_mu} is FedProx's proximal weight; algorithm {algorithm} "
+                f"has no proximal term (use algorithm 'fedprox')")
         if self.transport == "digital" and algorithm in ("choco", "paper_literal"):
             raise ValidationError(
                 f"the digital transport sends whole (quantised) models; {algorithm} "
@@ -384,8 +395,11 @@ class Trainer:
                                      self.device)
                            if cap is not None and cap < n_test else None)
 
-        if self.algorithm == "dsgd" and config.transport == "digital":
-            self.rule: Any = Digital(n, self.d, config.bits, x0, config.gamma)
+        if self.algorithm in FEDERATED:
+            self.rule: Any = Federated(self.algorithm, n, self.d, sizes, config.transport,
+                                       config.bits, config.prox_mu)
+        elif self.algorithm == "dsgd" and config.transport == "digital":
+            self.rule = Digital(n, self.d, config.bits, x0, config.gamma)
         elif self.algorithm == "dsgd":
             self.rule = self._dsgd(x0)
         elif self.algorithm == "choco":
@@ -403,6 +417,8 @@ class Trainer:
         self.client_acc: np.ndarray | None = None
         self.test_accuracy: float | None = None
         self._in_round = False
+        #: FedProx's anchor x^t for the rows being trained (None: no proximal term)
+        self._anchor: torch.Tensor | None = None
         #: Written into every checkpoint and checked on load when set: the catalog's identity
         #: and the execution id (``{"catalog_id": ..., "exec_id": ...}``) the run belongs to.
         self.checkpoint_owner: dict[str, Any] | None = None
@@ -433,6 +449,8 @@ class Trainer:
         params = self.x if rows is None else self.x[rows]
         buf = self.m if rows is None else self.m[rows]
         grads = self._g[:n_rows]
+        if self._anchor is not None and rows is not None:
+            self._anchor = self._anchor[rows]
         total = 0.0
         for step in range(cfg.local_steps):
             idx = self._sample()
@@ -467,6 +485,8 @@ class Trainer:
         losses = self._grad(params, xb, yb, grads)
         if cfg.weight_decay:
             grads.add_(params, alpha=cfg.weight_decay)
+        if self._anchor is not None:       # FedProx: + mu (x_i - x^t)
+            grads.add_(params - self._anchor, alpha=self.rule.prox_mu)
         torch.add(grads, buf, alpha=cfg.momentum, out=buf)   # buf = momentum * buf + g
         params.add_(buf, alpha=-cfg.lr)
         return losses
@@ -480,10 +500,14 @@ class Trainer:
         self._in_round = True
         with torch_threads(cfg.threads):
             self.links = self.link_schedule[self.round % len(self.link_schedule)]
-            links = self.channel.draw(self.n, self.links.u, self.links.v)
+            draw = getattr(self.rule, "draw", None)
+            links = (draw(self.channel, self.links) if draw is not None
+                     else self.channel.draw(self.n, self.links.u, self.links.v))
             trainable = links.active & self.has_data
             x_prev = self.x.clone() if self.algorithm == "paper_literal" \
-                or self.clique_averaging is not None else None
+                or self.clique_averaging is not None \
+                or getattr(self.rule, "needs_prev", False) else None
+            self._anchor = x_prev if getattr(self.rule, "prox_mu", 0.0) else None
             loss = self._local_train(trainable)
             ca = None
             if self.clique_averaging is not None:
@@ -492,7 +516,9 @@ class Trainer:
                     cfg.bandwidth_hz, getattr(self.rule, "shrinkage", True))
             result = self.rule.communicate(self.x, self.links, links, self.channel,
                                            train_gen=self.train_gen, x_prev=x_prev,
-                                           scratch=self._scratch)
+                                           scratch=self._scratch,
+                                           tx_power_w=dbm_to_watt(cfg.tx_power_dbm),
+                                           bandwidth_hz=cfg.bandwidth_hz)
             if result.x is not self.x:     # the rule mixed into the scratch buffer: swap
                 self._scratch, self.x = self.x, result.x
             cost = round_traffic(result, self.links, self.d, dbm_to_watt(cfg.tx_power_dbm),

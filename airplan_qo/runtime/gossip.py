@@ -79,7 +79,7 @@ __all__ = ["ALGORITHMS", "Choco", "DSGD", "Exchange", "LinkSet", "OTA_PAYLOADS",
            "PaperLiteral", "check_schedule", "difference_decay", "dsgd_mix",
            "link_schedule"]
 
-ALGORITHMS = ("auto", "dsgd", "choco", "paper_literal")
+ALGORITHMS = ("auto", "dsgd", "choco", "paper_literal", "fedavg", "fedprox")
 
 #: Largest N for a dense N x N mixing matrix.
 DENSE_MAX_N = 2000
