@@ -39,6 +39,7 @@ from .flat import STRATEGIES, GradientEngine, ParamLayout, chunks, client_logits
     resolve_strategy, single_logits
 from .digital import TRANSPORTS, Digital
 from .federated import FEDERATED, Federated
+from .gradient_tracking import OTA_REFUSAL, GradientTracking
 from .gossip import ALGORITHMS, DSGD, OTA_PAYLOADS, Choco, PaperLiteral, \
     check_schedule, difference_decay, link_schedule, round_traffic
 from ..plans.sla import TARGET_METRICS, first_crossing
@@ -201,6 +202,13 @@ class RunConfig:
             raise ValidationError(
                 f"{algorithm} sends whole models (k_ratio = 1); k_ratio = {self.k_ratio} needs "
                 f"algorithm 'choco' (or 'auto')")
+        if algorithm == "gradient_tracking":
+            if self.channel == "ota" and self.transport == "ota":
+                raise ValidationError(OTA_REFUSAL)
+            if self.local_steps != 1:
+                raise ValidationError(
+                    f"gradient_tracking takes one gradient per round (local_steps = 1), got "
+                    f"local_steps = {self.local_steps}")
         if self.prox_mu and algorithm != "fedprox":
             raise ValidationError(
                 f"prox_mu = {self.prox_mu} is FedProx's proximal weight; algorithm {algorithm} "
@@ -398,6 +406,9 @@ class Trainer:
         if self.algorithm in FEDERATED:
             self.rule: Any = Federated(self.algorithm, n, self.d, sizes, config.transport,
                                        config.bits, config.prox_mu)
+        elif self.algorithm == "gradient_tracking":
+            self.rule = GradientTracking(n, self.d, x0, config.transport, config.bits,
+                                         config.gamma)
         elif self.algorithm == "dsgd" and config.transport == "digital":
             self.rule = Digital(n, self.d, config.bits, x0, config.gamma)
         elif self.algorithm == "dsgd":
@@ -474,6 +485,18 @@ class Trainer:
         gradient buffer ``grads``) on their minibatch indices ``idx`` (rows x batch); returns
         each client's minibatch loss."""
         cfg = self.config
+        losses = self._minibatch_gradient(params, grads, idx)
+        if self._anchor is not None:       # FedProx: + mu (x_i - x^t)
+            grads.add_(params - self._anchor, alpha=self.rule.prox_mu)
+        torch.add(grads, buf, alpha=cfg.momentum, out=buf)   # buf = momentum * buf + g
+        params.add_(buf, alpha=-cfg.lr)
+        return losses
+
+    def _minibatch_gradient(self, params: torch.Tensor, grads: torch.Tensor,
+                            idx: np.ndarray) -> torch.Tensor:
+        """Each row's minibatch gradient (plus weight decay) at ``params`` into ``grads``, on
+        its minibatch indices ``idx`` (rows x batch); returns each row's minibatch loss."""
+        cfg = self.config
         n_rows = params.shape[0]
         # index_select: ~4x faster than x[idx2d]
         it = to_device(idx.reshape(-1), self.device)
@@ -485,11 +508,21 @@ class Trainer:
         losses = self._grad(params, xb, yb, grads)
         if cfg.weight_decay:
             grads.add_(params, alpha=cfg.weight_decay)
-        if self._anchor is not None:       # FedProx: + mu (x_i - x^t)
-            grads.add_(params - self._anchor, alpha=self.rule.prox_mu)
-        torch.add(grads, buf, alpha=cfg.momentum, out=buf)   # buf = momentum * buf + g
-        params.add_(buf, alpha=-cfg.lr)
         return losses
+
+    def _gradient(self, x: torch.Tensor, trainable: np.ndarray
+                  ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """Minibatch gradients of the ``trainable`` clients at their rows of ``x`` (one draw of
+        every client's minibatch, as a local step takes): (gradients of those rows, their
+        losses), or (None, None) when no client trains."""
+        idx = self._sample()
+        rows = np.flatnonzero(trainable)
+        if not rows.size:
+            return None, None
+        params = x if rows.size == self.n else x[to_device(rows, self.device)]
+        grads = self._g[:rows.size]
+        losses = self._minibatch_gradient(params, grads, idx[rows])
+        return grads, losses
 
     def step(self) -> dict:
         """Run one round and return its dict (keys :data:`ROUND_KEYS`)."""
@@ -508,19 +541,27 @@ class Trainer:
                 or self.clique_averaging is not None \
                 or getattr(self.rule, "needs_prev", False) else None
             self._anchor = x_prev if getattr(self.rule, "prox_mu", 0.0) else None
-            loss = self._local_train(trainable)
             ca = None
-            if self.clique_averaging is not None:
-                ca = self.clique_averaging.apply(
-                    self.x, x_prev, links, self.channel, trainable, cfg.tx_power_dbm,
-                    cfg.bandwidth_hz, getattr(self.rule, "shrinkage", True))
-            result = self.rule.communicate(self.x, self.links, links, self.channel,
-                                           train_gen=self.train_gen, x_prev=x_prev,
-                                           scratch=self._scratch,
-                                           tx_power_w=dbm_to_watt(cfg.tx_power_dbm),
-                                           bandwidth_hz=cfg.bandwidth_hz)
-            if result.x is not self.x:     # the rule mixed into the scratch buffer: swap
-                self._scratch, self.x = self.x, result.x
+            if self.algorithm == "gradient_tracking":
+                result, self.x, loss, first = self.rule.round(
+                    self.x, self.m, self.links, links, self.channel, self._gradient,
+                    trainable, cfg.lr, cfg.momentum)
+                if self.initial_loss is None:
+                    self.initial_loss = first if first is not None else loss
+                loss = float("nan") if loss is None else loss
+            else:
+                loss = self._local_train(trainable)
+                if self.clique_averaging is not None:
+                    ca = self.clique_averaging.apply(
+                        self.x, x_prev, links, self.channel, trainable, cfg.tx_power_dbm,
+                        cfg.bandwidth_hz, getattr(self.rule, "shrinkage", True))
+                result = self.rule.communicate(self.x, self.links, links, self.channel,
+                                               train_gen=self.train_gen, x_prev=x_prev,
+                                               scratch=self._scratch,
+                                               tx_power_w=dbm_to_watt(cfg.tx_power_dbm),
+                                               bandwidth_hz=cfg.bandwidth_hz)
+                if result.x is not self.x:     # the rule mixed into the scratch buffer: swap
+                    self._scratch, self.x = self.x, result.x
             cost = round_traffic(result, self.links, self.d, dbm_to_watt(cfg.tx_power_dbm),
                                  cfg.bandwidth_hz, self.channel.snr)
             if ca is not None:

@@ -79,7 +79,8 @@ __all__ = ["ALGORITHMS", "Choco", "DSGD", "Exchange", "LinkSet", "OTA_PAYLOADS",
            "PaperLiteral", "check_schedule", "difference_decay", "dsgd_mix",
            "link_schedule"]
 
-ALGORITHMS = ("auto", "dsgd", "choco", "paper_literal", "fedavg", "fedprox")
+ALGORITHMS = ("auto", "dsgd", "choco", "paper_literal", "gradient_tracking", "fedavg",
+              "fedprox")
 
 #: Largest N for a dense N x N mixing matrix.
 DENSE_MAX_N = 2000
@@ -206,10 +207,12 @@ class Operator:
             if diag is not None:
                 m[np.arange(n), np.arange(n)] += diag
             self.matrix = to_device(m.astype(np.float32), device)
+            self._exact = m
             return
         m = sp.coo_matrix((vals, (rows, cols)), shape=(n, n))
         if diag is not None:
             m = m + sp.diags(diag)
+        self._exact = sp.csr_matrix(m, dtype=np.float64)
         csr = sp.csr_matrix(m, dtype=np.float32)
         if not (torch_sparse if torch_sparse is not None else device.type != "cpu"):
             self.scipy = True
@@ -227,7 +230,13 @@ class Operator:
 
     def apply(self, y: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """operator @ y for y of shape (N, m), float32, on ``y``'s device; the dense form
-        writes into ``out`` when given (the sparse forms always return a new tensor)."""
+        writes into ``out`` when given (the sparse forms always return a new tensor). A float64
+        ``y`` is multiplied by the float64 weights (exact sums for tests of invariants)."""
+        if y.dtype == torch.float64:
+            if self.dense:
+                return torch.mm(torch.from_numpy(self._exact).to(y.device), y)
+            return torch.from_numpy(np.ascontiguousarray(
+                self._exact @ y.contiguous().cpu().numpy())).to(y.device)
         if self.dense:
             return torch.mm(self.matrix, y) if out is None else torch.mm(self.matrix, y, out=out)
         if self.scipy:
