@@ -40,6 +40,7 @@ from .flat import STRATEGIES, GradientEngine, ParamLayout, chunks, client_logits
 from .digital import TRANSPORTS, Digital
 from .federated import FEDERATED, Federated
 from .gradient_tracking import OTA_REFUSAL, GradientTracking
+from .push_sum import PushSum
 from .gossip import ALGORITHMS, DSGD, OTA_PAYLOADS, Choco, PaperLiteral, \
     check_schedule, difference_decay, link_schedule, round_traffic
 from ..plans.sla import TARGET_METRICS, first_crossing
@@ -209,6 +210,10 @@ class RunConfig:
                 raise ValidationError(
                     f"gradient_tracking takes one gradient per round (local_steps = 1), got "
                     f"local_steps = {self.local_steps}")
+        if algorithm == "push_sum" and self.transport == "digital" and self.bits < 32:
+            raise ValidationError(
+                f"push_sum over the digital transport sends exact float32 packets (bits = 32); "
+                f"bits = {self.bits} is not built for it")
         if self.prox_mu and algorithm != "fedprox":
             raise ValidationError(
                 f"prox_mu = {self.prox_mu} is FedProx's proximal weight; algorithm {algorithm} "
@@ -406,6 +411,8 @@ class Trainer:
         if self.algorithm in FEDERATED:
             self.rule: Any = Federated(self.algorithm, n, self.d, sizes, config.transport,
                                        config.bits, config.prox_mu)
+        elif self.algorithm == "push_sum":
+            self.rule = PushSum(n, self.d, config.transport, device=self.device)
         elif self.algorithm == "gradient_tracking":
             self.rule = GradientTracking(n, self.d, x0, config.transport, config.bits,
                                          config.gamma)
@@ -430,6 +437,8 @@ class Trainer:
         self._in_round = False
         #: FedProx's anchor x^t for the rows being trained (None: no proximal term)
         self._anchor: torch.Tensor | None = None
+        #: push-sum's per-row learning-rate factor 1 / w_i for the rows being trained
+        self._lr_scale: torch.Tensor | None = None
         #: Written into every checkpoint and checked on load when set: the catalog's identity
         #: and the execution id (``{"catalog_id": ..., "exec_id": ...}``) the run belongs to.
         self.checkpoint_owner: dict[str, Any] | None = None
@@ -462,6 +471,8 @@ class Trainer:
         grads = self._g[:n_rows]
         if self._anchor is not None and rows is not None:
             self._anchor = self._anchor[rows]
+        scale = getattr(self.rule, "lr_scale", None)
+        self._lr_scale = None if scale is None else scale() if rows is None else scale()[rows]
         total = 0.0
         for step in range(cfg.local_steps):
             idx = self._sample()
@@ -489,7 +500,10 @@ class Trainer:
         if self._anchor is not None:       # FedProx: + mu (x_i - x^t)
             grads.add_(params - self._anchor, alpha=self.rule.prox_mu)
         torch.add(grads, buf, alpha=cfg.momentum, out=buf)   # buf = momentum * buf + g
-        params.add_(buf, alpha=-cfg.lr)
+        if self._lr_scale is None:
+            params.add_(buf, alpha=-cfg.lr)
+        else:                              # push-sum: a step of x is a step / w_i of z
+            params.addcmul_(buf, self._lr_scale, value=-cfg.lr)
         return losses
 
     def _minibatch_gradient(self, params: torch.Tensor, grads: torch.Tensor,

@@ -79,8 +79,8 @@ __all__ = ["ALGORITHMS", "Choco", "DSGD", "Exchange", "LinkSet", "OTA_PAYLOADS",
            "PaperLiteral", "check_schedule", "difference_decay", "dsgd_mix",
            "link_schedule"]
 
-ALGORITHMS = ("auto", "dsgd", "choco", "paper_literal", "gradient_tracking", "fedavg",
-              "fedprox")
+ALGORITHMS = ("auto", "dsgd", "choco", "paper_literal", "gradient_tracking", "push_sum",
+              "fedavg", "fedprox")
 
 #: Largest N for a dense N x N mixing matrix.
 DENSE_MAX_N = 2000

@@ -27,6 +27,7 @@ CASES = [
     dict(algorithm="gradient_tracking", local_steps=1, transport="digital", bits=8,
          channel="ota", dropout=0.2),
     dict(algorithm="fedprox", prox_mu=0.1, channel="ota", dropout=0.2),
+    dict(algorithm="push_sum", channel="ota", dropout=0.2),                  # weights w
 ]
 
 
