@@ -40,6 +40,7 @@ from .flat import STRATEGIES, GradientEngine, ParamLayout, chunks, client_logits
 from .digital import TRANSPORTS, Digital
 from .federated import FEDERATED, Federated
 from .gradient_tracking import OTA_REFUSAL, GradientTracking
+from .matcha import Matcha
 from .push_sum import PushSum
 from .gossip import ALGORITHMS, DSGD, OTA_PAYLOADS, Choco, PaperLiteral, \
     check_schedule, difference_decay, link_schedule, round_traffic
@@ -190,6 +191,7 @@ class RunConfig:
     transport: str = attrs.field(default="ota", validator=_choice(TRANSPORTS))
     bits: int = attrs.field(default=32)
     prox_mu: float = attrs.field(default=0.0, validator=_finite(0.0))
+    matcha_budget: float = attrs.field(default=0.5, validator=_finite(0.0, 1.0, lo_open=True))
 
     def __attrs_post_init__(self) -> None:
         if self.client_eval_samples is not None:
@@ -344,6 +346,7 @@ class Trainer:
         self.clique_averaging = (CliqueAveraging(topology, self.links)
                                  if clique_averaging_enabled(topology) else None)
         self.algorithm = config.resolved_algorithm
+        self._check_clique_averaging()
         check_schedule(self.algorithm, config.mask, len(self.link_schedule))
         self.gamma = config.resolved_gamma
         self.warnings: tuple[str, ...] = ()
@@ -411,6 +414,18 @@ class Trainer:
         if self.algorithm in FEDERATED:
             self.rule: Any = Federated(self.algorithm, n, self.d, sizes, config.transport,
                                        config.bits, config.prox_mu)
+        elif self.algorithm == "matcha":
+            if len(self.link_schedule) > 1:
+                raise ExecutionError(
+                    f"matcha samples matchings of one static graph; topology "
+                    f"'{topology.spec.family}' changes every round (period "
+                    f"{len(self.link_schedule)})")
+            inner = (Digital(n, self.d, config.bits, x0, config.gamma)
+                     if config.transport == "digital"
+                     else DSGD(n, self.d, x0=x0, payload=config.ota_payload, decay=0.0))
+            self.rule = Matcha(inner, topology, config.matcha_budget, self.device)
+            self.link_schedule = (self.rule.links,)
+            self.links = self.rule.links
         elif self.algorithm == "push_sum":
             self.rule = PushSum(n, self.d, config.transport, device=self.device)
         elif self.algorithm == "gradient_tracking":
@@ -777,6 +792,11 @@ class Trainer:
             raise ExecutionError(f"cannot rewire {self.n} clients onto a topology of {n} nodes")
         schedule = link_schedule(topology, self.device)
         check_schedule(self.algorithm, self.config.mask, len(schedule))
+        if self.algorithm == "matcha":
+            if len(schedule) > 1:
+                raise ExecutionError("matcha samples matchings of one static graph; the new "
+                                     "topology changes every round")
+            schedule = (self.rule.set_topology(topology, self.device),)
         if k_ratio is not None and float(k_ratio) != self.config.k_ratio:
             self._recompress(float(k_ratio))
         links = schedule[self.round % len(schedule)]      # the next round's
@@ -787,8 +807,17 @@ class Trainer:
                                  if clique_averaging_enabled(topology) else None)
         if isinstance(self.rule, DSGD):
             self.rule.decay = self._decay(topology)
+        self._check_clique_averaging()
         with torch_threads(self.config.threads):
             self.rule.rewire(links)
+
+    def _check_clique_averaging(self) -> None:
+        """Clique Averaging replaces the update of D-SGD, CHOCO and paper_literal only."""
+        if self.clique_averaging is not None and self.algorithm not in (
+                "dsgd", "choco", "paper_literal"):
+            raise ExecutionError(
+                f"Clique Averaging (a d_cliques plan with averaging 'clique') works with dsgd "
+                f"and choco, not {self.algorithm}: use averaging 'none'")
 
     def _dsgd(self, x0: torch.Tensor) -> DSGD:
         """The D-SGD rule of this run: over a noisy channel it sends ``config.ota_payload``; a

@@ -28,6 +28,7 @@ CASES = [
          channel="ota", dropout=0.2),
     dict(algorithm="fedprox", prox_mu=0.1, channel="ota", dropout=0.2),
     dict(algorithm="push_sum", channel="ota", dropout=0.2),                  # weights w
+    dict(algorithm="matcha", matcha_budget=0.5, transport="digital", bits=8),  # activations
 ]
 
 
