@@ -60,8 +60,8 @@ from . import distributed_launch as launched
 from .device import to_device
 from .engine import RunConfig, RunResult, Trainer
 
-__all__ = ["DistributedTrainer", "Group", "active", "blocks", "init", "launched", "lead",
-           "main", "serve", "shutdown"]
+__all__ = ["DISTRIBUTED_ALGORITHMS", "DistributedTrainer", "Group", "active", "blocks",
+           "check_distributed", "init", "launched", "lead", "main", "serve", "shutdown"]
 
 #: The environment ``torchrun`` (or any launcher) sets for every process.
 LAUNCH_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -173,6 +173,27 @@ def _receive() -> tuple:
     return box[0]
 
 
+#: The update rules a run split over processes applies (the others are refused).
+DISTRIBUTED_ALGORITHMS = ("dsgd", "choco", "paper_literal")
+
+
+def check_distributed(config: RunConfig) -> None:
+    """Refuse what the split run does not apply: the rules that change local training
+    (gradient tracking's gradients at the mixed models, push-sum's per-client step, FedProx's
+    proximal term, FedAvg's server) or sample their own rounds (MATCHA), and the digital
+    transport, whose equality with one process is not tested."""
+    algorithm = config.resolved_algorithm
+    if algorithm not in DISTRIBUTED_ALGORITHMS:
+        raise ExecutionError(
+            f"algorithm {algorithm!r} does not run split over processes (only "
+            f"{', '.join(DISTRIBUTED_ALGORITHMS)} do); run it in one process "
+            f"(without torchrun, or --nproc-per-node 1)")
+    if config.transport != "ota":
+        raise ExecutionError(
+            f"the {config.transport} transport does not run split over processes; run it in "
+            f"one process (without torchrun, or --nproc-per-node 1)")
+
+
 class DistributedTrainer(Trainer):
     """A :class:`~.engine.Trainer` whose clients are split over the ranks of the group
     (module docstring). Every rank builds it with the same arguments; ``group`` defaults to
@@ -181,6 +202,7 @@ class DistributedTrainer(Trainer):
 
     def __init__(self, config: RunConfig, dataset: Any, partition: Any, topology: Any, *,
                  group: Group | None = None, leader: bool = False):
+        check_distributed(config)
         group = group or active()
         if group is None:
             raise ExecutionError("DistributedTrainer needs a process group: call "

@@ -73,6 +73,10 @@ PAPER_LITERAL_WARNING = (
 
 STATUSES = ("succeeded", "failed", "aborted")
 
+#: FedProx's proximal weight mu when none is given (Li et al. 2020 tuned mu in
+#: {0.001, 0.01, 0.1, 1}).
+FEDPROX_MU = 0.01
+
 _EVAL_SAMPLES = 512
 _EVAL_CLIENTS = 16
 
@@ -190,7 +194,7 @@ class RunConfig:
     device: str = attrs.field(default=DEFAULT_DEVICE, converter=check_device)
     transport: str = attrs.field(default="ota", validator=_choice(TRANSPORTS))
     bits: int = attrs.field(default=32)
-    prox_mu: float = attrs.field(default=0.0, validator=_finite(0.0))
+    prox_mu: float | None = attrs.field(default=None, validator=_finite(0.0))
     matcha_budget: float = attrs.field(default=0.5, validator=_finite(0.0, 1.0, lo_open=True))
 
     def __attrs_post_init__(self) -> None:
@@ -216,7 +220,7 @@ class RunConfig:
             raise ValidationError(
                 f"push_sum over the digital transport sends exact float32 packets (bits = 32); "
                 f"bits = {self.bits} is not built for it")
-        if self.prox_mu and algorithm != "fedprox":
+        if self.prox_mu is not None and self.prox_mu and algorithm != "fedprox":
             raise ValidationError(
                 f"prox_mu = {self.prox_mu} is FedProx's proximal weight; algorithm {algorithm} "
                 f"has no proximal term (use algorithm 'fedprox')")
@@ -241,6 +245,14 @@ class RunConfig:
         if self.algorithm == "auto":
             return "dsgd" if self.k_ratio >= 1.0 else "choco"
         return self.algorithm
+
+    @property
+    def resolved_prox_mu(self) -> float:
+        """FedProx's proximal weight: ``prox_mu``, else :data:`FEDPROX_MU` for fedprox (0 for
+        every other algorithm)."""
+        if self.resolved_algorithm != "fedprox":
+            return 0.0
+        return FEDPROX_MU if self.prox_mu is None else float(self.prox_mu)
 
     @property
     def resolved_gamma(self) -> float:
@@ -413,7 +425,7 @@ class Trainer:
 
         if self.algorithm in FEDERATED:
             self.rule: Any = Federated(self.algorithm, n, self.d, sizes, config.transport,
-                                       config.bits, config.prox_mu)
+                                       config.bits, config.resolved_prox_mu)
         elif self.algorithm == "matcha":
             if len(self.link_schedule) > 1:
                 raise ExecutionError(

@@ -219,6 +219,16 @@ def test_a_trainer_without_a_group_is_refused(digits, digits_iid, ring10):
         distributed.DistributedTrainer(RunConfig(rounds=1), digits, digits_iid, ring10)
 
 
+@pytest.mark.parametrize("kw", [dict(algorithm="gradient_tracking"), dict(algorithm="push_sum"),
+                                dict(algorithm="fedavg"), dict(algorithm="fedprox"),
+                                dict(algorithm="matcha"), dict(transport="digital")])
+def test_rules_not_split_over_processes_are_refused(digits, digits_iid, ring10, kw):
+    from airplan_qo.runtime.engine import RunConfig
+
+    with pytest.raises(ExecutionError, match="does not run split over processes.*one process"):
+        distributed.DistributedTrainer(RunConfig(rounds=1, **kw), digits, digits_iid, ring10)
+
+
 def _round_stats(catalog: Path) -> list[tuple]:
     from airplan_qo.catalog.store import Catalog
 
