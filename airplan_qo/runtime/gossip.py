@@ -58,6 +58,11 @@ former neighbours: :func:`check_schedule` refuses CHOCO with top-k masks on a pe
     g_j = w_j^t - w_j^{t+1/2} as the paper defines it (its own step, sign included). Transmitted:
     the compressed updates, unweighted; noise enters y_i. This adds the neighbours' steps instead
     of averaging models, so clients drift to local optima or diverge; see docs/runtime.md.
+
+The other rules of :data:`ALGORITHMS` live in their own modules and return the same
+:class:`Exchange`: :mod:`.gradient_tracking`, :mod:`.push_sum`, :mod:`.matcha` (D-SGD over
+sampled matchings) and :mod:`.federated` (FedAvg / FedProx through a server); the digital
+transport is :mod:`.digital`.
 """
 
 from __future__ import annotations
