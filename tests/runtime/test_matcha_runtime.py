@@ -1,7 +1,6 @@
 """MATCHA in the runtime: a full budget is D-SGD with W = I - alpha L; a smaller one mixes over
 the sampled matchings only, reproducibly from the training seed, and trains."""
 
-import numpy as np
 import pytest
 import torch
 
@@ -9,7 +8,7 @@ from airplan_qo.errors import ExecutionError
 from airplan_qo.plans.topology import TopologySpec, build
 from airplan_qo.runtime.channel import Channel
 from airplan_qo.runtime.engine import RunConfig, Trainer
-from airplan_qo.runtime.gossip import DSGD, dsgd_mix
+from airplan_qo.runtime.gossip import DSGD
 from airplan_qo.runtime.matcha import Matcha
 
 
