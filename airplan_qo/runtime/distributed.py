@@ -12,7 +12,9 @@ same numbers:
   would, and uses its block's share of the minibatches;
 - after local training one ``all_gather`` of the trained blocks (and of the clients' losses)
   gives every rank the stacked (N x d) half-step models, and every rank applies the update rule
-  (:mod:`.gossip`: D-SGD in either over-the-air form, CHOCO, Clique Averaging) to all rows,
+  (:mod:`.gossip`: D-SGD in either over-the-air form or digital, CHOCO, Clique Averaging,
+  MATCHA, FedAvg's server; :func:`check_distributed` refuses the rules that change local
+  training) to all rows,
   keeping the rule's state (CHOCO's replicas and aggregates, D-SGD's difference aggregates) as a
   single process does; the rows a rank does not train are simply not used by it;
 - evaluation: each rank scores its own clients (the per-client counts are gathered); the
@@ -173,25 +175,22 @@ def _receive() -> tuple:
     return box[0]
 
 
-#: The update rules a run split over processes applies (the others are refused).
-DISTRIBUTED_ALGORITHMS = ("dsgd", "choco", "paper_literal")
+#: The update rules a run split over processes applies (the others are refused). They act on
+#: the gathered half-step models only (the digital transport's quantiser draws from the channel
+#: generator and MATCHA's activations from the training generator, in step on every rank).
+DISTRIBUTED_ALGORITHMS = ("dsgd", "choco", "paper_literal", "matcha", "fedavg")
 
 
 def check_distributed(config: RunConfig) -> None:
-    """Refuse what the split run does not apply: the rules that change local training
-    (gradient tracking's gradients at the mixed models, push-sum's per-client step, FedProx's
-    proximal term, FedAvg's server) or sample their own rounds (MATCHA), and the digital
-    transport, whose equality with one process is not tested."""
+    """Refuse the rules that change local training, which the split run does per block:
+    gradient tracking (gradients at the mixed models), push-sum (a per-client step size) and
+    FedProx (the proximal term)."""
     algorithm = config.resolved_algorithm
     if algorithm not in DISTRIBUTED_ALGORITHMS:
         raise ExecutionError(
             f"algorithm {algorithm!r} does not run split over processes (only "
             f"{', '.join(DISTRIBUTED_ALGORITHMS)} do); run it in one process "
             f"(without torchrun, or --nproc-per-node 1)")
-    if config.transport != "ota":
-        raise ExecutionError(
-            f"the {config.transport} transport does not run split over processes; run it in "
-            f"one process (without torchrun, or --nproc-per-node 1)")
 
 
 class DistributedTrainer(Trainer):

@@ -126,8 +126,9 @@ def test_distributed_run_equals_the_single_process_run(ranks, world, name):
     got = torch.load(ranks[world] / f"{name}.pt", weights_only=False)
     ref = reference(name)
     _same(got, ref)
-    # the runs did something: models moved apart and over a noisy channel noise was drawn
-    assert not torch.equal(got["x"][0], got["x"][-1])
+    # the runs did something: models moved apart (FedAvg's clients hold the server's model)
+    # and over a noisy channel noise was drawn
+    assert torch.equal(got["x"][0], got["x"][-1]) == name.startswith("fedavg")
     assert got["history"][-1]["round"] == (4 if name.startswith("callback") else
                                            S.SCENARIOS[name][2]["rounds"])
 
@@ -220,8 +221,8 @@ def test_a_trainer_without_a_group_is_refused(digits, digits_iid, ring10):
 
 
 @pytest.mark.parametrize("kw", [dict(algorithm="gradient_tracking"), dict(algorithm="push_sum"),
-                                dict(algorithm="fedavg"), dict(algorithm="fedprox"),
-                                dict(algorithm="matcha"), dict(transport="digital")])
+                                dict(algorithm="fedprox"),
+                                dict(algorithm="gradient_tracking", transport="digital")])
 def test_rules_not_split_over_processes_are_refused(digits, digits_iid, ring10, kw):
     from airplan_qo.runtime.engine import RunConfig
 
