@@ -13,8 +13,8 @@ same numbers:
 - after local training one ``all_gather`` of the trained blocks (and of the clients' losses)
   gives every rank the stacked (N x d) half-step models, and every rank applies the update rule
   (:mod:`.gossip`: D-SGD in either over-the-air form or digital, CHOCO, Clique Averaging,
-  MATCHA, FedAvg's server; :func:`check_distributed` refuses the rules that change local
-  training) to all rows,
+  MATCHA, push-sum, FedAvg's server; :func:`check_distributed` refuses gradient tracking)
+  to all rows,
   keeping the rule's state (CHOCO's replicas and aggregates, D-SGD's difference aggregates) as a
   single process does; the rows a rank does not train are simply not used by it;
 - evaluation: each rank scores its own clients (the per-client counts are gathered); the
@@ -178,13 +178,13 @@ def _receive() -> tuple:
 #: The update rules a run split over processes applies (the others are refused). They act on
 #: the gathered half-step models only (the digital transport's quantiser draws from the channel
 #: generator and MATCHA's activations from the training generator, in step on every rank).
-DISTRIBUTED_ALGORITHMS = ("dsgd", "choco", "paper_literal", "matcha", "fedavg")
+DISTRIBUTED_ALGORITHMS = ("dsgd", "choco", "paper_literal", "matcha", "push_sum", "fedavg",
+                          "fedprox")
 
 
 def check_distributed(config: RunConfig) -> None:
-    """Refuse the rules that change local training, which the split run does per block:
-    gradient tracking (gradients at the mixed models), push-sum (a per-client step size) and
-    FedProx (the proximal term)."""
+    """Refuse gradient tracking, whose gradients are taken at the mixed models, between two
+    exchanges, rather than in the local steps the split run does per block."""
     algorithm = config.resolved_algorithm
     if algorithm not in DISTRIBUTED_ALGORITHMS:
         raise ExecutionError(
@@ -261,6 +261,7 @@ class DistributedTrainer(Trainer):
         every = bool(mine.all())
         rows = None if every else to_device(np.flatnonzero(mine), self.device)
         block = self.x[lo:hi]
+        self._local_options(slice(lo, hi), rows)
         params = block if rows is None else block[rows]
         buf = self.m if rows is None else self.m[rows]
         grads = self._g[:n_rows]

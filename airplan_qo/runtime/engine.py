@@ -496,10 +496,7 @@ class Trainer:
         params = self.x if rows is None else self.x[rows]
         buf = self.m if rows is None else self.m[rows]
         grads = self._g[:n_rows]
-        if self._anchor is not None and rows is not None:
-            self._anchor = self._anchor[rows]
-        scale = getattr(self.rule, "lr_scale", None)
-        self._lr_scale = None if scale is None else scale() if rows is None else scale()[rows]
+        self._local_options(slice(0, self.n), rows)
         total = 0.0
         for step in range(cfg.local_steps):
             idx = self._sample()
@@ -516,6 +513,18 @@ class Trainer:
             self.x[rows] = params
             self.m[rows] = buf
         return total / cfg.local_steps if n_rows else float("nan")
+
+    def _local_options(self, block: slice, rows: torch.Tensor | None) -> None:
+        """Restrict the per-client options of the local steps to the clients trained: the
+        ``block`` of rows this process holds, and of those ``rows`` (all when None):
+        FedProx's anchor x^t and push-sum's learning-rate factors 1 / w_i."""
+        anchor = self._anchor
+        if anchor is not None:
+            anchor = anchor[block] if rows is None else anchor[block][rows]
+        factor = getattr(self.rule, "lr_scale", None)
+        if factor is not None:
+            factor = factor()[block] if rows is None else factor()[block][rows]
+        self._anchor, self._lr_scale = anchor, factor
 
     def _sgd_step(self, params: torch.Tensor, buf: torch.Tensor, grads: torch.Tensor,
                   idx: np.ndarray) -> torch.Tensor:

@@ -52,6 +52,11 @@ SCENARIOS = {
                                                 **_OTA)),
     "fedavg_ota_dropout": ("complete", 8, dict(rounds=4, algorithm="fedavg", local_steps=2,
                                                dropout=0.2, **_OTA)),
+    "fedprox_digital_dropout": ("complete", 8, dict(rounds=4, algorithm="fedprox",
+                                                    prox_mu=0.1, local_steps=2, dropout=0.2,
+                                                    transport="digital", bits=8, **_OTA)),
+    "push_sum_ring_ota_dropout": ("ring", 10, dict(rounds=5, algorithm="push_sum",
+                                                   local_steps=2, dropout=0.2, **_OTA)),
 }
 
 
