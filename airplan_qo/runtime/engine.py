@@ -358,7 +358,7 @@ class Trainer:
         self.clique_averaging = (CliqueAveraging(topology, self.links)
                                  if clique_averaging_enabled(topology) else None)
         self.algorithm = config.resolved_algorithm
-        self._check_clique_averaging()
+        self._check_clique_averaging(self.clique_averaging is not None)
         check_schedule(self.algorithm, config.mask, len(self.link_schedule))
         self.gamma = config.resolved_gamma
         self.warnings: tuple[str, ...] = ()
@@ -811,6 +811,7 @@ class Trainer:
         n = topology.graph.number_of_nodes()
         if n != self.n:
             raise ExecutionError(f"cannot rewire {self.n} clients onto a topology of {n} nodes")
+        self._check_clique_averaging(clique_averaging_enabled(topology))
         schedule = link_schedule(topology, self.device)
         check_schedule(self.algorithm, self.config.mask, len(schedule))
         if self.algorithm == "matcha":
@@ -828,13 +829,13 @@ class Trainer:
                                  if clique_averaging_enabled(topology) else None)
         if isinstance(self.rule, DSGD):
             self.rule.decay = self._decay(topology)
-        self._check_clique_averaging()
         with torch_threads(self.config.threads):
             self.rule.rewire(links)
 
-    def _check_clique_averaging(self) -> None:
-        """Clique Averaging replaces the update of D-SGD, CHOCO and paper_literal only."""
-        if self.clique_averaging is not None and self.algorithm not in (
+    def _check_clique_averaging(self, enabled: bool) -> None:
+        """Clique Averaging (``enabled`` by the topology) combines with D-SGD, CHOCO and
+        paper_literal only."""
+        if enabled and self.algorithm not in (
                 "dsgd", "choco", "paper_literal"):
             raise ExecutionError(
                 f"Clique Averaging (a d_cliques plan with averaging 'clique') works with dsgd "

@@ -72,3 +72,20 @@ def test_matcha_refuses_a_periodic_topology(digits, digits_skewed):
     part = partition("iid", digits.y_train, 8, seed=0)
     with pytest.raises(ExecutionError, match="static graph"):
         Trainer(RunConfig(algorithm="matcha"), digits, part, topo)
+
+
+def test_clique_averaging_is_refused_with_the_new_rules(digits):
+    from airplan_qo.data import partition
+    from airplan_qo.plans.cliques import encode_cliques
+
+    topo = build(TopologySpec.create("d_cliques", 6, cliques=encode_cliques([[0, 2, 4],
+                                                                            [1, 3, 5]]),
+                                     averaging="clique"))
+    part = partition("dirichlet", digits.y_train, 6, seed=0, alpha=0.1)
+    with pytest.raises(ExecutionError, match="Clique Averaging.*not matcha"):
+        Trainer(RunConfig(algorithm="matcha"), digits, part, topo)
+    ring = build(TopologySpec.create("ring", 6))
+    t = Trainer(RunConfig(algorithm="push_sum"), digits, part, ring)
+    with pytest.raises(ExecutionError, match="Clique Averaging.*not push_sum"):
+        t.rewire(topo)
+    assert t.topology is ring
