@@ -99,3 +99,30 @@ def test_federated_config_validation():
         RunConfig(algorithm="fedavg", prox_mu=0.1)
     with pytest.raises(ValidationError, match="whole models"):
         RunConfig(algorithm="fedprox", k_ratio=0.5)
+
+
+def test_ota_uplink_adds_the_channels_noise_to_the_weighted_sum():
+    from airplan_qo.runtime.channel import Channel, RoundLinks, noise_std
+    from airplan_qo.runtime.federated import Federated
+
+    n, d = 5, 40000
+    gen = torch.Generator().manual_seed(0)
+    start = torch.randn(d, generator=gen)
+    x_prev = start.repeat(n, 1)
+    x = x_prev + torch.randn(n, d, generator=gen) * torch.arange(1, n + 1).unsqueeze(1)
+    sizes = np.array([10, 20, 30, 40, 50])
+    up = np.array([True, True, False, True, True])            # client 2 truncated
+    h2 = np.array([0.5, 1.5, 0.05, 0.3, 2.0])
+    rl = RoundLinks(np.ones(n, bool), up, h2, n, 1)
+    ch = Channel("ota", snr_db=10.0, g_th=0.1, dropout=0.0, seed=1)
+    rule = Federated("fedavg", n, d, sizes)
+    out = rule.communicate(x.clone(), None, rl, ch, x_prev=x_prev).x
+    a = sizes[up] / sizes[up].sum()
+    mean = start + (torch.from_numpy(a).float().unsqueeze(1) * (x[up] - start)).sum(0)
+    scaled = torch.from_numpy(a).float().unsqueeze(1) * (x[up] - start)
+    power = float((scaled.double() ** 2).sum(dim=1).max()) / d
+    sigma = float(noise_std(np.array([power]), np.array([h2[up].min()]), ch.snr)[0])
+    err = out[0] - mean
+    assert float(err.mean()) == pytest.approx(0.0, abs=5 * sigma / math.sqrt(d))
+    assert float(err.std()) == pytest.approx(sigma, rel=0.03)
+    assert torch.equal(out[0], out[3])                         # every client gets the model
