@@ -25,6 +25,13 @@ P_tx * (1 / bandwidth) * (symbols sent by all transmitters); ``bits`` is what a 
 would carry instead (:func:`~..plans.plan.link_bits`, the planner's count too): 32 bits per
 transmitted coordinate, plus ceil(log2 d) index bits per
 coordinate whose position the receiver cannot derive from a shared seed.
+
+The ``digital`` transport (:mod:`.digital`) uses the same draws (a truncated link loses its
+packet) but no receiver noise; its cost is counted from rates (:func:`digital_traffic`):
+transmitter j broadcasts its message of M_j bits at R_j = log2(1 + SNR min_i |h_ij|^2)
+bits per channel use over its delivered links (CSI at the transmitter, the truncation rule
+keeping |h|^2 >= g_th; |h|^2 = 1 on the ideal channel) in the slot of the same G^2 colouring,
+so a slot lasts max_j ceil(M_j / R_j) channel uses and ``bits`` counts b bits per coordinate.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ __all__ = [
     "RoundLinks",
     "Traffic",
     "dbm_to_watt",
+    "digital_traffic",
     "effective_noise_variance",
     "noise_std",
     "snr_linear",
@@ -196,6 +204,10 @@ class Traffic:
     energy_j: float
     bits: float
 
+    def __add__(self, other: "Traffic") -> "Traffic":
+        return Traffic(self.channel_uses + other.channel_uses, self.slots + other.slots,
+                       self.energy_j + other.energy_j, self.bits + other.bits)
+
 
 def traffic(k_recv: np.ndarray, n_tx: np.ndarray, slot_of: np.ndarray, link_nnz: np.ndarray,
             link_index_bits: np.ndarray, d: int, tx_power_w: float,
@@ -213,3 +225,31 @@ def traffic(k_recv: np.ndarray, n_tx: np.ndarray, slot_of: np.ndarray, link_nnz:
     bits = link_bits(float(np.sum(link_nnz)), float(np.sum(link_index_bits)), d)
     energy = tx_power_w / bandwidth_hz * float(np.sum(n_tx * symbols))
     return Traffic(float(slot_len.sum()), int((slot_len > 0).sum()), energy, bits)
+
+
+def digital_traffic(link_send: np.ndarray, link_bits: np.ndarray, link_h2: np.ndarray,
+                    slot_of: np.ndarray, snr: float, tx_power_w: float,
+                    bandwidth_hz: float) -> Traffic:
+    """Channel uses, slots, energy and bits of one digital round (module docstring).
+
+    Per delivered link (i <- j): its sender ``link_send``, the bits it carried ``link_bits``
+    and its |h|^2 ``link_h2``. Transmitter j sends one broadcast of M_j = max over its links
+    of their bits (a link catching up on missed packets extends it) at rate
+    R_j = log2(1 + snr min |h_ij|^2); ``slot_of``: the slot of each client as a transmitter."""
+    link_send = np.asarray(link_send, dtype=np.int64)
+    bits = np.asarray(link_bits, dtype=np.float64)
+    n = int(slot_of.size)
+    if not link_send.size:
+        return Traffic(0.0, 0, 0.0, 0.0)
+    message = np.zeros(n)
+    np.maximum.at(message, link_send, bits)
+    gain = np.full(n, np.inf)
+    np.minimum.at(gain, link_send, np.asarray(link_h2, dtype=np.float64))
+    sending = message > 0
+    uses = np.zeros(n)
+    uses[sending] = np.ceil(message[sending] / np.log2(1.0 + snr * gain[sending]))
+    n_slots = int(slot_of.max()) + 1
+    slot_len = np.zeros(n_slots)
+    np.maximum.at(slot_len, slot_of, uses)
+    return Traffic(float(slot_len.sum()), int((slot_len > 0).sum()),
+                   tx_power_w / bandwidth_hz * float(uses.sum()), float(bits.sum()))

@@ -38,6 +38,9 @@ __all__ = ["FORMAT", "RESUMABLE_CHANGES", "check_config", "check_owner", "load",
 FORMAT = 1
 #: Config fields that may differ between the saved run and the trainer it is loaded into.
 RESUMABLE_CHANGES = frozenset({"rounds", "threads", "target_accuracy", "eval_every", "device"})
+#: Config fields added after checkpoints were first written, with the value an older
+#: checkpoint (which does not record them) ran with.
+ADDED_FIELDS = {"transport": "ota", "bits": 32, "prox_mu": None, "matcha_budget": 0.5}
 
 
 def _link_dict(links: Any) -> dict[str, torch.Tensor]:
@@ -179,6 +182,7 @@ def check_config(state: dict[str, Any], path: str | os.PathLike, mine: dict[str,
     """Refuse a checkpoint written with another run configuration than ``mine`` (a
     ``RunConfig.as_dict()``), up to :data:`RESUMABLE_CHANGES`."""
     theirs = state.get("config") or {}
+    theirs = {**{k: v for k, v in ADDED_FIELDS.items() if k in mine}, **theirs}
     differ = sorted(k for k in set(mine) | set(theirs)
                     if k not in RESUMABLE_CHANGES and mine.get(k) != theirs.get(k))
     if differ:

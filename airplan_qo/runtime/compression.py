@@ -13,6 +13,10 @@ must put the same coordinate on the same channel use. Two masks are offered:
 :class:`Sparse` holds a compressed batch as indices and values (N x k), with helpers to scatter
 it back. :class:`ErrorFeedback` keeps the residual of each compression and adds it to the next
 input, so nothing is lost for good (Stich et al. 2018).
+
+:func:`quantize` is the digital transport's b-bit quantiser: per row, an unbiased stochastic
+rounding onto a uniform grid of 2^b levels spanning [-M, M], M = the row's largest magnitude
+(sent as one float32 per message). b = 32 sends the float32 values themselves.
 """
 
 from __future__ import annotations
@@ -24,10 +28,45 @@ import torch
 
 from ..errors import ValidationError
 
-__all__ = ["MASKS", "ErrorFeedback", "Sparse", "common_mask", "compress", "k_from_ratio",
-           "topk_indices"]
+__all__ = ["EXACT_BITS", "MASKS", "ErrorFeedback", "Sparse", "common_mask", "compress",
+           "k_from_ratio", "quantization_omega", "quantize", "topk_indices"]
 
 MASKS = ("common_randk", "topk")
+
+#: Bits per coordinate of an exact float32 payload: the digital transport does not quantise.
+EXACT_BITS = 32
+
+
+def quantize(v: torch.Tensor, bits: int, generator: torch.Generator) -> torch.Tensor:
+    """Unbiased stochastic b-bit quantisation of each row of ``v`` (N x m).
+
+    Row i is scaled by M_i = max_k |v_ik| onto the grid {-M_i + l * Delta_i : l = 0..L} with
+    L = 2^b - 1 intervals of width Delta_i = 2 M_i / L (b = 1: {-M_i, M_i}); each coordinate
+    rounds to one of its two neighbouring grid points with the probabilities that make the
+    result unbiased, so E[Q(v)] = v and, per coordinate, E(Q - v)^2 = (v - lo)(hi - v)
+    <= Delta^2 / 4; hence E||Q(v_i) - v_i||^2 <= m M_i^2 / L^2 <= (m / L^2) ||v_i||^2
+    (:func:`quantization_omega`). What is sent: b bits per coordinate plus M_i. The uniforms
+    come from ``generator`` (on ``v``'s device). ``bits >= 32`` returns ``v`` unchanged."""
+    if bits >= EXACT_BITS:
+        return v
+    if bits < 1:
+        raise ValidationError(f"bits must be in 1..{EXACT_BITS}, got {bits}")
+    levels = float(2 ** int(bits) - 1)
+    scale = v.abs().amax(dim=1, keepdim=True)
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+    pos = (v / safe + 1.0) * (levels / 2.0)                 # in [0, L]
+    low = pos.floor()
+    u = torch.rand(v.shape, generator=generator, device=generator.device).to(v.device)
+    level = low + (u < (pos - low)).to(v.dtype)
+    return (level * (2.0 / levels) - 1.0) * safe * (scale > 0)
+
+
+def quantization_omega(bits: int, m: int) -> float:
+    """The variance bound of :func:`quantize`: E||Q(v) - v||^2 <= omega ||v||^2 for any row of m
+    coordinates, omega = m / (2^b - 1)^2 (0 for exact payloads)."""
+    if bits >= EXACT_BITS:
+        return 0.0
+    return float(m) / float(2 ** int(bits) - 1) ** 2
 
 
 def k_from_ratio(k_ratio: float, d: int) -> int:

@@ -12,7 +12,9 @@ same numbers:
   would, and uses its block's share of the minibatches;
 - after local training one ``all_gather`` of the trained blocks (and of the clients' losses)
   gives every rank the stacked (N x d) half-step models, and every rank applies the update rule
-  (:mod:`.gossip`: D-SGD in either over-the-air form, CHOCO, Clique Averaging) to all rows,
+  (:mod:`.gossip`: D-SGD in either over-the-air form or digital, CHOCO, Clique Averaging,
+  MATCHA, push-sum, FedAvg's server; :func:`check_distributed` refuses gradient tracking)
+  to all rows,
   keeping the rule's state (CHOCO's replicas and aggregates, D-SGD's difference aggregates) as a
   single process does; the rows a rank does not train are simply not used by it;
 - evaluation: each rank scores its own clients (the per-client counts are gathered); the
@@ -60,8 +62,8 @@ from . import distributed_launch as launched
 from .device import to_device
 from .engine import RunConfig, RunResult, Trainer
 
-__all__ = ["DistributedTrainer", "Group", "active", "blocks", "init", "launched", "lead",
-           "main", "serve", "shutdown"]
+__all__ = ["DISTRIBUTED_ALGORITHMS", "DistributedTrainer", "Group", "active", "blocks",
+           "check_distributed", "init", "launched", "lead", "main", "serve", "shutdown"]
 
 #: The environment ``torchrun`` (or any launcher) sets for every process.
 LAUNCH_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -173,6 +175,24 @@ def _receive() -> tuple:
     return box[0]
 
 
+#: The update rules a run split over processes applies (the others are refused). They act on
+#: the gathered half-step models only (the digital transport's quantiser draws from the channel
+#: generator and MATCHA's activations from the training generator, in step on every rank).
+DISTRIBUTED_ALGORITHMS = ("dsgd", "choco", "paper_literal", "matcha", "push_sum", "fedavg",
+                          "fedprox")
+
+
+def check_distributed(config: RunConfig) -> None:
+    """Refuse gradient tracking, whose gradients are taken at the mixed models, between two
+    exchanges, rather than in the local steps the split run does per block."""
+    algorithm = config.resolved_algorithm
+    if algorithm not in DISTRIBUTED_ALGORITHMS:
+        raise ExecutionError(
+            f"algorithm {algorithm!r} does not run split over processes (only "
+            f"{', '.join(DISTRIBUTED_ALGORITHMS)} do); run it in one process "
+            f"(without torchrun, or --nproc-per-node 1)")
+
+
 class DistributedTrainer(Trainer):
     """A :class:`~.engine.Trainer` whose clients are split over the ranks of the group
     (module docstring). Every rank builds it with the same arguments; ``group`` defaults to
@@ -181,6 +201,7 @@ class DistributedTrainer(Trainer):
 
     def __init__(self, config: RunConfig, dataset: Any, partition: Any, topology: Any, *,
                  group: Group | None = None, leader: bool = False):
+        check_distributed(config)
         group = group or active()
         if group is None:
             raise ExecutionError("DistributedTrainer needs a process group: call "
@@ -240,6 +261,7 @@ class DistributedTrainer(Trainer):
         every = bool(mine.all())
         rows = None if every else to_device(np.flatnonzero(mine), self.device)
         block = self.x[lo:hi]
+        self._local_options(slice(lo, hi), rows)
         params = block if rows is None else block[rows]
         buf = self.m if rows is None else self.m[rows]
         grads = self._g[:n_rows]

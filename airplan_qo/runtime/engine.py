@@ -37,6 +37,11 @@ from .compression import MASKS, k_from_ratio
 from .device import DEFAULT_DEVICE, check_device, device_name, resolve_device, to_device
 from .flat import STRATEGIES, GradientEngine, ParamLayout, chunks, client_logits, \
     resolve_strategy, single_logits
+from .digital import TRANSPORTS, Digital
+from .federated import FEDERATED, Federated
+from .gradient_tracking import OTA_REFUSAL, GradientTracking
+from .matcha import Matcha
+from .push_sum import PushSum
 from .gossip import ALGORITHMS, DSGD, OTA_PAYLOADS, Choco, PaperLiteral, \
     check_schedule, difference_decay, link_schedule, round_traffic
 from ..plans.sla import TARGET_METRICS, first_crossing
@@ -67,6 +72,10 @@ PAPER_LITERAL_WARNING = (
 )
 
 STATUSES = ("succeeded", "failed", "aborted")
+
+#: FedProx's proximal weight mu when none is given (Li et al. 2020 tuned mu in
+#: {0.001, 0.01, 0.1, 1}).
+FEDPROX_MU = 0.01
 
 _EVAL_SAMPLES = 512
 _EVAL_CLIENTS = 16
@@ -183,11 +192,42 @@ class RunConfig:
     client_eval_samples: int | None = attrs.field(default=2000)
     divergence_factor: float = attrs.field(default=1e3, validator=_finite(1.0, lo_open=True))
     device: str = attrs.field(default=DEFAULT_DEVICE, converter=check_device)
+    transport: str = attrs.field(default="ota", validator=_choice(TRANSPORTS))
+    bits: int = attrs.field(default=32)
+    prox_mu: float | None = attrs.field(default=None, validator=_finite(0.0))
+    matcha_budget: float = attrs.field(default=0.5, validator=_finite(0.0, 1.0, lo_open=True))
 
     def __attrs_post_init__(self) -> None:
         if self.client_eval_samples is not None:
             _positive_int("client_eval_samples")(self, None, self.client_eval_samples)
+        if isinstance(self.bits, bool) or not isinstance(self.bits, (int, np.integer)) \
+                or not 1 <= self.bits <= 32:
+            raise ValidationError(f"bits must be an integer in 1..32, got {self.bits!r}")
         algorithm = self.resolved_algorithm
+        if algorithm in FEDERATED + ("gradient_tracking", "push_sum", "matcha") \
+                and self.k_ratio < 1.0:
+            raise ValidationError(
+                f"{algorithm} sends whole models (k_ratio = 1); k_ratio = {self.k_ratio} needs "
+                f"algorithm 'choco' (or 'auto')")
+        if algorithm == "gradient_tracking":
+            if self.channel == "ota" and self.transport == "ota":
+                raise ValidationError(OTA_REFUSAL)
+            if self.local_steps != 1:
+                raise ValidationError(
+                    f"gradient_tracking takes one gradient per round (local_steps = 1), got "
+                    f"local_steps = {self.local_steps}")
+        if algorithm == "push_sum" and self.transport == "digital" and self.bits < 32:
+            raise ValidationError(
+                f"push_sum over the digital transport sends exact float32 packets (bits = 32); "
+                f"bits = {self.bits} is not built for it")
+        if self.prox_mu is not None and self.prox_mu and algorithm != "fedprox":
+            raise ValidationError(
+                f"prox_mu = {self.prox_mu} is FedProx's proximal weight; algorithm {algorithm} "
+                f"has no proximal term (use algorithm 'fedprox')")
+        if self.transport == "digital" and algorithm in ("choco", "paper_literal"):
+            raise ValidationError(
+                f"the digital transport sends whole (quantised) models; {algorithm} "
+                f"(k_ratio = {self.k_ratio}) runs over the air only: use transport 'ota'")
         if algorithm == "dsgd" and self.k_ratio < 1.0:
             raise ValidationError(
                 f"dsgd transmits whole models (k_ratio = 1); k_ratio = {self.k_ratio} needs "
@@ -205,6 +245,14 @@ class RunConfig:
         if self.algorithm == "auto":
             return "dsgd" if self.k_ratio >= 1.0 else "choco"
         return self.algorithm
+
+    @property
+    def resolved_prox_mu(self) -> float:
+        """FedProx's proximal weight: ``prox_mu``, else :data:`FEDPROX_MU` for fedprox (0 for
+        every other algorithm)."""
+        if self.resolved_algorithm != "fedprox":
+            return 0.0
+        return FEDPROX_MU if self.prox_mu is None else float(self.prox_mu)
 
     @property
     def resolved_gamma(self) -> float:
@@ -310,6 +358,7 @@ class Trainer:
         self.clique_averaging = (CliqueAveraging(topology, self.links)
                                  if clique_averaging_enabled(topology) else None)
         self.algorithm = config.resolved_algorithm
+        self._check_clique_averaging(self.clique_averaging is not None)
         check_schedule(self.algorithm, config.mask, len(self.link_schedule))
         self.gamma = config.resolved_gamma
         self.warnings: tuple[str, ...] = ()
@@ -374,8 +423,30 @@ class Trainer:
                                      self.device)
                            if cap is not None and cap < n_test else None)
 
-        if self.algorithm == "dsgd":
-            self.rule: Any = self._dsgd(x0)
+        if self.algorithm in FEDERATED:
+            self.rule: Any = Federated(self.algorithm, n, self.d, sizes, config.transport,
+                                       config.bits, config.resolved_prox_mu)
+        elif self.algorithm == "matcha":
+            if len(self.link_schedule) > 1:
+                raise ExecutionError(
+                    f"matcha samples matchings of one static graph; topology "
+                    f"'{topology.spec.family}' changes every round (period "
+                    f"{len(self.link_schedule)})")
+            inner = (Digital(n, self.d, config.bits, x0, config.gamma)
+                     if config.transport == "digital"
+                     else DSGD(n, self.d, x0=x0, payload=config.ota_payload, decay=0.0))
+            self.rule = Matcha(inner, topology, config.matcha_budget, self.device)
+            self.link_schedule = (self.rule.links,)
+            self.links = self.rule.links
+        elif self.algorithm == "push_sum":
+            self.rule = PushSum(n, self.d, config.transport, device=self.device)
+        elif self.algorithm == "gradient_tracking":
+            self.rule = GradientTracking(n, self.d, x0, config.transport, config.bits,
+                                         config.gamma)
+        elif self.algorithm == "dsgd" and config.transport == "digital":
+            self.rule = Digital(n, self.d, config.bits, x0, config.gamma)
+        elif self.algorithm == "dsgd":
+            self.rule = self._dsgd(x0)
         elif self.algorithm == "choco":
             self.rule = Choco(n, self.d, self.k, config.mask, self.gamma, x0)
         else:
@@ -391,6 +462,10 @@ class Trainer:
         self.client_acc: np.ndarray | None = None
         self.test_accuracy: float | None = None
         self._in_round = False
+        #: FedProx's anchor x^t for the rows being trained (None: no proximal term)
+        self._anchor: torch.Tensor | None = None
+        #: push-sum's per-row learning-rate factor 1 / w_i for the rows being trained
+        self._lr_scale: torch.Tensor | None = None
         #: Written into every checkpoint and checked on load when set: the catalog's identity
         #: and the execution id (``{"catalog_id": ..., "exec_id": ...}``) the run belongs to.
         self.checkpoint_owner: dict[str, Any] | None = None
@@ -421,6 +496,7 @@ class Trainer:
         params = self.x if rows is None else self.x[rows]
         buf = self.m if rows is None else self.m[rows]
         grads = self._g[:n_rows]
+        self._local_options(slice(0, self.n), rows)
         total = 0.0
         for step in range(cfg.local_steps):
             idx = self._sample()
@@ -438,11 +514,38 @@ class Trainer:
             self.m[rows] = buf
         return total / cfg.local_steps if n_rows else float("nan")
 
+    def _local_options(self, block: slice, rows: torch.Tensor | None) -> None:
+        """Restrict the per-client options of the local steps to the clients trained: the
+        ``block`` of rows this process holds, and of those ``rows`` (all when None):
+        FedProx's anchor x^t and push-sum's learning-rate factors 1 / w_i."""
+        anchor = self._anchor
+        if anchor is not None:
+            anchor = anchor[block] if rows is None else anchor[block][rows]
+        factor = getattr(self.rule, "lr_scale", None)
+        if factor is not None:
+            factor = factor()[block] if rows is None else factor()[block][rows]
+        self._anchor, self._lr_scale = anchor, factor
+
     def _sgd_step(self, params: torch.Tensor, buf: torch.Tensor, grads: torch.Tensor,
                   idx: np.ndarray) -> torch.Tensor:
         """One momentum-SGD step of the clients whose rows are ``params`` (momentum ``buf``,
         gradient buffer ``grads``) on their minibatch indices ``idx`` (rows x batch); returns
         each client's minibatch loss."""
+        cfg = self.config
+        losses = self._minibatch_gradient(params, grads, idx)
+        if self._anchor is not None:       # FedProx: + mu (x_i - x^t)
+            grads.add_(params - self._anchor, alpha=self.rule.prox_mu)
+        torch.add(grads, buf, alpha=cfg.momentum, out=buf)   # buf = momentum * buf + g
+        if self._lr_scale is None:
+            params.add_(buf, alpha=-cfg.lr)
+        else:                              # push-sum: a step of x is a step / w_i of z
+            params.addcmul_(buf, self._lr_scale, value=-cfg.lr)
+        return losses
+
+    def _minibatch_gradient(self, params: torch.Tensor, grads: torch.Tensor,
+                            idx: np.ndarray) -> torch.Tensor:
+        """Each row's minibatch gradient (plus weight decay) at ``params`` into ``grads``, on
+        its minibatch indices ``idx`` (rows x batch); returns each row's minibatch loss."""
         cfg = self.config
         n_rows = params.shape[0]
         # index_select: ~4x faster than x[idx2d]
@@ -455,9 +558,21 @@ class Trainer:
         losses = self._grad(params, xb, yb, grads)
         if cfg.weight_decay:
             grads.add_(params, alpha=cfg.weight_decay)
-        torch.add(grads, buf, alpha=cfg.momentum, out=buf)   # buf = momentum * buf + g
-        params.add_(buf, alpha=-cfg.lr)
         return losses
+
+    def _gradient(self, x: torch.Tensor, trainable: np.ndarray
+                  ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """Minibatch gradients of the ``trainable`` clients at their rows of ``x`` (one draw of
+        every client's minibatch, as a local step takes): (gradients of those rows, their
+        losses), or (None, None) when no client trains."""
+        idx = self._sample()
+        rows = np.flatnonzero(trainable)
+        if not rows.size:
+            return None, None
+        params = x if rows.size == self.n else x[to_device(rows, self.device)]
+        grads = self._g[:rows.size]
+        losses = self._minibatch_gradient(params, grads, idx[rows])
+        return grads, losses
 
     def step(self) -> dict:
         """Run one round and return its dict (keys :data:`ROUND_KEYS`)."""
@@ -468,23 +583,37 @@ class Trainer:
         self._in_round = True
         with torch_threads(cfg.threads):
             self.links = self.link_schedule[self.round % len(self.link_schedule)]
-            links = self.channel.draw(self.n, self.links.u, self.links.v)
+            draw = getattr(self.rule, "draw", None)
+            links = (draw(self.channel, self.links) if draw is not None
+                     else self.channel.draw(self.n, self.links.u, self.links.v))
             trainable = links.active & self.has_data
             x_prev = self.x.clone() if self.algorithm == "paper_literal" \
-                or self.clique_averaging is not None else None
-            loss = self._local_train(trainable)
+                or self.clique_averaging is not None \
+                or getattr(self.rule, "needs_prev", False) else None
+            self._anchor = x_prev if getattr(self.rule, "prox_mu", 0.0) else None
             ca = None
-            if self.clique_averaging is not None:
-                ca = self.clique_averaging.apply(
-                    self.x, x_prev, links, self.channel, trainable, cfg.tx_power_dbm,
-                    cfg.bandwidth_hz, getattr(self.rule, "shrinkage", True))
-            result = self.rule.communicate(self.x, self.links, links, self.channel,
-                                           train_gen=self.train_gen, x_prev=x_prev,
-                                           scratch=self._scratch)
-            if result[4] is not self.x:     # the rule mixed into the scratch buffer: swap
-                self._scratch, self.x = self.x, result[4]
+            if self.algorithm == "gradient_tracking":
+                result, self.x, loss, first = self.rule.round(
+                    self.x, self.m, self.links, links, self.channel, self._gradient,
+                    trainable, cfg.lr, cfg.momentum)
+                if self.initial_loss is None:
+                    self.initial_loss = first if first is not None else loss
+                loss = float("nan") if loss is None else loss
+            else:
+                loss = self._local_train(trainable)
+                if self.clique_averaging is not None:
+                    ca = self.clique_averaging.apply(
+                        self.x, x_prev, links, self.channel, trainable, cfg.tx_power_dbm,
+                        cfg.bandwidth_hz, getattr(self.rule, "shrinkage", True))
+                result = self.rule.communicate(self.x, self.links, links, self.channel,
+                                               train_gen=self.train_gen, x_prev=x_prev,
+                                               scratch=self._scratch,
+                                               tx_power_w=dbm_to_watt(cfg.tx_power_dbm),
+                                               bandwidth_hz=cfg.bandwidth_hz)
+                if result.x is not self.x:     # the rule mixed into the scratch buffer: swap
+                    self._scratch, self.x = self.x, result.x
             cost = round_traffic(result, self.links, self.d, dbm_to_watt(cfg.tx_power_dbm),
-                                 cfg.bandwidth_hz)
+                                 cfg.bandwidth_hz, self.channel.snr)
             if ca is not None:
                 cost = Traffic(cost.channel_uses + ca.channel_uses, cost.slots + ca.slots,
                                cost.energy_j + ca.energy_j, cost.bits + ca.bits)
@@ -682,8 +811,14 @@ class Trainer:
         n = topology.graph.number_of_nodes()
         if n != self.n:
             raise ExecutionError(f"cannot rewire {self.n} clients onto a topology of {n} nodes")
+        self._check_clique_averaging(clique_averaging_enabled(topology))
         schedule = link_schedule(topology, self.device)
         check_schedule(self.algorithm, self.config.mask, len(schedule))
+        if self.algorithm == "matcha":
+            if len(schedule) > 1:
+                raise ExecutionError("matcha samples matchings of one static graph; the new "
+                                     "topology changes every round")
+            schedule = (self.rule.set_topology(topology, self.device),)
         if k_ratio is not None and float(k_ratio) != self.config.k_ratio:
             self._recompress(float(k_ratio))
         links = schedule[self.round % len(schedule)]      # the next round's
@@ -696,6 +831,15 @@ class Trainer:
             self.rule.decay = self._decay(topology)
         with torch_threads(self.config.threads):
             self.rule.rewire(links)
+
+    def _check_clique_averaging(self, enabled: bool) -> None:
+        """Clique Averaging (``enabled`` by the topology) combines with D-SGD, CHOCO and
+        paper_literal only."""
+        if enabled and self.algorithm not in (
+                "dsgd", "choco", "paper_literal"):
+            raise ExecutionError(
+                f"Clique Averaging (a d_cliques plan with averaging 'clique') works with dsgd "
+                f"and choco, not {self.algorithm}: use averaging 'none'")
 
     def _dsgd(self, x0: torch.Tensor) -> DSGD:
         """The D-SGD rule of this run: over a noisy channel it sends ``config.ota_payload``; a

@@ -81,14 +81,23 @@ def run_config(workload, plan, rounds: int, target: float | None, seeds: dict[st
             f"the runtime trains over-the-air D-SGD/CHOCO plans only, not {plan.label()}: plan "
             f"it with USING TRANSPORT ota USING ALGORITHM AUTO to train it")
     ch = plan.channel
+    # BRIDGE (remove at merge): getattr until PhysicalPlan carries transport and bits
+    transport = getattr(plan, "transport", "ota")
+    bits = getattr(plan, "bits", 32)
+    # END BRIDGE
+    extra = {}
+    for name in ("matcha_budget", "prox_mu"):       # plan options of those algorithms, if any
+        if getattr(plan, name, None) is not None:
+            extra[name] = getattr(plan, name)
     return RunConfig(
         model=workload.model, lr=workload.lr, momentum=workload.momentum,
         batch_size=workload.batch_size, local_steps=workload.local_steps, rounds=rounds,
-        k_ratio=plan.k_ratio, algorithm="auto", mask=plan.mask, channel=ch.kind,
+        k_ratio=plan.k_ratio, algorithm=plan.algorithm, mask=plan.mask, channel=ch.kind,
         snr_db=ch.snr_db, g_th=ch.g_th, tx_power_dbm=ch.tx_power_dbm,
         bandwidth_hz=ch.bandwidth_hz, dropout=ch.dropout,
         ota_payload=getattr(workload, "ota_payload", "difference"), target_accuracy=target,
-        target_metric=target_metric, device=device, **seeds)
+        target_metric=target_metric, device=device, transport=transport, bits=bits,
+        **extra, **seeds)
 
 
 @attrs.frozen

@@ -3,10 +3,11 @@
 Every rule works on the stacked (N x d) models after local training (the half-step models
 x_i^{t+1/2}) and one round's :class:`~.channel.RoundLinks`. What is transmitted, and where
 channel noise enters, is stated per rule; noise is only ever added to what a receiver receives.
-``communicate(x, links, round_links, channel, ...)`` returns ``(k_recv, n_tx, link_nnz,
-link_index_bits, x_new)``: what each receiver listened on, its active transmitters, per delivered
-link the coordinates carried and those needing index bits, and the tensor now holding the models
-(the ``scratch`` buffer when one was given and used; the input ``x`` may be overwritten).
+``communicate(x, links, round_links, channel, ...)`` returns an :class:`Exchange`: what each
+receiver listened on (``k_recv``), its active transmitters (``n_tx``), per delivered link the
+coordinates carried (``link_nnz``) and those needing index bits (``link_index_bits``), and the
+tensor now holding the models (``x``: the ``scratch`` buffer when one was given and used; the
+input ``x`` may be overwritten).
 
 ``dsgd`` (k = 1)
     x_i <- sum_j W^t_ij x_j^{t+1/2}. Each transmitter j sends its half-step model, pre-scaled by
@@ -57,27 +58,34 @@ former neighbours: :func:`check_schedule` refuses CHOCO with top-k masks on a pe
     g_j = w_j^t - w_j^{t+1/2} as the paper defines it (its own step, sign included). Transmitted:
     the compressed updates, unweighted; noise enters y_i. This adds the neighbours' steps instead
     of averaging models, so clients drift to local optima or diverge; see docs/runtime.md.
+
+The other rules of :data:`ALGORITHMS` live in their own modules and return the same
+:class:`Exchange`: :mod:`.gradient_tracking`, :mod:`.push_sum`, :mod:`.matcha` (D-SGD over
+sampled matchings) and :mod:`.federated` (FedAvg / FedProx through a server); the digital
+transport is :mod:`.digital`.
 """
 
 from __future__ import annotations
 
 import warnings
 
+import attrs
 import numpy as np
 import scipy.sparse as sp
 import torch
 
 from ..errors import ExecutionError
 from ..plans.graphs import directed_links, edge_arrays
-from .channel import Channel, RoundLinks, Traffic, traffic
+from .channel import Channel, RoundLinks, Traffic, digital_traffic, traffic
 from .compression import ErrorFeedback, common_mask, compress
 from .device import to_device
 
-__all__ = ["ALGORITHMS", "Choco", "DSGD", "LinkSet", "OTA_PAYLOADS", "Operator",
+__all__ = ["ALGORITHMS", "Choco", "DSGD", "Exchange", "LinkSet", "OTA_PAYLOADS", "Operator",
            "PaperLiteral", "check_schedule", "difference_decay", "dsgd_mix",
            "link_schedule"]
 
-ALGORITHMS = ("auto", "dsgd", "choco", "paper_literal")
+ALGORITHMS = ("auto", "dsgd", "choco", "paper_literal", "gradient_tracking", "push_sum",
+              "matcha", "fedavg", "fedprox")
 
 #: Largest N for a dense N x N mixing matrix.
 DENSE_MAX_N = 2000
@@ -86,6 +94,33 @@ DENSE_MAX_N = 2000
 #: vs 1.1 ms; ring N = 1000 4 ms vs 69 ms; Erdos-Renyi(0.2) N = 1000 257 ms vs 70 ms). The same
 #: rule picks the form on a GPU, where the sparse form is a torch CSR tensor (cuSPARSE).
 SPARSE_ADVANTAGE = 8
+
+
+@attrs.frozen(eq=False)
+class Exchange:
+    """What one round of an update rule sent and where the models now are.
+
+    ``k_recv`` (N,): coordinates each receiver listened on; ``n_tx`` (N,): its active
+    transmitters; ``link_nnz`` / ``link_index_bits`` (one entry per delivered link): coordinates
+    carried and how many of them need index bits; ``x``: the tensor now holding the models.
+
+    Digital exchanges (:mod:`.digital`) add, per delivered link, the bits it carried
+    (``link_bits``), its sender (``link_send``) and its channel gain |h|^2 (``link_h2``): their
+    traffic is counted by :func:`~.channel.digital_traffic` from rates instead of channel uses
+    per real coordinate. ``more``: further exchanges of the same round (gradient tracking's
+    tracker), counted on top. ``traffic``: a round whose cost is not link-shaped (the server
+    of :mod:`.federated`) gives it directly."""
+
+    k_recv: np.ndarray
+    n_tx: np.ndarray
+    link_nnz: np.ndarray
+    link_index_bits: np.ndarray
+    x: torch.Tensor
+    link_bits: np.ndarray | None = None
+    link_send: np.ndarray | None = None
+    link_h2: np.ndarray | None = None
+    more: tuple = ()
+    traffic: Traffic | None = None
 
 
 class LinkSet:
@@ -177,10 +212,12 @@ class Operator:
             if diag is not None:
                 m[np.arange(n), np.arange(n)] += diag
             self.matrix = to_device(m.astype(np.float32), device)
+            self._exact = m
             return
         m = sp.coo_matrix((vals, (rows, cols)), shape=(n, n))
         if diag is not None:
             m = m + sp.diags(diag)
+        self._exact = sp.csr_matrix(m, dtype=np.float64)
         csr = sp.csr_matrix(m, dtype=np.float32)
         if not (torch_sparse if torch_sparse is not None else device.type != "cpu"):
             self.scipy = True
@@ -198,7 +235,13 @@ class Operator:
 
     def apply(self, y: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """operator @ y for y of shape (N, m), float32, on ``y``'s device; the dense form
-        writes into ``out`` when given (the sparse forms always return a new tensor)."""
+        writes into ``out`` when given (the sparse forms always return a new tensor). A float64
+        ``y`` is multiplied by the float64 weights (exact sums for tests of invariants)."""
+        if y.dtype == torch.float64:
+            if self.dense:
+                return torch.mm(torch.from_numpy(self._exact).to(y.device), y)
+            return torch.from_numpy(np.ascontiguousarray(
+                self._exact @ y.contiguous().cpu().numpy())).to(y.device)
         if self.dense:
             return torch.mm(self.matrix, y) if out is None else torch.mm(self.matrix, y, out=out)
         if self.scipy:
@@ -362,7 +405,7 @@ class DSGD:
                     mixed = shrink(mixed, x, sigma)
         k_recv = np.full(self.n, self.d)
         n_links = int(up.sum())
-        return k_recv, n_tx, np.full(n_links, self.d), np.zeros(n_links), mixed
+        return Exchange(k_recv, n_tx, np.full(n_links, self.d), np.zeros(n_links), mixed)
 
     def _difference(self, x: torch.Tensor, links: LinkSet, rl: RoundLinks, channel: Channel):
         """One round of the difference form (docs/runtime.md, Over-the-air payloads).
@@ -430,7 +473,7 @@ class DSGD:
             off = to_device(np.flatnonzero(~rl.active), device)
             mixed[off] = x[off]
         k_recv = np.full(self.n, self.d)
-        return k_recv, n_tx, np.full(lids.size, self.d), np.zeros(lids.size), mixed
+        return Exchange(k_recv, n_tx, np.full(lids.size, self.d), np.zeros(lids.size), mixed)
 
     def state(self) -> dict:
         if self.s is None or not self.kept:     # decay 0 (or nothing sent yet): no state
@@ -534,7 +577,7 @@ class Choco:
             x.add_(delta, alpha=self.gamma)
         else:
             x[active] += self.gamma * delta[active]
-        return k_recv, n_tx, nnz, idx_bits, x
+        return Exchange(k_recv, n_tx, nnz, idx_bits, x)
 
     def _add_noise(self, fresh: torch.Tensor, listen: torch.Tensor | None, payload: np.ndarray,
                    lids: np.ndarray, links: LinkSet, k_recv: np.ndarray, n_tx: np.ndarray,
@@ -633,7 +676,7 @@ class PaperLiteral:
         else:
             x += step
         nnz = np.full(lids.size, self.k, dtype=np.float64)
-        return k_recv, n_tx, nnz, (np.zeros(lids.size) if u.common else nnz.copy()), x
+        return Exchange(k_recv, n_tx, nnz, np.zeros(lids.size) if u.common else nnz.copy(), x)
 
     def rewire(self, links: LinkSet) -> None:
         return None
@@ -646,9 +689,19 @@ class PaperLiteral:
             self.ef.memory = state["ef"].clone()
 
 
-def round_traffic(result: tuple, links: LinkSet, d: int, tx_power_w: float,
-                  bandwidth_hz: float) -> Traffic:
-    """Traffic of one round from a rule's (k_recv, n_tx, link_nnz, link_index_bits, ...)."""
-    k_recv, n_tx, nnz, idx_bits = result[:4]
-    return traffic(np.asarray(k_recv), np.asarray(n_tx), links.slot_of, nnz, idx_bits, d,
-                   tx_power_w, bandwidth_hz)
+def round_traffic(result: Exchange, links: LinkSet, d: int, tx_power_w: float,
+                  bandwidth_hz: float, snr: float = 10.0) -> Traffic:
+    """Traffic of one round from a rule's :class:`Exchange` (and its ``more``): over the air
+    by :func:`~.channel.traffic`, digital by :func:`~.channel.digital_traffic` (at the linear
+    ``snr``)."""
+    if result.traffic is not None:
+        cost = result.traffic
+    elif result.link_bits is not None:
+        cost = digital_traffic(result.link_send, result.link_bits, result.link_h2,
+                               links.slot_of, snr, tx_power_w, bandwidth_hz)
+    else:
+        cost = traffic(np.asarray(result.k_recv), np.asarray(result.n_tx), links.slot_of,
+                       result.link_nnz, result.link_index_bits, d, tx_power_w, bandwidth_hz)
+    for extra in result.more:
+        cost = cost + round_traffic(extra, links, d, tx_power_w, bandwidth_hz, snr)
+    return cost

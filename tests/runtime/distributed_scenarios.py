@@ -45,6 +45,18 @@ SCENARIOS = {
     "resume_dsgd_complete": ("complete", 8, dict(rounds=6, dropout=0.25, **_OTA)),
     # rank 0's callback rewires to the complete graph and checkpoints at round 2, stops at 4
     "callback_rewire_save_stop": ("ring", 8, dict(rounds=6, dropout=0.2, **_OTA)),
+    # the digital transport (quantised, public copies), MATCHA and FedAvg through a server
+    "digital_ring_dropout": ("ring", 10, dict(rounds=5, transport="digital", bits=4,
+                                              dropout=0.2, **_OTA)),
+    "matcha_complete_ota": ("complete", 8, dict(rounds=5, algorithm="matcha", dropout=0.1,
+                                                **_OTA)),
+    "fedavg_ota_dropout": ("complete", 8, dict(rounds=4, algorithm="fedavg", local_steps=2,
+                                               dropout=0.2, **_OTA)),
+    "fedprox_digital_dropout": ("complete", 8, dict(rounds=4, algorithm="fedprox",
+                                                    prox_mu=0.1, local_steps=2, dropout=0.2,
+                                                    transport="digital", bits=8, **_OTA)),
+    "push_sum_ring_ota_dropout": ("ring", 10, dict(rounds=5, algorithm="push_sum",
+                                                   local_steps=2, dropout=0.2, **_OTA)),
 }
 
 

@@ -91,7 +91,7 @@ def test_channel_noise_term_matches_the_runtime_noise_energy(family, params, k_r
         up = links.up(rl)
         if k_ratio == 1.0:
             clean = dsgd_mix(x, links, up)
-            out = DSGD(n, d, shrinkage=False).communicate(x.clone(), links, rl, channel)[-1]
+            out = DSGD(n, d, shrinkage=False).communicate(x.clone(), links, rl, channel).x
             noise, payload = out - clean, x
         else:
             k = int(k_ratio * d)

@@ -92,7 +92,7 @@ def test_dsgd_noise_variance_matches_formula(ring10):
         x = scale.unsqueeze(1).repeat(1, d)
         rl = channel.draw(10, links.u, links.v)
         clean = dsgd_mix(x.clone(), links, links.up(rl))
-        x = DSGD(10, d, shrinkage=False).communicate(x, links, rl, channel)[-1]
+        x = DSGD(10, d, shrinkage=False).communicate(x, links, rl, channel).x
         residual = (x - clean).double()
         expected = _expected_sigma2(links, rl, (scale.double() ** 2).numpy(), 1.0,
                                     10 ** (snr_db / 10))

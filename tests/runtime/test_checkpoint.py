@@ -22,13 +22,20 @@ CASES = [
     dict(channel="ota", dropout=0.2, g_th=0.5),      # D-SGD's difference form keeps state
     dict(k_ratio=0.1, mask="topk", channel="ota", dropout=0.1),
     dict(algorithm="paper_literal", k_ratio=0.2, error_feedback=True, channel="ota"),
+    dict(transport="digital", bits=4, channel="ota", dropout=0.2, g_th=0.5),   # public copies
+    dict(algorithm="gradient_tracking", local_steps=1),                     # tracker, gradients
+    dict(algorithm="gradient_tracking", local_steps=1, transport="digital", bits=8,
+         channel="ota", dropout=0.2),
+    dict(algorithm="fedprox", prox_mu=0.1, channel="ota", dropout=0.2),
+    dict(algorithm="push_sum", channel="ota", dropout=0.2),                  # weights w
+    dict(algorithm="matcha", matcha_budget=0.5, transport="digital", bits=8),  # activations
 ]
 
 
 @pytest.mark.parametrize("kw", CASES)
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_resume_equals_an_uninterrupted_run(tmp_path, digits, digits_skewed, ring10, kw):
-    cfg = RunConfig(model="mlp", rounds=10, local_steps=2, eval_every=3, **kw)
+    cfg = RunConfig(model="mlp", rounds=10, **{"local_steps": 2, "eval_every": 3, **kw})
     full_trainer = Trainer(cfg, digits, digits_skewed, ring10)
     full = full_trainer.run()
 

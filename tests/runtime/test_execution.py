@@ -180,3 +180,22 @@ def test_setup_failure_is_recorded_as_failed(tmp_path, monkeypatch):
         rows = _rows(db, "SELECT status, reason FROM airplan.executions")
         assert [r["status"] for r in rows] == ["failed"]
         assert "the partition broke" in rows[0]["reason"]
+
+
+def test_run_config_carries_the_plans_transport_bits_and_algorithm():
+    import types
+
+    from airplan_qo.plans.plan import PhysicalPlan
+    from airplan_qo.plans.topology import TopologySpec
+    from airplan_qo.runtime.execution import derive_seeds, run_config
+
+    w = aq.Workload(dataset="digits", clients=10, rounds=3, local_steps=1)
+    plan = PhysicalPlan(TopologySpec.create("ring", 10))
+    cfg = run_config(w, plan, 3, None, derive_seeds(0))
+    assert (cfg.transport, cfg.bits, cfg.algorithm) == ("ota", 32, "auto")
+    digital = types.SimpleNamespace(**{f: getattr(plan, f) for f in
+                                       ("topology", "k_ratio", "channel", "mask")},
+                                    algorithm="gradient_tracking", transport="digital", bits=8)
+    cfg = run_config(w, digital, 3, None, derive_seeds(0))
+    assert (cfg.transport, cfg.bits, cfg.resolved_algorithm) == ("digital", 8,
+                                                                  "gradient_tracking")

@@ -23,7 +23,7 @@ def _quadratic_run(rule, links, b, rounds, eta0, channel):
         eta = eta0 if t < rounds // 2 else 0.0
         x -= eta * (x - b)
         rl = channel.draw(links.n, links.u, links.v)
-        x = rule.communicate(x, links, rl, channel, train_gen=gen)[-1]
+        x = rule.communicate(x, links, rl, channel, train_gen=gen).x
     return x
 
 
@@ -62,7 +62,7 @@ def test_dsgd_noise_free_mixing_preserves_the_mean_with_drops_and_dropout():
     for _ in range(50):
         rl = ota.draw(30, links.u, links.v)        # truncation and dropout, no noise applied
         before = x.clone()
-        x = DSGD(30, 50).communicate(x, links, rl, ideal)[-1]
+        x = DSGD(30, 50).communicate(x, links, rl, ideal).x
         assert torch.equal(x[torch.from_numpy(~rl.active)], before[torch.from_numpy(~rl.active)])
     torch.testing.assert_close(x.double().mean(dim=0), mean0, atol=1e-4, rtol=1e-5)
     assert float(x.std(dim=0).max()) < float(before.std(dim=0).max()) + 1e-6
@@ -96,7 +96,7 @@ def test_choco_noise_free_consensus_preserves_the_mean_with_truncated_links():
         for _ in range(300):
             rl = ota.draw(16, links.u, links.v)     # truncation, no noise applied
             assert not rl.up.all()
-            x = rule.communicate(x, links, rl, ideal, train_gen=gen)[-1]
+            x = rule.communicate(x, links, rl, ideal, train_gen=gen).x
         if mask == "common_randk":                  # same refresh set, same symmetric W^t
             torch.testing.assert_close(x.double().mean(dim=0), mean0, atol=1e-4, rtol=1e-5)
         else:                                       # refresh sets differ across a dropped link
@@ -204,7 +204,7 @@ def test_difference_form_is_dsgd_when_every_link_delivers(family, decay):
         rl = channel.draw(links.n, links.u, links.v)
         assert rl.up.all()
         want = dsgd_mix(x, links, np.ones(links.recv.size, dtype=bool))
-        x = rule.communicate(x, links, rl, channel)[-1]
+        x = rule.communicate(x, links, rl, channel).x
         torch.testing.assert_close(x, want, atol=1e-5, rtol=0)
 
 
@@ -225,7 +225,7 @@ def test_difference_form_keeps_a_dropped_links_last_value_decayed():
     up[edge01] = False
     rl = attrs.evolve(all_up, up=up)
     x2 = torch.tensor([[3.0, 0.0], [0.0, 3.0], [1.0, 1.0]])
-    out = rule.communicate(x2.clone(), links, rl, channel)[-1]
+    out = rule.communicate(x2.clone(), links, rl, channel).x
     w = 1.0 / 3.0
     want0 = w * x2[0] + w * x2[2] + w * (0.5 * x1[1] + 0.5 * x2[0])
     torch.testing.assert_close(out[0], want0, atol=1e-5, rtol=0)
