@@ -510,6 +510,14 @@ _V4: tuple[str, ...] = (
     "ALTER TABLE evaluations_v4 RENAME TO evaluations",
 )
 
+# Version 5: a planning run can be preceded by a pilot of the fully connected reference
+# (``WITH (pilot = 'fc')``): the run names the pilot's execution and keeps what the planner read
+# from it (the measured fc and rounds to the target, the pilot's rounds and traffic).
+_V5: tuple[str, ...] = (
+    "ALTER TABLE planning_runs ADD COLUMN pilot_exec_id BIGINT",
+    "ALTER TABLE planning_runs ADD COLUMN pilot JSON",
+)
+
 #: Every migration, oldest first; versions are consecutive from 1.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial catalog: workloads, statistics, topologies, plans, executions, "
@@ -521,6 +529,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "concurrent access: running executions and evaluations are judged by their "
                  "owner process (owner_started, heartbeat_at); evaluations record their owner "
                  "and can end interrupted", _V4),
+    Migration(5, "planning runs name the pilot of the fully connected reference they were "
+                 "planned with (pilot_exec_id) and what it measured (pilot)", _V5),
 )
 
 #: The schema version this code writes and expects.

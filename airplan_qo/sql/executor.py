@@ -122,7 +122,7 @@ def _run_train(session, bound: BoundTrain, fmt: str, quiet: bool = True,
     result = session.plan(
         bound.workload, progress=progress, sla=bound.sla, topologies=bound.topologies, weights=bound.weights,
         sparsity=bound.sparsity, budgets=bound.budgets, estimator=bound.estimator,
-        statement=bound.text, fallback=bound.fallback,
+        statement=bound.text, fallback=bound.fallback, **bound.plan_options(),
         **({"confidence": bound.confidence} if bound.confidence else {}))
     rendered = result.explain(format=out_fmt, verbose=opts.verbose, costs=opts.costs,
                               alternatives=opts.alternatives)
@@ -141,7 +141,7 @@ def run_training(session, bound: BoundTrain, fmt: str = "text", *, quiet: bool =
     plan = session.plan(bound.workload, sla=bound.sla, topologies=bound.topologies,
                         weights=bound.weights, sparsity=bound.sparsity, budgets=bound.budgets,
                         estimator=bound.estimator, statement=bound.text, progress=progress,
-                        fallback=getattr(bound, "fallback", None),
+                        fallback=getattr(bound, "fallback", None), **bound.plan_options(),
                         **({"confidence": bound.confidence} if bound.confidence else {}))
     if not bound.explain:   # EXPLAIN ANALYZE prints them among its lines
         for warning in plan.warnings:
