@@ -78,7 +78,8 @@ class Session:
              budgets: Mapping[str, float] | None = None, estimator: str | None = None,
              objective: str | None = None, statement: str = "",
              confidence: float | None = None, progress=None, fallback: str | None = None,
-             pilot: str | None = None, pilot_rounds: int | None = None):
+             pilot: str | None = None, pilot_rounds: int | None = None,
+             device: str | None = None):
         """Enumerate, cost and choose a plan; returns a PlanResult (``.explain()``).
 
         ``fallback``: what happens when ``topologies``, ``weights`` or ``sparsity`` restrict
@@ -106,7 +107,8 @@ class Session:
         (its accuracy ``fc`` and rounds to the target) instead of the ``ttt`` model's prediction
         of them; its traffic is counted in every plan's cost, EXPLAIN shows it as a ``Reference
         Pilot`` node, and the planning run records its execution (``pilot_exec_id``).
-        docs/planner.md, "A pilot of the fully connected reference".
+        docs/planner.md, "A pilot of the fully connected reference". ``device``: where the
+        pilot trains (default: the session's device, else ``cpu``); nothing else trains here.
         """
         from .planner.optimizer import Optimizer
         from .plans.request import DEFAULT_CONFIDENCE, PlanRequest, check_confidence
@@ -119,7 +121,7 @@ class Session:
         measured = None
         if pilot is not None or pilot_rounds is not None:
             measured = self._reference_pilot(workload, sla_value, pilot, pilot_rounds,
-                                             estimator, statement)
+                                             estimator, statement, device)
         request = PlanRequest(
             workload=workload, sla=sla_value, topologies=_topologies(topologies),
             weights=tuple(weights) if weights else None,
@@ -141,7 +143,7 @@ class Session:
                 "estimator, which predicts no distribution of rounds (use COST MODEL ttt)",))
         return result
 
-    def _reference_pilot(self, workload, sla, pilot, rounds, estimator, statement):
+    def _reference_pilot(self, workload, sla, pilot, rounds, estimator, statement, device):
         """Check a pilot request, then run it (:func:`~airplan_qo.runtime.pilot.
         run_reference_pilot`); nothing is trained when the request is refused."""
         from .costmodels import DEFAULT_ESTIMATOR
@@ -163,7 +165,8 @@ class Session:
 
         check_data_split(workload)
         return run_reference_pilot(self, workload, rounds=rounds, sla=sla,
-                                   statement=statement, device=self.device)
+                                   statement=statement,
+                                   device=self._device(device) or "cpu")
 
     def sql(self, text: str, *, format: str = "text", timeout: float | None = SESSION_DEFAULT,
             progress=None) -> list:

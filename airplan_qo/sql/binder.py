@@ -76,9 +76,11 @@ class BoundTrain:
     pilot_rounds: int | None = None
 
     def plan_options(self) -> dict[str, Any]:
-        """The pilot keywords of ``Session.plan`` this statement asks for."""
+        """The pilot keywords of ``Session.plan`` this statement asks for (the pilot trains
+        on the statement's device)."""
         return {} if self.pilot is None else {"pilot": self.pilot,
-                                              "pilot_rounds": self.pilot_rounds}
+                                              "pilot_rounds": self.pilot_rounds,
+                                              "device": self.device}
 
     @property
     def runs_training(self) -> bool:
