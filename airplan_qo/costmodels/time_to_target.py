@@ -434,16 +434,13 @@ def _approach(points: Sequence[tuple[int, float]]) -> tuple[float, float, float]
     of ``points`` (A and D in closed form for each tau on a log grid). Measured curves rise fast
     at first and then slowly for long (faster than an exponential approach that starts at
     chance would say), so the first third is left out and the level is free."""
-    r_max = max(p[0] for p in points)
-    late = [p for p in points if p[0] >= r_max / 3.0]
-    if len(late) < 3:
-        late = list(points)
+    late = _late(points)
     t = np.array([p[0] for p in late], dtype=float)
     y = np.array([p[1] for p in late], dtype=float)
     if t.size < 2:
         return float(y[-1]), 0.0, 1.0
     best = (math.inf, float(y.mean()), 0.0, 1.0)
-    for tau in np.geomspace(0.5, 100.0 * r_max, 240):
+    for tau in np.geomspace(0.5, 100.0 * max(p[0] for p in points), 240):
         X = np.stack([np.ones_like(t), -np.exp(-t / tau)], axis=1)
         coef, *_ = np.linalg.lstsq(X, y, rcond=None)
         amp, drop = float(coef[0]), max(float(coef[1]), 0.0)
@@ -458,11 +455,32 @@ def _at(curve: tuple[float, float, float], t: float) -> float:
     return amp - drop * math.exp(-t / tau)
 
 
+def _late(points: Sequence[tuple[int, float]]) -> list[tuple[int, float]]:
+    """The later two thirds of a pilot's curve (all of it when that leaves fewer than 4)."""
+    r_max = max(p[0] for p in points)
+    late = [p for p in points if p[0] >= r_max / 3.0]
+    return late if len(late) >= 4 else list(points)
+
+
+def _line_at(points: Sequence[tuple[int, float]], t: float) -> float:
+    """The least-squares line through the later two thirds of ``points``, at ``t``: a rising,
+    levelling curve lies below it, so it bounds the fitted approach's extrapolation (which
+    runs away on a few noisy points)."""
+    late = _late(points)
+    x = np.array([p[0] for p in late], dtype=float)
+    y = np.array([p[1] for p in late], dtype=float)
+    if x.size < 2 or float(np.ptp(x)) == 0.0:
+        return float(y[-1])
+    slope, level = np.polyfit(x, y, 1)
+    return float(level + slope * t)
+
+
 def reference_from_pilot(pilot, base: float = BASE_RATIO) -> MeasuredReference:
     """The fully connected reference measured by ``pilot`` (a
     :class:`~airplan_qo.plans.pilot.ReferencePilot`): its fc after the budget (the pilot's last
     accuracy when it ran the whole budget, else an approach fitted to the pilot's curve
-    (:func:`_approach`) at the budget, at least the last accuracy) and the rounds its SLA
+    (:func:`_approach`) at the budget, at most the line through the same rounds there and at
+    least the last accuracy) and the rounds its SLA
     metric needs to reach ``base * fc`` (the pilot's smoothed crossing, else the fitted
     approach, capped at ten budgets)."""
     return _reference(pilot, float(base))
@@ -478,7 +496,8 @@ def _reference(pilot, base: float) -> MeasuredReference:
         raise ValidationError(f"the pilot (execution {pilot.exec_id}) measured no accuracy")
     budget = max(int(pilot.budget), 1)
     full = pilot.rounds >= budget
-    fc = acc[-1][1] if full else min(max(_at(_approach(acc), budget), acc[-1][1]), 1.0)
+    fc = acc[-1][1] if full else min(max(min(_at(_approach(acc), budget),
+                                             _line_at(acc, budget)), acc[-1][1]), 1.0)
     target = base * fc
     crossing = first_crossing(metric, target)
     if crossing is not None:

@@ -35,8 +35,9 @@ def check_pilot(kind: Any, rounds: Any = None) -> tuple[str, int | None]:
                               f"reference: use pilot = 'fc'")
     if rounds is None:
         return text, None
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
-        raise ValidationError(f"pilot_rounds must be a positive integer, got {rounds!r}")
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < MIN_PILOT_ROUNDS:
+        raise ValidationError(f"pilot_rounds must be an integer of at least {MIN_PILOT_ROUNDS} "
+                              f"(a curve to read the reference from), got {rounds!r}")
     return text, int(rounds)
 
 

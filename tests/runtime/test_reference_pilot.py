@@ -32,11 +32,11 @@ def pilot(rounds: int, budget: int = 40, **kwargs) -> ReferencePilot:
 
 def test_pilot_requests_are_checked():
     assert check_pilot("FC") == ("fc", None)
-    assert check_pilot("fc", 12) == ("fc", 12)
+    assert check_pilot("fc", 12) == ("fc", 12) and check_pilot("fc", 5) == ("fc", 5)
     with pytest.raises(ValidationError, match="use pilot = 'fc'"):
         check_pilot("ring")
-    for bad in (0, -3, 2.5, True, "10"):
-        with pytest.raises(ValidationError, match="pilot_rounds must be a positive integer"):
+    for bad in (0, -3, 4, 2.5, True, "10"):
+        with pytest.raises(ValidationError, match="pilot_rounds must be an integer of at least 5"):
             check_pilot("fc", bad)
     assert pilot_rounds(None, 40) == 20 and pilot_rounds(None, 6) == 5
     assert pilot_rounds(None, 3) == 3 and pilot_rounds(100, 40) == 40
@@ -129,9 +129,9 @@ def test_a_measured_reference_makes_plans_choosable(tmp_path):
 
 
 def test_pilot_from_python_and_sql_trains_records_and_explains(tmp_path):
-    w = aq.Workload(dataset="digits", clients=10, alpha=0.5, rounds=8)
+    w = aq.Workload(dataset="digits", clients=10, alpha=0.5, rounds=10)
     with aq.connect(tmp_path / "c.duckdb") as db:
-        result = db.plan(w, pilot="fc", pilot_rounds=4)
+        result = db.plan(w, pilot="fc", pilot_rounds=5)
         p = result.request.pilot
         run = db.catalog.query(
             "SELECT planning_run_id, pilot_exec_id, pilot::VARCHAR AS pilot "
@@ -139,7 +139,7 @@ def test_pilot_from_python_and_sql_trains_records_and_explains(tmp_path):
             [result.planning_run_id])[0]
         assert run["pilot_exec_id"] == p.exec_id
         stored = json.loads(run["pilot"])
-        assert stored["rounds"] == 4 and stored["budget"] == 8
+        assert stored["rounds"] == 5 and stored["budget"] == 10
         assert stored["channel_uses"] == p.channel_uses > 0
         assert stored["fc_accuracy"] == pytest.approx(result.fc_accuracy)
         ex = db.catalog.query(
@@ -148,16 +148,17 @@ def test_pilot_from_python_and_sql_trains_records_and_explains(tmp_path):
             "JOIN airplan.plans pl ON pl.plan_id = e.plan_id "
             "JOIN airplan.planning_runs r ON r.planning_run_id = pl.planning_run_id "
             "WHERE e.exec_id = ? GROUP BY ALL", [p.exec_id])[0]
-        assert ex["actual_rounds"] == 4 and ex["uses"] == pytest.approx(p.channel_uses)
-        assert ex["statement"].startswith("pilot fc (4 of 8 rounds)")
+        assert ex["actual_rounds"] == 5 and ex["uses"] == pytest.approx(p.channel_uses)
+        assert ex["statement"].startswith("pilot fc (5 of 10 rounds)")
         chosen = result.chosen.cost
         assert chosen.total("channel_uses") == pytest.approx(
             chosen.per_round.channel_uses * chosen.rounds + chosen.startup + p.channel_uses)
         assert "Reference Pilot" in result.explain()
 
         (res,) = db.sql("EXPLAIN ANALYZE TRAIN digits ON 10 CLIENTS WITH (alpha = 0.5, "
-                        "rounds = 8, pilot = 'fc', pilot_rounds = 3)")
-        assert "->  Reference Pilot" in res.text and 'pilot_rounds="3 of 8"' in res.text
+                        "rounds = 10, pilot = 'fc', pilot_rounds = 10)")
+        assert "->  Reference Pilot" in res.text and 'pilot_rounds="10 of 10"' in res.text
+        assert "measured by the reference pilot, execution" in res.text
         assert "Execution: exec_id=" in res.text
         n = db.catalog.query("SELECT count(*) AS n FROM airplan.planning_runs "
                              "WHERE pilot_exec_id IS NOT NULL")[0]["n"]
@@ -165,12 +166,12 @@ def test_pilot_from_python_and_sql_trains_records_and_explains(tmp_path):
 
 
 def test_refused_pilots_train_nothing(tmp_path):
-    w = aq.Workload(dataset="digits", clients=10, rounds=8)
+    w = aq.Workload(dataset="digits", clients=10, rounds=10)
     path = tmp_path / "c.duckdb"
     with aq.connect(path) as db:
         for kwargs, message in (({"pilot": "ring"}, "use pilot = 'fc'"),
                                 ({"pilot_rounds": 3}, "pilot_rounds needs a pilot"),
-                                ({"pilot": "fc", "pilot_rounds": 0}, "positive integer"),
+                                ({"pilot": "fc", "pilot_rounds": 4}, "at least 5"),
                                 ({"pilot": "fc", "estimator": "dsgd"}, "COST MODEL ttt")):
             with pytest.raises(ValidationError, match=message):
                 db.plan(w, **kwargs)
