@@ -163,6 +163,10 @@ def test_pilot_from_python_and_sql_trains_records_and_explains(tmp_path):
         n = db.catalog.query("SELECT count(*) AS n FROM airplan.planning_runs "
                              "WHERE pilot_exec_id IS NOT NULL")[0]["n"]
         assert n == 2
+        # a ttt refit of the dataset's level leaves out the run planned with the pilot
+        report = db.calibrate("ttt", scope="dataset", scope_key="digits", min_obs=1)
+        assert any("planned with a pilot" in why for why in report.skipped)
+        assert report.n_obs == 2                       # the two pilots' own executions
 
 
 def test_refused_pilots_train_nothing(tmp_path):
