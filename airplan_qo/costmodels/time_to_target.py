@@ -432,8 +432,9 @@ class MeasuredReference:
 def _approach(points: Sequence[tuple[int, float]]) -> tuple[float, float, float]:
     """(A, D, tau) of a(t) = A - D exp(-t / tau) fitted by least squares to the later two thirds
     of ``points`` (A and D in closed form for each tau on a log grid). Measured curves rise fast
-    at first and then slowly for long (faster than an exponential approach that starts at
-    chance would say), so the first third is left out and the level is free."""
+    at first and then keep rising slowly for long, which an exponential approach from chance
+    fitted to all of them reads as levelled off; so the first third is left out and the
+    starting level is free."""
     late = _late(points)
     t = np.array([p[0] for p in late], dtype=float)
     y = np.array([p[1] for p in late], dtype=float)
@@ -480,9 +481,9 @@ def reference_from_pilot(pilot, base: float = BASE_RATIO) -> MeasuredReference:
     :class:`~airplan_qo.plans.pilot.ReferencePilot`): its fc after the budget (the pilot's last
     accuracy when it ran the whole budget, else an approach fitted to the pilot's curve
     (:func:`_approach`) at the budget, at most the line through the same rounds there and at
-    least the last accuracy) and the rounds its SLA
-    metric needs to reach ``base * fc`` (the pilot's smoothed crossing, else the fitted
-    approach, capped at ten budgets)."""
+    least the last accuracy) and the rounds its SLA metric needs to reach ``base * fc`` (the
+    pilot's smoothed crossing, else the fitted approach, at least the pilot's rounds and at
+    most ten budgets)."""
     return _reference(pilot, float(base))
 
 

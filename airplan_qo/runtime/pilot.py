@@ -29,6 +29,7 @@ import attrs
 
 from ..costmodels.calibration import (CalibrationReport, HoldOutReport, calibrate,
                                       leave_one_group_out, load_observations)
+from ..errors import ExecutionError
 from ..plans.pilot import ReferencePilot, pilot_rounds
 from ..plans.sla import TARGET_METRICS
 from ..plans.workload import Workload
@@ -125,6 +126,10 @@ def run_reference_pilot(session, workload: Workload, *, rounds: int | None = Non
     report = session.execute(plan, quiet=quiet, stop_at_target=False, reoptimize=False,
                              device=device)
     result = report.result
+    if result.status != "succeeded":
+        raise ExecutionError(f"the pilot of the fully connected reference (execution "
+                             f"{report.exec_id}) ended {result.status}: {result.reason}; "
+                             f"nothing was planned with it")
     key = TARGET_METRICS[(sla or plan.request.sla).accuracy_metric]
     history = result.history
     bandwidth = plan.chosen.plan.channel.bandwidth_hz

@@ -196,3 +196,16 @@ def test_a_pilot_survives_a_replan_of_the_request(tmp_path):
         again = Optimizer(db.catalog).plan(attrs.evolve(first.request, min_mixing_p=0.0))
     assert again.fc_accuracy == first.fc_accuracy
     assert again.chosen.cost.pilot is measured
+
+
+def test_a_pilot_that_fails_plans_nothing(tmp_path):
+    """A diverging pilot (a learning rate far too large) is an error naming its execution; no
+    planning run is recorded with it."""
+    from airplan_qo.errors import ExecutionError
+
+    w = aq.Workload(dataset="digits", clients=10, rounds=10, lr=10.0, momentum=0.99)
+    with aq.connect(tmp_path / "c.duckdb") as db:
+        with pytest.raises(ExecutionError, match=r"pilot .*execution 1\) ended failed"):
+            db.plan(w, pilot="fc", pilot_rounds=5)
+        assert db.catalog.query("SELECT count(*) AS n FROM airplan.planning_runs "
+                                "WHERE pilot_exec_id IS NOT NULL")[0]["n"] == 0
