@@ -78,7 +78,9 @@ class Session:
              budgets: Mapping[str, float] | None = None, estimator: str | None = None,
              objective: str | None = None, statement: str = "",
              confidence: float | None = None, progress=None, fallback: str | None = None,
-             transports: Iterable[Any] | None = None, algorithms: Iterable[str] | None = None):
+             transports: Iterable[Any] | None = None, algorithms: Iterable[str] | None = None,
+             pilot: str | None = None, pilot_rounds: int | None = None,
+             device: str | None = None):
         """Enumerate, cost and choose a plan; returns a PlanResult (``.explain()``).
 
         ``fallback``: what happens when ``topologies``, ``weights`` or ``sparsity`` restrict
@@ -107,6 +109,14 @@ class Session:
         ``progress``: a callable given one line per step (``building topology 3/14: ...``,
         ``costing 7/14: ...``) once planning has run about a second (many clients); it may be
         called from a timer thread. None (the default): silent.
+
+        ``pilot='fc'``: before the choice, train the fully connected reference for
+        ``pilot_rounds`` rounds (default: half the round budget) and plan with what it measured
+        (its accuracy ``fc`` and rounds to the target) instead of the ``ttt`` model's prediction
+        of them; its traffic is counted in every plan's cost, EXPLAIN shows it as a ``Reference
+        Pilot`` node, and the planning run records its execution (``pilot_exec_id``).
+        docs/planner.md, "A pilot of the fully connected reference". ``device``: where the
+        pilot trains (default: the session's device, else ``cpu``); nothing else trains here.
         """
         from .planner.optimizer import Optimizer
         from .plans.request import DEFAULT_CONFIDENCE, PlanRequest, check_confidence
@@ -116,6 +126,10 @@ class Session:
             raise ValidationError("plan() expects an airplan_qo.Workload")
         sla_value = sla_with_target(sla if sla is None or isinstance(sla, SLA)
                                     else parse_sla(sla), workload.target_accuracy)
+        measured = None
+        if pilot is not None or pilot_rounds is not None:
+            measured = self._reference_pilot(workload, sla_value, pilot, pilot_rounds,
+                                             estimator, statement, device)
         request = PlanRequest(
             workload=workload, sla=sla_value, topologies=_topologies(topologies),
             weights=tuple(weights) if weights else None,
@@ -131,7 +145,8 @@ class Session:
                       else "error" if any(x is not None for x in (topologies, weights,
                                                                    sparsity, transports,
                                                                    algorithms))
-                      else "complete"))
+                      else "complete"),
+            pilot=measured)
         result = Optimizer(self.catalog, progress=progress).plan(request)
         if confidence is not None and result.chosen.cost.estimate.p_meets is None:
             import attrs
@@ -140,6 +155,31 @@ class Session:
                 f"CONFIDENCE {confidence:g} has no effect with the {result.estimator} "
                 "estimator, which predicts no distribution of rounds (use COST MODEL ttt)",))
         return result
+
+    def _reference_pilot(self, workload, sla, pilot, rounds, estimator, statement, device):
+        """Check a pilot request, then run it (:func:`~airplan_qo.runtime.pilot.
+        run_reference_pilot`); nothing is trained when the request is refused."""
+        from .costmodels import DEFAULT_ESTIMATOR
+        from .plans.pilot import check_pilot
+
+        if pilot is None:
+            raise ValidationError("pilot_rounds needs a pilot: pilot='fc'")
+        _, rounds = check_pilot(pilot, rounds)
+        name = (estimator or DEFAULT_ESTIMATOR).lower()
+        if name != "ttt":
+            raise ValidationError(f"a pilot of the fully connected reference feeds the ttt "
+                                  f"estimator, which predicts rounds relative to it; the "
+                                  f"{name} estimator does not use it (use COST MODEL ttt)")
+        if self.catalog.read_only:
+            raise ValidationError("a pilot trains and records an execution; this session's "
+                                  "catalog is read-only")
+        from .planner.feasibility import check_data_split
+        from .runtime.pilot import run_reference_pilot
+
+        check_data_split(workload)
+        return run_reference_pilot(self, workload, rounds=rounds, sla=sla,
+                                   statement=statement,
+                                   device=self._device(device) or "cpu")
 
     def sql(self, text: str, *, format: str = "text", timeout: float | None = SESSION_DEFAULT,
             progress=None) -> list:

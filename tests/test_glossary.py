@@ -33,6 +33,22 @@ def covered(name: str, names: set[str]) -> bool:
     return name in names or ("." in name and name.split(".", 1)[0] + ".*" in names)
 
 
+def planned_with_pilot(db):
+    """A plan with a pilot of the fully connected reference (a measured curve given by hand:
+    the optimizer reads it as it reads a pilot's)."""
+    from airplan_qo.planner.optimizer import Optimizer
+    from airplan_qo.plans.pilot import ReferencePilot
+    from airplan_qo.plans.request import PlanRequest
+
+    curve = tuple(0.9 * (1 - 0.8 ** r) for r in range(1, 21))
+    pilot = ReferencePilot(exec_id=7, rounds=20, budget=40, accuracy=curve, metric=curve,
+                           n_classes=10, channel_uses=1e5, energy_j=0.5, airtime_s=0.1,
+                           bits=1e7, slots=400.0)
+    return Optimizer(db.catalog).plan(PlanRequest(
+        workload=aq.Workload(dataset="digits", clients=20, rounds=40, model="logistic"),
+        pilot=pilot))
+
+
 @pytest.fixture(scope="module")
 def printed() -> set[str]:
     """The field names of EXPLAIN outputs that exercise every node, estimator and footer."""
@@ -55,7 +71,8 @@ def printed() -> set[str]:
                 topologies=["complete"], sparsity=[1.0], algorithms=["fedavg"],
                 transports=["digital(bits=8)"], fallback="complete"),
         db.plan(aq.Workload(dataset="digits", clients=16), topologies=["ring"], sparsity=[1.0],
-                algorithms=["push_sum"], fallback="complete")]
+                algorithms=["push_sum"], fallback="complete"),
+        planned_with_pilot(db)]
     names: set[str] = set()
 
     def keys(doc):

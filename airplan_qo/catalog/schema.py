@@ -520,6 +520,14 @@ _V5: tuple[str, ...] = (
     "UPDATE plans SET bits_per_coord = 32 WHERE bits_per_coord IS NULL",
 )
 
+# Version 6: a planning run can be preceded by a pilot of the fully connected reference
+# (``WITH (pilot = 'fc')``): the run names the pilot's execution and keeps what the planner read
+# from it (the measured fc and rounds to the target, the pilot's rounds and traffic).
+_V6: tuple[str, ...] = (
+    "ALTER TABLE planning_runs ADD COLUMN pilot_exec_id BIGINT",
+    "ALTER TABLE planning_runs ADD COLUMN pilot JSON",
+)
+
 #: Every migration, oldest first; versions are consecutive from 1.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial catalog: workloads, statistics, topologies, plans, executions, "
@@ -534,6 +542,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "plans record their transport (ota or digital) and bits per coordinate "
                  "(bits_per_coord)",
               _V5),
+    Migration(6, "planning runs name the pilot of the fully connected reference they were "
+                 "planned with (pilot_exec_id) and what it measured (pilot)", _V6),
 )
 
 #: The schema version this code writes and expects.

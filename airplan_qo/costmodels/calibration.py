@@ -1101,6 +1101,11 @@ def _calibrate_ttt(catalog: Catalog, scope: str, scope_key: str, min_obs: int
         if terms.get("mu") is None or terms.get("sd") is None or not actual:
             skipped.append(f"execution {r['exec_id']}: no ttt prediction or actual rounds")
             continue
+        if terms.get("log_t_fc_measured") is not None:
+            # its prediction used a pilot's measured reference, not the dataset's level
+            skipped.append(f"execution {r['exec_id']}: planned with a pilot of the fully "
+                           f"connected reference, not with the dataset's level")
+            continue
         by_ds.setdefault(r["dataset"], []).append(
             (float(terms["mu"]), float(terms["sd"]), math.log(float(actual)),
              bool(r["censored"])))

@@ -34,6 +34,12 @@ class EstimationContext:
     #: ``k`` and ``clients`` as [lo, hi], ``families`` and ``datasets`` as lists, and
     #: ``unrecorded``, the ids of rows in use that record no range. None: no rows in use.
     fitted_range: Mapping[str, Any] | None = None
+    #: The workload's model (``mlp``, ``cnn1d``, a registered one): a model outside the fitted
+    #: grid widens the ``ttt`` estimate as an unseen dataset does.
+    model: str = ""
+    #: A measured pilot of the fully connected reference (:class:`~airplan_qo.plans.pilot.
+    #: ReferencePilot`), or None: ``ttt`` then takes the reference from it.
+    pilot: Any = None
 
 
 class CostEstimator(Protocol):

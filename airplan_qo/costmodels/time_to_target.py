@@ -31,6 +31,7 @@ Phi((log B - mu) / s), which the chance-constrained planner compares with a conf
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 
@@ -232,6 +233,10 @@ def fit_target_shift(g: Sequence[float], relative: Sequence[float], shift: Seque
 
 #: Measurement sd (log rounds) of the time-to-target implied by a short pilot's accuracy.
 PILOT_SD = 0.35
+#: The least prior sd (log rounds) of the reference's predicted log T when a pilot measured it:
+#: on the fitted grid the joint spread holds no more than the plan model's (the reference is
+#: predicted about as well as a pilot measures it), and the prediction keeps a floor of doubt.
+REFERENCE_PRIOR_SD_FLOOR = 0.05
 
 
 def pilot_update(mu: float, sd: float, budget: float, pilot_rounds: int,
@@ -357,6 +362,12 @@ def unseen_dataset_spread(constants: Mapping[str, float], dataset: str | None
     unseen dataset's levels are drawn from that spread. None when the dataset has its levels."""
     if not dataset or f"fc.dataset:{dataset}" in constants:
         return None
+    return level_spread(constants)
+
+
+def level_spread(constants: Mapping[str, float]) -> tuple[float, float]:
+    """The standard deviations of the fitted datasets' fc levels of log rounds and of their fc
+    accuracy logits, each at least its fit's residual spread (:func:`unseen_dataset_spread`)."""
 
     def spread(prefix: str) -> float:
         levels = [v for k, v in constants.items() if k.startswith(f"{prefix}.dataset:")]
@@ -378,7 +389,145 @@ def ceiling_above(ceiling: float, target: float, logit_sd: float) -> float:
     return float(norm_sf(z))
 
 
-__all__ += ["unseen_dataset_spread", "ceiling_above"]
+def unseen_model(fitted_range: Mapping, model: str | None) -> bool:
+    """Whether ``model`` lies outside the models of the fitted grid (``range.models``). The fit
+    has no model term: a model it never saw moves the fully connected plan's accuracy and
+    rounds as much as a dataset it never saw, so it is widened the same way. False when the
+    range records no models or the workload names none."""
+    models = fitted_range.get("models")
+    return bool(models) and bool(model) and model not in models
+
+
+def unseen_task(constants: Mapping[str, float], fitted_range: Mapping, dataset: str | None,
+                model: str | None) -> tuple[tuple[float, float] | None, tuple[str, ...]]:
+    """The widening of :func:`unseen_dataset_spread` for a workload whose dataset or model the
+    fit has not seen (applied once: one fully connected reference is unknown), and what is
+    unseen (``dataset mnist1d``, ``model cnn1d``)."""
+    what = []
+    if dataset and f"fc.dataset:{dataset}" not in constants:
+        what.append(f"dataset {dataset}")
+    if unseen_model(fitted_range, model):
+        what.append(f"model {model}")
+    if not what:
+        return None, ()
+    return level_spread(constants), tuple(what)
+
+
+__all__ += ["unseen_dataset_spread", "level_spread", "ceiling_above", "unseen_model",
+            "unseen_task"]
+
+
+# ---- a pilot of the fully connected reference -------------------------------------------------
+
+
+@attrs.frozen
+class MeasuredReference:
+    """What a pilot of the fully connected reference says about it: its final accuracy after
+    the round budget (``fc``) and log of its rounds to ``base * fc``, and how: ``crossed``
+    when the pilot's own (smoothed) curve reached that target, else read from an exponential
+    approach fitted to the pilot's curve (``extrapolated``: also when the pilot stopped short
+    of the budget, so fc itself comes from the fitted curve)."""
+
+    fc_accuracy: float
+    log_t: float
+    crossed: bool
+    extrapolated: bool
+
+
+def _approach(points: Sequence[tuple[int, float]]) -> tuple[float, float, float]:
+    """(A, D, tau) of a(t) = A - D exp(-t / tau) fitted by least squares to the later two thirds
+    of ``points`` (A and D in closed form for each tau on a log grid). Measured curves rise fast
+    at first and then keep rising slowly for long, which an exponential approach from chance
+    fitted to all of them reads as levelled off; so the first third is left out and the
+    starting level is free."""
+    late = _late(points)
+    t = np.array([p[0] for p in late], dtype=float)
+    y = np.array([p[1] for p in late], dtype=float)
+    if t.size < 2:
+        return float(y[-1]), 0.0, 1.0
+    best = (math.inf, float(y.mean()), 0.0, 1.0)
+    for tau in np.geomspace(0.5, 100.0 * max(p[0] for p in points), 240):
+        X = np.stack([np.ones_like(t), -np.exp(-t / tau)], axis=1)
+        coef, *_ = np.linalg.lstsq(X, y, rcond=None)
+        amp, drop = float(coef[0]), max(float(coef[1]), 0.0)
+        sse = float(np.sum((y - amp + drop * np.exp(-t / tau)) ** 2))
+        if sse < best[0]:
+            best = (sse, amp, drop, float(tau))
+    return best[1], best[2], best[3]
+
+
+def _at(curve: tuple[float, float, float], t: float) -> float:
+    amp, drop, tau = curve
+    return amp - drop * math.exp(-t / tau)
+
+
+def _late(points: Sequence[tuple[int, float]]) -> list[tuple[int, float]]:
+    """The later two thirds of a pilot's curve (all of it when that leaves fewer than 4)."""
+    r_max = max(p[0] for p in points)
+    late = [p for p in points if p[0] >= r_max / 3.0]
+    return late if len(late) >= 4 else list(points)
+
+
+def _line_at(points: Sequence[tuple[int, float]], t: float) -> float:
+    """The least-squares line through the later two thirds of ``points``, at ``t``: a rising,
+    levelling curve lies below it, so it bounds the fitted approach's extrapolation (which
+    runs away on a few noisy points)."""
+    late = _late(points)
+    x = np.array([p[0] for p in late], dtype=float)
+    y = np.array([p[1] for p in late], dtype=float)
+    if x.size < 2 or float(np.ptp(x)) == 0.0:
+        return float(y[-1])
+    slope, level = np.polyfit(x, y, 1)
+    return float(level + slope * t)
+
+
+def reference_from_pilot(pilot, base: float = BASE_RATIO) -> MeasuredReference:
+    """The fully connected reference measured by ``pilot`` (a
+    :class:`~airplan_qo.plans.pilot.ReferencePilot`): its fc after the budget (the pilot's last
+    accuracy when it ran the whole budget, else an approach fitted to the pilot's curve
+    (:func:`_approach`) at the budget, at most the line through the same rounds there and at
+    least the last accuracy) and the rounds its SLA metric needs to reach ``base * fc`` (the
+    pilot's smoothed crossing, else the fitted approach, at least the pilot's rounds and at
+    most ten budgets)."""
+    return _reference(pilot, float(base))
+
+
+@functools.lru_cache(maxsize=64)
+def _reference(pilot, base: float) -> MeasuredReference:
+    from ..plans.sla import first_crossing
+
+    acc = [(r, float(a)) for r, a in enumerate(pilot.accuracy, 1) if a is not None]
+    metric = [(r, float(a)) for r, a in enumerate(pilot.metric, 1) if a is not None]
+    if not acc or not metric:
+        raise ValidationError(f"the pilot (execution {pilot.exec_id}) measured no accuracy")
+    budget = max(int(pilot.budget), 1)
+    full = pilot.rounds >= budget
+    fc = acc[-1][1] if full else min(max(min(_at(_approach(acc), budget),
+                                             _line_at(acc, budget)), acc[-1][1]), 1.0)
+    target = base * fc
+    crossing = first_crossing(metric, target)
+    if crossing is not None:
+        return MeasuredReference(float(fc), math.log(crossing), True, not full)
+    cap = 10.0 * budget
+    amp, drop, tau = _approach(metric)
+    if drop <= 1e-12 or target >= amp:
+        rounds = cap
+    else:
+        rounds = min(-tau * math.log((amp - target) / drop), cap)
+    rounds = max(rounds, float(pilot.rounds))   # it was not reached within the pilot
+    return MeasuredReference(float(fc), math.log(rounds), False, True)
+
+
+def combine_reference(predicted: float, prior_sd: float, measured: float,
+                      measured_sd: float = PILOT_SD) -> tuple[float, float]:
+    """The reference's log T from the model's prediction N(predicted, prior_sd^2) and a pilot's
+    measurement N(measured, measured_sd^2), precision-weighted: (mean, sd)."""
+    w0 = 1.0 / max(prior_sd, 1e-9) ** 2
+    w1 = 1.0 / max(measured_sd, 1e-9) ** 2
+    return (w0 * predicted + w1 * measured) / (w0 + w1), (w0 + w1) ** -0.5
+
+
+__all__ += ["MeasuredReference", "reference_from_pilot", "combine_reference"]
 
 
 # ---- the estimator ----------------------------------------------------------------------------
@@ -444,6 +593,8 @@ class TimeToTargetEstimator:
         """Predicted final accuracy of the fully connected plan on this workload."""
         from .features import channel_noise_at, heterogeneity
 
+        if ctx.pilot is not None:      # measured: the fc the SLA is relative to
+            return self.reference(ctx).fc_accuracy
         c = ctx.constants
         n = stats.spectra.n_nodes
         w = fc_features(heterogeneity(ctx.alpha, ctx.n_classes), n,
@@ -454,6 +605,10 @@ class TimeToTargetEstimator:
             level = float(np.mean(levels)) if levels else 0.0
         logit = level + sum(c.get(f"ceil.{k}", 0.0) * v for k, v in w.items())
         return float(1.0 / (1.0 + math.exp(-logit)))
+
+    def reference(self, ctx) -> MeasuredReference:
+        """The fully connected reference measured by the context's pilot."""
+        return reference_from_pilot(ctx.pilot, ctx.constants.get("target.base", BASE_RATIO))
 
     def accuracy_at(self, ctx, plan, stats, rounds):
         ceiling = self.ceiling(ctx, plan, stats)
@@ -487,10 +642,28 @@ class TimeToTargetEstimator:
             level = float(np.mean(levels)) if levels else 0.0
         log_t_fc = level + sum(c.get(f"fc.{k}", 0.0) * v for k, v in w.items())
         delta = sum(c.get(f"plan.{f}", 0.0) * (x[f] - x_fc[f]) for f in PLAN_FEATURES)
-        return {"p_random": p_random, "zeta2": zeta2, "log_t_fc": log_t_fc,
-                "relative_log_t": delta, "mu": log_t_fc + delta,
-                "sd": c.get("joint.sd") or math.hypot(c.get("plan.sd", 0.3),
-                                                      c.get("fc.sd", 0.0))}
+        sd = c.get("joint.sd") or math.hypot(c.get("plan.sd", 0.3), c.get("fc.sd", 0.0))
+        out = {"p_random": p_random, "zeta2": zeta2, "log_t_fc": log_t_fc,
+               "relative_log_t": delta, "mu": log_t_fc + delta, "sd": sd}
+        if ctx.pilot is None:
+            return out
+        # a pilot measured the reference: its log T combined with the model's prediction,
+        # whose own uncertainty is what the joint spread holds beyond the plan model's (about
+        # none on the fitted grid) plus, for an unseen dataset or model, the spread of levels
+        spread, _ = unseen_task(c, self.fitted_range, ctx.dataset, ctx.model)
+        plan_sd = c.get("plan.sd", 0.3)
+        prior = math.sqrt(max(sd * sd - plan_sd * plan_sd, 0.0))
+        if spread is not None:
+            prior = math.hypot(prior, spread[0])
+        measured = self.reference(ctx)
+        log_t_fc_post, ref_sd = combine_reference(
+            log_t_fc, max(prior, REFERENCE_PRIOR_SD_FLOOR), measured.log_t)
+        out.update(log_t_fc=log_t_fc_post, mu=log_t_fc_post + delta,
+                   sd=math.hypot(min(plan_sd, sd), ref_sd), log_t_fc_predicted=log_t_fc,
+                   log_t_fc_measured=measured.log_t, reference_sd=ref_sd,
+                   reference_crossed=float(measured.crossed),
+                   reference_extrapolated=float(measured.extrapolated))
+        return out
 
     def operator_spread(self, ctx, plan, stats) -> float:
         """Extra log-rounds spread of a plan whose transport or algorithm the fit never saw
@@ -546,6 +719,8 @@ class TimeToTargetEstimator:
         ds = r.get("datasets")
         if ds and ctx.dataset and ctx.dataset not in ds:
             out.append(f"dataset {ctx.dataset} not in the fitted grid")
+        if unseen_model(r, ctx.model):
+            out.append(f"model {ctx.model} not in the fitted grid")
         alpha = r.get("alpha")
         if alpha and ctx.alpha is not None and not alpha[0] <= ctx.alpha <= alpha[1]:
             shown = "inf (iid)" if math.isinf(ctx.alpha) else f"{ctx.alpha:.3g}"
@@ -584,22 +759,24 @@ class TimeToTargetEstimator:
             notes += (f"target at {rho:.3g} of the predicted fc outside the fitted "
                       f"{ratios[0]:g}..{ratios[1]:g}",)
         mu = t["mu"] + target_shift(rho, t["relative_log_t"], ctx.constants)
-        unseen = unseen_dataset_spread(ctx.constants, ctx.dataset)
+        unseen, what = unseen_task(ctx.constants, self.fitted_range, ctx.dataset, ctx.model)
         p_ceiling = 1.0
         outside = self.operator_spread(ctx, plan, stats)
         if outside:
             # a transport or algorithm the fit never saw: widened as for an unseen dataset
             sd = math.hypot(sd, outside)
-        if unseen is not None:
-            # a dataset the fit never saw: its fc level (log rounds) and its fc accuracy are
-            # the fitted datasets' mean, as uncertain as those levels are spread; the target
-            # is out of reach when the real fc accuracy lies below it
+        if unseen is not None and ctx.pilot is None:
+            # a dataset or model the fit never saw: its fc level (log rounds) and its fc
+            # accuracy are the fitted datasets' mean, as uncertain as those levels are spread;
+            # the target is out of reach when the real fc accuracy lies below it
             sd = math.hypot(sd, unseen[0])
             p_ceiling = ceiling_above(ceiling, float(target_accuracy), unseen[1])
-            notes += (f"dataset {ctx.dataset} unseen: its fully connected accuracy and rounds "
+            notes += (f"{' and '.join(what)} unseen: its fully connected accuracy and rounds "
                       f"are unknown, so P(meets SLA) and the rounds interval are widened "
-                      f"(P(fc accuracy above the target) {p_ceiling:.2f}); a pilot run or "
-                      f"CALIBRATE measures them",)
+                      f"(P(fc accuracy above the target) {p_ceiling:.2f}); a pilot of the "
+                      f"fully connected reference (WITH (pilot = 'fc'))"
+                      f"{' or CALIBRATE' if what[0].startswith('dataset') else ''} "
+                      f"measures them",)
         p = meets_probability(mu, sd, budget) * p_ceiling
         rounds = max(1.0, expected_rounds(mu, sd, budget))
         lo = math.exp(min(mu - 1.6448536269514722 * sd, 700.0))
@@ -607,9 +784,9 @@ class TimeToTargetEstimator:
         terms = {k: float(v) for k, v in dict(t, mu=mu, p_meets=p,
                                               median_rounds=math.exp(min(mu, 700.0)),
                                               target_over_ceiling=rho).items()}
-        if unseen is not None or outside:
+        if unseen is not None or outside or ctx.pilot is not None:
             terms.update(sd=float(sd))
-        if unseen is not None:
+        if unseen is not None or ctx.pilot is not None:
             terms.update(p_ceiling_above_target=float(p_ceiling))
         if ctx.privacy_epsilon:
             terms["privacy_epsilon"] = ctx.privacy_epsilon

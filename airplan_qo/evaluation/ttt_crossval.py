@@ -391,6 +391,7 @@ def reference(fit_pair: Mapping[str, Any], measured, source: str) -> dict[str, A
             "k": sorted({p.k_ratio for p in plans}),
             "families": sorted({p.topology.family for p in plans}),
             "datasets": sorted({s.workload.dataset for s in specs}),
+            "models": sorted({s.workload.model for s in specs}),
             "snr_db": [min(s.workload.snr_db for s in specs),
                        max(s.workload.snr_db for s in specs)],
             "dropout": [min(s.workload.dropout for s in specs),

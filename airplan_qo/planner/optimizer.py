@@ -175,7 +175,8 @@ class Optimizer:
         ctx = EstimationContext(n_classes=n_classes, d=d, alpha=alpha, alpha_source=alpha_source,
                                 round_budget=round_budget, constants=constants,
                                 calibration_ids=cal_ids, privacy_epsilon=privacy_eps,
-                                dataset=w.dataset, fitted_range=recorded_range(rows, cal_ids))
+                                dataset=w.dataset, fitted_range=recorded_range(rows, cal_ids),
+                                model=w.model, pilot=request.pilot)
         channel = ChannelConfig(kind=w.channel, snr_db=w.snr_db, g_th=w.g_th,
                                 tx_power_dbm=w.tx_power_dbm, bandwidth_hz=w.bandwidth_hz,
                                 dropout=w.dropout)
@@ -201,7 +202,9 @@ class Optimizer:
                                                                 for s in unanalysed])):
                 stats_of[spec] = (st, None)
         fc_plan = PhysicalPlan(fc_spec, 1.0, channel)
-        fc_accuracy = estimator.accuracy_at(ctx, fc_plan, stats_of[fc_spec][0], round_budget)
+        fc_accuracy = (estimator.reference(ctx).fc_accuracy if request.pilot is not None
+                       else estimator.accuracy_at(ctx, fc_plan, stats_of[fc_spec][0],
+                                                  round_budget))
         target = self._target(request.sla, w, fc_accuracy)
 
         family_ctx = {}
@@ -220,7 +223,7 @@ class Optimizer:
             for k in sparsity:
                 for plan in operators.for_plan(st.spec, k, channel):
                     cand = self._cost(estimator, family_ctx.get(spec.family, ctx), plan, st, d,
-                                      startup, objective, target)
+                                      startup, objective, target, request.pilot)
                     if st.spec != spec:  # costed on the placeholder: recorded as requested
                         cand.plan = attrs.evolve(plan, topology=spec)
                         cand.stats = attrs.evolve(st, spec=spec)
@@ -243,7 +246,7 @@ class Optimizer:
             if chosen is None:
                 fc_st, fc_tid = stats_of[fc_spec]
                 chosen = self._cost(estimator, ctx, fc_plan, fc_st, d, startup, objective,
-                                    target)
+                                    target, request.pilot)
                 chosen.topology_id = fc_tid
                 chosen.rank = len(candidates) + 1
                 candidates.append(chosen)
@@ -281,10 +284,11 @@ class Optimizer:
         return 0.95 * fc_accuracy
 
     @staticmethod
-    def _cost(estimator, ctx, plan, stats, d, startup, objective, target) -> Candidate:
+    def _cost(estimator, ctx, plan, stats, d, startup, objective, target,
+              pilot=None) -> Candidate:
         est = estimator.estimate(ctx, plan, stats, target)
         return Candidate(plan=plan, stats=stats,
-                         cost=Cost(est, round_cost(plan, stats, d), startup, objective))
+                         cost=Cost(est, round_cost(plan, stats, d), startup, objective, pilot))
 
 
 __all__ = ["MAX_CACHED_EDGES", "Optimizer", "PERIODIC_KEPT"]

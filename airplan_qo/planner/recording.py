@@ -42,7 +42,8 @@ def record(catalog: Catalog, result: PlanResult, workload_id: int | None,
             "sla": req.sla.render(), "sla_threshold": result.target_accuracy,
             "n_candidates": len(cands), "fallback": result.fallback,
             "warnings": list(result.warnings),
-            "planning_time_ms": result.planning_time_ms, "chosen_plan_id": chosen_id})
+            "planning_time_ms": result.planning_time_ms, "chosen_plan_id": chosen_id,
+            **pilot_columns(result)})
         rows = []
         for c in cands:
             bd, e, spec, ch = c.cost.breakdown(), c.cost.estimate, c.plan.topology, \
@@ -63,6 +64,23 @@ def record(catalog: Catalog, result: PlanResult, workload_id: int | None,
         for c, pid in zip(cands, ids):
             c.plan_id = int(pid)
     return int(run_id)
+
+
+def pilot_columns(result: PlanResult) -> dict[str, Any]:
+    """The ``planning_runs`` columns of a run planned with a pilot of the fully connected
+    reference (``pilot_exec_id`` and the ``pilot`` JSON); none without one."""
+    pilot = result.request.pilot
+    if pilot is None:
+        return {}
+    from ..costmodels.time_to_target import BASE_RATIO, reference_from_pilot
+
+    base = result.context.constants.get("target.base", BASE_RATIO)
+    measured = reference_from_pilot(pilot, base)
+    return {"pilot_exec_id": pilot.exec_id, "pilot": json.dumps(finite({
+        "rounds": pilot.rounds, "budget": pilot.budget, "fc_accuracy": measured.fc_accuracy,
+        "rounds_to_target": math.exp(measured.log_t), "base_ratio": base,
+        "crossed": measured.crossed, "extrapolated": measured.extrapolated,
+        "planning_run_id": pilot.planning_run_id, **pilot.traffic()}), sort_keys=True)}
 
 
 def finite(terms: dict[str, Any]) -> dict[str, Any]:
@@ -102,4 +120,4 @@ def store_topologies(catalog: Catalog, computed: list[tuple[TopologyStats, Weigh
     return [int(i) for i in ids]
 
 
-__all__ = ["finite", "record", "store_topologies"]
+__all__ = ["finite", "pilot_columns", "record", "store_topologies"]

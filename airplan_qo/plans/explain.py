@@ -70,7 +70,9 @@ def build_tree(result, analyze: dict[str, Any] | None = None) -> Node:
     w = result.request.workload
     pr = cost.per_round
     act = analyze or {}
-    startup = cost.startup if result.objective == "channel_uses" else 0.0
+    pilot = result.request.pilot
+    startup = ((cost.startup if result.objective == "channel_uses" else 0.0)
+               + (pilot.total(result.objective) if pilot is not None else 0.0))
     total = cost.total()
     per_round_obj = (getattr(pr, result.objective) if result.objective != "c_ours" else None)
     setup = Node("Topology Setup", {
@@ -138,7 +140,25 @@ def build_tree(result, analyze: dict[str, Any] | None = None) -> Node:
                 rounds=est.rounds, accuracy=est.accuracy,
                 actual={k: v for k, v in act.items() if k in (
                     "actual_rounds", "actual_accuracy", "actual_total_cost", "status")},
-                children=(loop, setup))
+                children=(loop, setup) + ((pilot_node(result),) if pilot is not None else ()))
+
+
+def pilot_node(result) -> Node:
+    """The ``Reference Pilot`` node: the fully connected plan trained before the choice, what
+    the planner read from it and its measured traffic (part of every plan's cost)."""
+    pilot = result.request.pilot
+    terms = result.chosen.cost.estimate.terms
+    crossed = terms.get("reference_crossed")
+    how = ("reached within the pilot" if crossed else "read from an approach fitted to the "
+           "pilot's curve") if crossed is not None else None
+    log_t = terms.get("log_t_fc_measured")
+    return Node("Reference Pilot", {
+        "plan": "complete [metropolis_hastings] k=1", "exec_id": pilot.exec_id,
+        "pilot_rounds": f"{pilot.rounds} of {pilot.budget}", "fc": result.fc_accuracy,
+        "fc_rounds_to_target": None if log_t is None else math.exp(log_t),
+        "measured": how, "channel_uses": pilot.channel_uses, "energy_j": pilot.energy_j,
+        "airtime_s": pilot.airtime_s, "bits": pilot.bits},
+        startup_cost=0.0, total_cost=pilot.total(result.objective), rounds=pilot.rounds)
 
 
 def consensus_node(plan) -> str:
@@ -269,7 +289,7 @@ def _text(result, tree: Node, verbose, costs, alternatives, analyze) -> str:
     sla = result.request.sla
     lines.append(f"SLA: {sla.render()}  => accuracy >= {result.target_accuracy:.4f} "
                  f"(fc = {result.fc_accuracy:.4f} after {result.context.round_budget} rounds, "
-                 f"predicted by the {result.estimator} model, not measured)")
+                 f"{fc_source(result)})")
     lines.append(f"Figures: {figures_legend(result, bool(analyze))}")
     bd = result.chosen.cost.breakdown()
     lines.append("Cost Breakdown: " + " ".join(
@@ -380,12 +400,25 @@ def _lost(result, c) -> str:
     return "ranked lower" + (f"; {diff}" if diff else "")
 
 
+def fc_source(result) -> str:
+    """Where the SLA's fc came from: the estimator's prediction or a pilot's measurement."""
+    pilot = result.request.pilot
+    if pilot is None:
+        return f"predicted by the {result.estimator} model, not measured"
+    if pilot.rounds >= pilot.budget:
+        return f"measured by the reference pilot, execution {pilot.exec_id}"
+    return (f"extrapolated from the reference pilot's {pilot.rounds} rounds, execution "
+            f"{pilot.exec_id}")
+
+
 def figures_legend(result, analyze: bool = False) -> str:
     """What the numbers on the plan nodes are (and, under ANALYZE, the actual ones)."""
     est = result.chosen.cost.estimate
     rounds = ("expected rounds paid, E[min(T, budget)], T the rounds to the target"
               if est.p_meets is not None else "predicted rounds to the target")
-    text = (f"cost=startup..total {result.objective} (startup = the statistics broadcast); "
+    paid = ("the statistics broadcast" if result.request.pilot is None
+            else "the statistics broadcast and the reference pilot")
+    text = (f"cost=startup..total {result.objective} (startup = {paid}); "
             f"rounds = {rounds}; acc = predicted accuracy of the clients' own models after "
             f"the {result.context.round_budget}-round budget")
     if analyze:
@@ -494,7 +527,8 @@ def _json_doc(result, tree: Node, verbose, alternatives, analyze) -> dict[str, A
         "objective": result.objective,
         "plan": _json_node(tree),
         "sla": {"text": result.request.sla.render(), "accuracy_threshold": result.target_accuracy,
-                "fc_accuracy": result.fc_accuracy, "round_budget": ctx.round_budget},
+                "fc_accuracy": result.fc_accuracy, "round_budget": ctx.round_budget,
+                **({"fc_source": fc_source(result)} if result.request.pilot else {})},
         "cost_breakdown": _clean(result.chosen.cost.breakdown()),
         "candidates": _clean(_candidates(result)),
         "why_chosen": why_chosen(result),

@@ -469,6 +469,9 @@ class Cost:
     per_round: RoundCost
     startup: float
     objective: str
+    #: a pilot run before the choice (:class:`~airplan_qo.plans.pilot.ReferencePilot`), whose
+    #: traffic is part of every total; None: no pilot
+    pilot: Any = None
 
     @property
     def rounds(self) -> float | None:
@@ -493,20 +496,25 @@ class Cost:
         if self.rounds is None:
             return None
         per = getattr(self.per_round, what)
-        return per * self.rounds + (self.startup if what == "channel_uses" else 0.0)
+        return (per * self.rounds + (self.startup if what == "channel_uses" else 0.0)
+                + (self.pilot.total(what) if self.pilot is not None else 0.0))
 
     def breakdown(self) -> dict[str, Any]:
         r = self.rounds
+        pilot = {} if self.pilot is None else {
+            f"pilot_{k}": v for k, v in self.pilot.traffic().items()}
         return {
             "rounds": r,
             "channel_uses": self.total("channel_uses"),
-            "slots": None if r is None else self.per_round.slots * r,
+            "slots": None if r is None else self.per_round.slots * r
+            + pilot.get("pilot_slots", 0.0),
             "airtime_s": self.total("airtime_s"),
             "energy_j": self.total("energy_j"),
             "bits": self.total("bits"),
             "privacy_epsilon": self.estimate.terms.get("privacy_epsilon"),
             "startup_channel_uses": self.startup,
             "per_round_channel_uses": self.per_round.channel_uses,
+            **pilot,
         }
 
     def sort_key(self, label: str) -> tuple:

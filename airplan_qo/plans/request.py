@@ -84,6 +84,9 @@ class PlanRequest:
     #: when nothing in a restricted space meets the SLA: ``error``, ``auto`` (plan the whole
     #: space) or ``complete`` (the fully connected plan); planner/restriction.py
     fallback: str = attrs.field(default="complete", converter=check_fallback)
+    #: a measured pilot of the fully connected reference (plans/pilot.py): the ``ttt``
+    #: estimator takes the reference from it and every cost includes its traffic
+    pilot: Any = None
 
 
 @attrs.define

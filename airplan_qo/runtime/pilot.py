@@ -1,4 +1,13 @@
-"""Pilot calibration: a few short runs over a small design, then a refit of the estimator.
+"""Pilots: short trainings that measure what the planner would otherwise predict.
+
+**The fully connected reference** (:func:`run_reference_pilot`, ``WITH (pilot = 'fc')`` in SQL,
+``Session.plan(..., pilot='fc')``): before a choice, the fully connected, uncompressed plan of
+the workload trains for a bounded number of rounds; its measured curve gives the reference the
+``ttt`` estimator predicts every plan relative to (its final accuracy ``fc`` and its rounds to
+the target), and its traffic is counted in the chosen plan's cost (plans/pilot.py).
+
+**Pilot calibration** (:func:`run_pilot`): a few short runs over a small design, then a refit of
+the estimator.
 
 The design spans the quantities the dsgd estimator depends on: three topologies that span the
 mixing parameter p (ring, small-world, complete), two heterogeneity levels, two SNRs and three
@@ -20,6 +29,9 @@ import attrs
 
 from ..costmodels.calibration import (CalibrationReport, HoldOutReport, calibrate,
                                       leave_one_group_out, load_observations)
+from ..errors import ExecutionError
+from ..plans.pilot import ReferencePilot, pilot_rounds
+from ..plans.sla import TARGET_METRICS
 from ..plans.workload import Workload
 
 PILOT_TOPOLOGIES = (("ring", ()), ("small_world", (("k", 4),)), ("complete", ()))
@@ -93,3 +105,38 @@ def run_pilot(session, dataset: str, clients: int, *, rounds: int = 30,
         hold = leave_one_group_out(observations, "family", estimator=estimator,
                                    priors=cal.before, **options)
     return PilotReport(tuple(runs), cal, hold)
+
+
+def run_reference_pilot(session, workload: Workload, *, rounds: int | None = None,
+                        sla=None, statement: str = "", device: str | None = None,
+                        quiet: bool = True) -> ReferencePilot:
+    """Train the fully connected, uncompressed plan of ``workload`` (``complete`` with
+    Metropolis-Hastings weights, k = 1, the workload's channel) for ``rounds`` rounds
+    (:func:`~airplan_qo.plans.pilot.pilot_rounds`: by default half the round budget), the whole
+    pilot without stopping at a target and without re-planning; returns its measured curve and
+    traffic. The pilot is an ordinary planning run and execution in the catalog (its statement
+    says ``pilot fc ...``)."""
+    budget = int(workload.rounds)
+    r = pilot_rounds(rounds, budget)
+    pilot_workload = attrs.evolve(workload, rounds=r)
+    what = statement or f"{workload.dataset} on {workload.clients} clients"
+    plan = session.plan(pilot_workload, sla=sla, topologies=["complete"], sparsity=[1.0],
+                        weights=["metropolis_hastings"], estimator="ttt", fallback="complete",
+                        statement=f"pilot fc ({r} of {budget} rounds) for: {what}")
+    report = session.execute(plan, quiet=quiet, stop_at_target=False, reoptimize=False,
+                             device=device)
+    result = report.result
+    if result.status != "succeeded":
+        raise ExecutionError(f"the pilot of the fully connected reference (execution "
+                             f"{report.exec_id}) ended {result.status}: {result.reason}; "
+                             f"nothing was planned with it")
+    key = TARGET_METRICS[(sla or plan.request.sla).accuracy_metric]
+    history = result.history
+    bandwidth = plan.chosen.plan.channel.bandwidth_hz
+    return ReferencePilot(
+        exec_id=int(report.exec_id), rounds=int(result.rounds), budget=budget,
+        accuracy=tuple(h.get("test_accuracy") for h in history),
+        metric=tuple(h.get(key) for h in history), n_classes=int(plan.context.n_classes),
+        channel_uses=float(result.total_channel_uses), energy_j=float(result.total_energy_j),
+        airtime_s=float(result.total_channel_uses) / bandwidth, bits=float(result.total_bits),
+        slots=float(result.total_slots), planning_run_id=plan.planning_run_id)

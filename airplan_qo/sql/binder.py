@@ -36,6 +36,9 @@ _INT_TEXT = re.compile(r"-?[0-9]+\Z")
 #: WITH keys that are execution options, not workload parameters: they say how a TRAIN runs,
 #: not what is planned, so they stay out of the Workload (and of every key derived from it).
 EXECUTION_OPTIONS = ("device",)
+#: WITH keys that are planning options: a pilot of the fully connected reference trained
+#: before the choice (``pilot = 'fc'``, ``pilot_rounds = R``; plans/pilot.py).
+PLANNING_OPTIONS = ("pilot", "pilot_rounds")
 _PARAM_IN_MESSAGE = re.compile(r"parameter '([^']+)'")
 
 
@@ -74,6 +77,16 @@ class BoundTrain:
     device: str | None = None
     #: ``FALLBACK AUTO | COMPLETE | ERROR`` in lower case (None: not given).
     fallback: str | None = None
+    #: ``WITH (pilot = 'fc', pilot_rounds = R)`` (None: no pilot; rounds None: the default).
+    pilot: str | None = None
+    pilot_rounds: int | None = None
+
+    def plan_options(self) -> dict[str, Any]:
+        """The pilot keywords of ``Session.plan`` this statement asks for (the pilot trains
+        on the statement's device)."""
+        return {} if self.pilot is None else {"pilot": self.pilot,
+                                              "pilot_rounds": self.pilot_rounds,
+                                              "device": self.device}
 
     @property
     def runs_training(self) -> bool:
@@ -98,6 +111,8 @@ class _Binder:
         self.fallback = root.meta.get("stmt_start", 0)
         #: execution options found in the WITH clause (see EXECUTION_OPTIONS)
         self.execution: dict[str, Any] = {}
+        #: planning options found in the WITH clause (see PLANNING_OPTIONS), with their nodes
+        self.planning: dict[str, tuple[Any, exp.Expr]] = {}
 
     def error(self, message: str, node: exp.Expr | None, operator: bool = False) -> BindError:
         offset = node_offset(node, operator) if node is not None else None
@@ -142,11 +157,17 @@ class _Binder:
                 except ValidationError as e:
                     raise self.error(str(e), setting.expression) from None
                 continue
+            if key in PLANNING_OPTIONS:
+                if isinstance(stmt, AnalyzeWorkload):
+                    raise self.error(f"'{key}' is a planning option of TRAIN and EXPLAIN TRAIN; "
+                                     "ANALYZE WORKLOAD does not plan", setting.this)
+                self.planning[key] = (self.value(setting.expression), setting)
+                continue
             if key in NOT_SETTINGS:
                 raise self.error(f"'{key}' is not a workload setting: {NOT_SETTINGS[key]}",
                                  setting.this)
             if key not in WORKLOAD_PARAMS:
-                known = [*WORKLOAD_PARAMS, *EXECUTION_OPTIONS]
+                known = [*WORKLOAD_PARAMS, *EXECUTION_OPTIONS, *PLANNING_OPTIONS]
                 raise self.error(f"unknown parameter '{key}'{suggest(key, known)}"
                                  f"; known: {', '.join(sorted(known))}", setting.this)
             try:
@@ -160,6 +181,32 @@ class _Binder:
             return Workload.from_params(name, clients, params)
         except ValidationError as e:
             raise self.error(str(e), clause if clause is not None else stmt) from None
+
+    def pilot(self, estimator: str | None) -> tuple[str | None, int | None]:
+        """``WITH (pilot = 'fc', pilot_rounds = R)``: (kind, rounds), (None, None) without."""
+        from ..plans.pilot import check_pilot
+
+        kind = self.planning.get("pilot")
+        rounds = self.planning.get("pilot_rounds")
+        if kind is None:
+            if rounds is not None:
+                raise self.error("pilot_rounds needs a pilot: WITH (pilot = 'fc', "
+                                 "pilot_rounds = ...)", rounds[1].this)
+            return None, None
+        try:
+            check_pilot(kind[0])
+        except ValidationError as e:
+            raise self.error(str(e), kind[1].expression) from None
+        if rounds is not None:
+            try:
+                check_pilot(kind[0], rounds[0])
+            except ValidationError as e:
+                raise self.error(str(e), rounds[1].expression) from None
+        if estimator is not None and estimator != "ttt":
+            raise self.error(f"a pilot of the fully connected reference feeds the ttt "
+                             f"estimator; COST MODEL {estimator} does not use it",
+                             kind[1].this)
+        return str(kind[0]).lower(), None if rounds is None else int(rounds[0])
 
     def topologies(self, stmt: Train, clients: int):
         clause = stmt.args.get("topology")
@@ -385,6 +432,8 @@ def bind(statement: Statement) -> BoundTrain | BoundAnalyze:
     workload = binder.workload(train)
     transports, algorithms = binder.transports(train), binder.algorithms(train)
     binder.check_operators(train, workload, transports, algorithms)
+    estimator = binder.estimator(train)
+    pilot, pilot_rounds = binder.pilot(estimator)
     return BoundTrain(
         workload=workload,
         explain=explain,
@@ -398,9 +447,11 @@ def bind(statement: Statement) -> BoundTrain | BoundAnalyze:
         sla=binder.sla(train, workload.target_accuracy),
         confidence=binder.confidence(train),
         budgets=binder.budgets(train),
-        estimator=binder.estimator(train),
+        estimator=estimator,
         text=text,
         device=binder.execution.get("device"),
         fallback=(str(train.args["fallback"].this.this).lower()
                   if train.args.get("fallback") else None),
+        pilot=pilot,
+        pilot_rounds=pilot_rounds,
     )

@@ -123,7 +123,7 @@ def _run_train(session, bound: BoundTrain, fmt: str, quiet: bool = True,
         bound.workload, progress=progress, sla=bound.sla, topologies=bound.topologies, weights=bound.weights,
         sparsity=bound.sparsity, budgets=bound.budgets, estimator=bound.estimator,
         statement=bound.text, fallback=bound.fallback, transports=bound.transports,
-        algorithms=bound.algorithms,
+        algorithms=bound.algorithms, **bound.plan_options(),
         **({"confidence": bound.confidence} if bound.confidence else {}))
     rendered = result.explain(format=out_fmt, verbose=opts.verbose, costs=opts.costs,
                               alternatives=opts.alternatives)
@@ -144,7 +144,7 @@ def run_training(session, bound: BoundTrain, fmt: str = "text", *, quiet: bool =
                         estimator=bound.estimator, statement=bound.text, progress=progress,
                         fallback=getattr(bound, "fallback", None),
                         transports=getattr(bound, "transports", None),
-                        algorithms=getattr(bound, "algorithms", None),
+                        algorithms=getattr(bound, "algorithms", None), **bound.plan_options(),
                         **({"confidence": bound.confidence} if bound.confidence else {}))
     if not bound.explain:   # EXPLAIN ANALYZE prints them among its lines
         for warning in plan.warnings:

@@ -337,3 +337,31 @@ def test_an_unseen_dataset_widens_the_uncertainty_and_is_flagged(tmp_path):
     assert unseen_dataset_spread(constants, "a") is None
     assert ceiling_above(0.8, 0.8, 1.0) == pytest.approx(0.5)
     assert ceiling_above(0.9, 0.5, 0.1) > 0.999 and ceiling_above(0.5, 0.9, 0.1) < 1e-3
+
+
+def test_an_unseen_model_widens_the_uncertainty_and_is_flagged(tmp_path):
+    import airplan_qo as aq
+    from airplan_qo.costmodels.time_to_target import load_reference, unseen_model, unseen_task
+
+    fitted = load_reference()["range"]
+    assert fitted["models"] == ["mlp"]
+    assert unseen_model(fitted, "logistic") and not unseen_model(fitted, "mlp")
+    assert not unseen_model({}, "logistic")        # a range that records no models
+    with aq.connect(tmp_path / "c.duckdb") as db:
+        seen = db.plan(aq.Workload(dataset="digits", clients=20, alpha=0.5))
+        unseen = db.plan(aq.Workload(dataset="digits", clients=20, alpha=0.5, model="logistic"),
+                         topologies=["complete"], fallback="complete")
+    e_seen, e_unseen = seen.chosen.cost.estimate, unseen.chosen.cost.estimate
+    assert e_seen.p_meets > 0.99 and "unseen" not in seen.explain()
+    assert e_unseen.p_meets < 0.9
+    assert 0 < e_unseen.terms["p_ceiling_above_target"] < 1
+    assert e_unseen.terms["sd"] > e_seen.terms["sd"]
+    text = unseen.explain()
+    assert "model logistic not in the fitted grid" in text
+    assert "model logistic unseen" in text and "CALIBRATE" not in text.split("unseen")[1]
+    # a dataset and a model both unseen: one reference is unknown, widened once
+    constants = load_reference()["constants"]
+    spread, what = unseen_task(constants, fitted, "mnist1d", "cnn1d")
+    assert what == ("dataset mnist1d", "model cnn1d")
+    assert spread == unseen_task(constants, fitted, "mnist1d", "mlp")[0]
+    assert unseen_task(constants, fitted, "digits", "mlp") == (None, ())
