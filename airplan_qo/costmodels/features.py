@@ -16,6 +16,7 @@ from ..errors import PlanningError
 from ..plans.families import build_graph
 from ..plans.graphs import edge_arrays
 from ..plans.mixing import WEIGHTS
+from ..plans.operators import activation
 from ..plans.plan import PhysicalPlan
 from ..plans.topology import TopologySpec, TopologyStats
 
@@ -226,7 +227,9 @@ def survival_factor(plan: PhysicalPlan, stats: TopologyStats) -> float:
     (from their per-round p and mean degree), :func:`approximate_survival_factor`.
     """
     ch = plan.channel
-    q, r = float(ch.dropout), float(ch.active_probability)
+    # MATCHA uses a random share of the links each round (its budget): for the mixing rate
+    # that is one more independent chance that a link is down
+    q, r = float(ch.dropout), float(ch.active_probability) * activation(plan.effective_algorithm)
     if q <= 0.0 and r >= 1.0:
         return 1.0
     spec = plan.topology

@@ -107,6 +107,8 @@ def cache_key(workload, plan: PhysicalPlan, rounds: int) -> str:
            "k_ratio": plan.k_ratio, "algorithm": plan.effective_algorithm, "mask": plan.mask,
            "channel": attrs.asdict(plan.channel), "rounds": int(rounds),
            "stop_at_target": False}
+    if plan.transport != "ota":   # over-the-air keys stay those of the runs cached before
+        doc.update(transport=plan.transport, bits=plan.bits)
     text = json.dumps(doc, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 

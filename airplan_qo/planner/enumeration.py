@@ -139,6 +139,7 @@ class OperatorChoices:
     explicit_algorithms: bool
     explicit_transports: bool
     access_point: bool
+    local_steps: int
     refuse: Callable[[PhysicalPlan], str | None]
     reasons: dict[str, str] = attrs.field(factory=dict)
     planned: set[str] = attrs.field(factory=set)
@@ -157,7 +158,8 @@ class OperatorChoices:
         for alg in algorithms:
             for transport, bits in self.transports:
                 why = exclusion(alg, transport, bits=bits, k_ratio=k, family=spec.family,
-                                access_point=self.access_point)
+                                access_point=self.access_point, local_steps=self.local_steps,
+                                periodic=FAMILIES.get(spec.family).periodic)
                 name = canonical(alg, k)
                 plan = None
                 if why is None:
@@ -195,7 +197,8 @@ def operator_choices(request: PlanRequest, refuse: Callable[[PhysicalPlan], str 
         transports=tuple(transport_choices(request)),
         explicit_algorithms=request.algorithms is not None,
         explicit_transports=request.transports is not None,
-        access_point=bool(request.workload.access_point), refuse=refuse)
+        access_point=bool(request.workload.access_point),
+        local_steps=int(request.workload.local_steps), refuse=refuse)
 
 
 __all__ = ["DEFAULT_FAMILIES", "OperatorChoices", "PLANNED_WEIGHTS", "candidate_specs",

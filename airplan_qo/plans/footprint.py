@@ -142,11 +142,24 @@ def gib(nbytes: float) -> str:
     return f"{nbytes / 2 ** 20:.0f} MiB"
 
 
-def training_bytes(n: int, d: int, algorithm: str) -> int:
-    """Estimated bytes of the stacked training state of n clients with d parameters: models,
-    momentum, gradients and a scratch copy (float32), plus CHOCO's public copies and aggregates
-    or paper_literal's previous models and memory."""
-    tensors = 4 + (2 if algorithm in ("choco", "paper_literal") else 0)
+#: Stacked N x d tensors each algorithm keeps beside the models, momentum, gradients and a
+#: scratch copy: CHOCO's public copies and aggregates, paper_literal's previous models and
+#: memory, gradient tracking's tracking variable and previous gradients, FedProx's anchor (the
+#: models the round started from); push-sum's weights are one number per client.
+EXTRA_TENSORS = {"choco": 2, "paper_literal": 2, "gradient_tracking": 2, "fedprox": 1}
+
+
+def training_bytes(n: int, d: int, algorithm: str, transport: str = "ota", bits: int = 32
+                   ) -> int:
+    """Estimated bytes of the stacked training state of n clients with d parameters (float32):
+    models, momentum, gradients and a scratch copy, the algorithm's own state
+    (:data:`EXTRA_TENSORS`), and for a quantised digital plan (bits < 32) the public copy of
+    each vector it sends, its differences being taken against them."""
+    from .operators import payload_vectors
+
+    tensors = 4 + EXTRA_TENSORS.get(algorithm, 0)
+    if transport == "digital" and bits < 32:
+        tensors += payload_vectors(algorithm)
     return int(tensors * 4 * n * d)
 
 

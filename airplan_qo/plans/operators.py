@@ -31,17 +31,25 @@ MIN_BITS, MAX_BITS = 1, 32
 PLAN_ALGORITHMS = ("auto", "dsgd", "choco", "gradient_tracking", "push_sum", "matcha", "fedavg",
                    "fedprox")
 
-#: Algorithms whose per-round cost the planner computes (MATCHA needs its matching
-#: decomposition and activation probabilities, which the planner does not compute yet).
-COSTED_ALGORITHMS = ("auto", "dsgd", "choco", "gradient_tracking", "push_sum", "fedavg",
-                     "fedprox")
 
 #: Algorithms that run through a server (a star with an access point), not over a topology.
 SERVER_ALGORITHMS = ("fedavg", "fedprox")
 
-#: The algorithms ``USING ALGORITHM AUTO`` (the default) enumerates: those the runtime trains.
-#: Extend this tuple when the runtime gains an update rule.
-AUTO_ALGORITHMS: tuple[str, ...] = ("dsgd", "choco")
+#: The algorithms ``USING ALGORITHM AUTO`` (the default) enumerates: every one the runtime
+#: trains (the exclusion rules below leave out the combinations that make no sense, e.g. a
+#: server without an access point).
+AUTO_ALGORITHMS: tuple[str, ...] = ("dsgd", "choco", "gradient_tracking", "push_sum", "matcha",
+                                    "fedavg", "fedprox")
+
+#: MATCHA's communication budget C_b: the expected share of the graph's matchings (so, in
+#: expectation, of its links) active in a round (Wang et al. 2019; plans/matcha.py).
+MATCHA_BUDGET = 0.5
+
+
+def activation(algorithm: str) -> float:
+    """Expected share of the topology's links a round uses: MATCHA's budget, else 1."""
+    return MATCHA_BUDGET if algorithm == "matcha" else 1.0
+
 
 #: The (transport, bits) pairs ``USING TRANSPORT AUTO`` (the default) enumerates.
 AUTO_TRANSPORTS: tuple[tuple[str, int], ...] = (("ota", EXACT_BITS), ("digital", 8),
@@ -141,6 +149,8 @@ class Combination:
     k_ratio: float = 1.0
     family: str | None = None
     access_point: bool = False
+    local_steps: int = 1
+    periodic: bool = False
 
 
 #: A rule returns the reason a combination makes no sense, or None.
@@ -183,32 +193,68 @@ def _compressed_server(c: Combination) -> str | None:
     return None
 
 
-def _matcha_not_costed(c: Combination) -> str | None:
-    if c.algorithm not in COSTED_ALGORITHMS:
-        return (f"{c.algorithm} cannot be planned yet: its cost needs the matching "
-                f"decomposition and activation probabilities, which the planner does not "
-                f"compute")
+def _compressed_digital(c: Combination) -> str | None:
+    if c.transport == "digital" and c.algorithm == "choco":
+        return (f"compressed payloads (k = {c.k_ratio:g}, CHOCO's replica refresh) are sent over "
+                f"the air; a digital plan sends whole models and compresses them by quantising "
+                f"to fewer bits per coordinate (digital(bits = 8))")
+    return None
+
+
+def _gt_one_gradient(c: Combination) -> str | None:
+    if c.algorithm == "gradient_tracking" and c.local_steps != 1:
+        return (f"gradient tracking takes one gradient per round (local_steps = 1): its "
+                f"tracking variable follows the change of that gradient, got local_steps = "
+                f"{c.local_steps}")
+    return None
+
+
+def _push_sum_exact(c: Combination) -> str | None:
+    if c.algorithm == "push_sum" and c.transport == "digital" and c.bits < EXACT_BITS:
+        return (f"push_sum over the digital transport sends exact float32 packets: quantising "
+                f"its models and weights to {c.bits} bits would break the mass it conserves; "
+                f"use digital(bits = 32) or TRANSPORT ota")
+    return None
+
+
+def _matcha_static(c: Combination) -> str | None:
+    if c.algorithm == "matcha" and c.periodic:
+        return (f"matcha samples matchings of one static graph; topology {c.family} changes "
+                f"every round")
+    return None
+
+
+def _clique_averaging(c: Combination) -> str | None:
+    if c.family == "d_cliques" and c.algorithm not in ("dsgd", "choco"):
+        return (f"D-Cliques' Clique Averaging runs with D-SGD or CHOCO, not {c.algorithm}")
     return None
 
 
 #: The exclusion rules, in the order they are checked; the first that applies gives the reason.
 EXCLUSIONS: tuple[tuple[str, Rule], ...] = (
-    ("not costed", _matcha_not_costed),
     ("needs an access point", _server_needs_access_point),
     ("server topology", _server_topology),
     ("noise integrated", _gt_over_the_air),
+    ("one gradient per round", _gt_one_gradient),
     ("dense payload", _dsgd_dense),
     ("dense payload", _compressed_server),
+    ("compressed over the air only", _compressed_digital),
+    ("exact packets", _push_sum_exact),
+    ("static graph", _matcha_static),
+    ("clique averaging", _clique_averaging),
 )
 
 
 def exclusion(algorithm: str, transport: str, *, bits: int = EXACT_BITS, k_ratio: float = 1.0,
-              family: str | None = None, access_point: bool = False) -> str | None:
+              family: str | None = None, access_point: bool = False, local_steps: int = 1,
+              periodic: bool = False) -> str | None:
     """Why ``algorithm`` over ``transport`` makes no sense in this context (the first rule of
     :data:`EXCLUSIONS` that applies), or None when the combination may be planned.
-    ``algorithm`` may be ``auto`` (resolved at ``k_ratio``)."""
+    ``algorithm`` may be ``auto`` (resolved at ``k_ratio``); ``periodic``: the topology
+    changes every round."""
     c = Combination(resolve(check_algorithm(algorithm), k_ratio), check_transport(transport),
-                    check_bits(bits), float(k_ratio), family, bool(access_point))
+                    check_bits(bits), float(k_ratio), family, bool(access_point),
+                    int(local_steps), bool(periodic))
     for _, rule in EXCLUSIONS:
         reason = rule(c)
         if reason is not None:
@@ -232,7 +278,7 @@ def extra_reals(algorithm: str) -> int:
     return 1 if algorithm == "push_sum" else 0
 
 
-__all__ = ["AUTO_ALGORITHMS", "AUTO_TRANSPORTS", "COSTED_ALGORITHMS", "Combination",
+__all__ = ["AUTO_ALGORITHMS", "AUTO_TRANSPORTS", "Combination", "MATCHA_BUDGET", "activation",
            "DEFAULT_DIGITAL_BITS", "EXACT_BITS", "EXCLUSIONS", "MAX_BITS", "MIN_BITS",
            "PLAN_ALGORITHMS", "SERVER_ALGORITHMS", "TRANSPORTS", "auto_rule", "canonical",
            "check_algorithm", "check_bits", "check_transport", "exclusion", "extra_reals",

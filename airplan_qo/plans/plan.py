@@ -74,7 +74,7 @@ from typing import Any
 import attrs
 
 from ..errors import ValidationError
-from .operators import (EXACT_BITS, SERVER_ALGORITHMS, check_algorithm, check_bits,
+from .operators import (EXACT_BITS, SERVER_ALGORITHMS, activation, check_algorithm, check_bits,
                         check_transport, extra_reals, payload_vectors, resolve, transport_label)
 from .rates import channel_rate
 from .topology import TopologySpec, TopologyStats
@@ -188,16 +188,18 @@ class RoundCost:
     rate: float | None = None
 
 
-def live_slot_probability(plan: PhysicalPlan, stats: TopologyStats) -> float:
+def live_slot_probability(plan: PhysicalPlan, stats: TopologyStats,
+                          active: float = 1.0) -> float:
     """Probability that a slot has at least one receiver that hears a transmitter.
 
     A receiver of degree g is silent with probability ``dropout + (1 - dropout) l^g``, l the
     probability that one of its links is down; degrees are taken as one node at the maximum
     degree and the others sharing the remaining edge ends equally (exact for regular graphs and
-    stars, where the mean degree alone misjudges the leaves)."""
+    stars, where the mean degree alone misjudges the leaves). ``active``: the share of links
+    a round uses at all (MATCHA's budget; 1 otherwise)."""
     ch = plan.channel
     online = 1.0 - ch.dropout
-    link_down = 1.0 - ch.active_probability * online       # given the receiver is online
+    link_down = 1.0 - ch.active_probability * online * active  # the receiver is online
     sp = stats.spectra
     n = max(sp.n_nodes, 1)
     rest = (2.0 * sp.n_edges - sp.max_degree) / max(n - 1, 1)
@@ -268,9 +270,12 @@ def round_cost(plan: PhysicalPlan, stats: TopologyStats, d: int) -> RoundCost:
     pl = payload(plan, d)
     ch = plan.channel
     slots = stats.slots_per_round
-    live = live_slot_probability(plan, stats)
+    # MATCHA activates a share of the links (its budget, in expectation); the schedule's
+    # slots stay those of the whole graph, a slot with no live receiver costing nothing
+    active = activation(plan.effective_algorithm)
+    live = live_slot_probability(plan, stats, active)
     symbol_s = 1.0 / ch.bandwidth_hz
-    links = 2 * stats.spectra.n_edges * ch.active_probability * (1 - ch.dropout) ** 2
+    links = 2 * stats.spectra.n_edges * active * ch.active_probability * (1 - ch.dropout) ** 2
     rate = None
     if plan.transport == "digital":
         # a slot lasts as long as its slowest transmitter's packet (the one with the most
@@ -279,7 +284,7 @@ def round_cost(plan: PhysicalPlan, stats: TopologyStats, d: int) -> RoundCost:
         sp = stats.spectra
         rate = digital_rate(plan, sp.max_degree)
         channel_uses = float(slots * math.ceil(pl.message_bits / rate)) * live
-        link_down = 1.0 - ch.active_probability * (1 - ch.dropout)
+        link_down = 1.0 - active * ch.active_probability * (1 - ch.dropout)
         transmitters = sp.n_nodes * (1 - ch.dropout) * (1.0 - link_down ** sp.mean_degree)
         symbols = transmitters * math.ceil(pl.message_bits / digital_rate(plan, sp.mean_degree))
         bits = links * pl.message_bits

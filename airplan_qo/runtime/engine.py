@@ -44,6 +44,7 @@ from .matcha import Matcha
 from .push_sum import PushSum
 from .gossip import ALGORITHMS, DSGD, OTA_PAYLOADS, Choco, PaperLiteral, \
     check_schedule, difference_decay, link_schedule, round_traffic
+from ..plans.operators import MATCHA_BUDGET
 from ..plans.sla import TARGET_METRICS, first_crossing
 from .metrics import consensus_distance, consensus_exploded, diverged, jain_index, \
     stuck_after_explosion
@@ -195,7 +196,8 @@ class RunConfig:
     transport: str = attrs.field(default="ota", validator=_choice(TRANSPORTS))
     bits: int = attrs.field(default=32)
     prox_mu: float | None = attrs.field(default=None, validator=_finite(0.0))
-    matcha_budget: float = attrs.field(default=0.5, validator=_finite(0.0, 1.0, lo_open=True))
+    matcha_budget: float = attrs.field(default=MATCHA_BUDGET,
+                                       validator=_finite(0.0, 1.0, lo_open=True))
 
     def __attrs_post_init__(self) -> None:
         if self.client_eval_samples is not None:

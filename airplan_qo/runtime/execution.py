@@ -43,6 +43,7 @@ import numpy as np
 from ..catalog.owners import describe_owner, owner_alive, this_owner
 from ..catalog.store import Catalog, now_utc
 from ..errors import CatalogLockedError, ExecutionError
+from ..plans.operators import MATCHA_BUDGET
 from ..plans.topology import TopologySpec
 from .device import DEFAULT_DEVICE, check_device, device_name, resolve_device
 from .engine import ROUND_KEYS, RunConfig, RunResult, Trainer
@@ -73,22 +74,7 @@ def derive_seeds(seed: int) -> dict[str, int]:
 
 def run_config(workload, plan, rounds: int, target: float | None, seeds: dict[str, int],
                target_metric: str = "accuracy", device: str = DEFAULT_DEVICE) -> RunConfig:
-    if getattr(plan, "transport", "ota") != "ota" or plan.effective_algorithm not in (
-            "dsgd", "choco"):
-        # the planner costs more operators than this runtime trains: refuse rather than train
-        # another plan than the one chosen
-        raise ExecutionError(
-            f"the runtime trains over-the-air D-SGD/CHOCO plans only, not {plan.label()}: plan "
-            f"it with USING TRANSPORT ota USING ALGORITHM AUTO to train it")
     ch = plan.channel
-    # BRIDGE (remove at merge): getattr until PhysicalPlan carries transport and bits
-    transport = getattr(plan, "transport", "ota")
-    bits = getattr(plan, "bits", 32)
-    # END BRIDGE
-    extra = {}
-    for name in ("matcha_budget", "prox_mu"):       # plan options of those algorithms, if any
-        if getattr(plan, name, None) is not None:
-            extra[name] = getattr(plan, name)
     return RunConfig(
         model=workload.model, lr=workload.lr, momentum=workload.momentum,
         batch_size=workload.batch_size, local_steps=workload.local_steps, rounds=rounds,
@@ -96,8 +82,8 @@ def run_config(workload, plan, rounds: int, target: float | None, seeds: dict[st
         snr_db=ch.snr_db, g_th=ch.g_th, tx_power_dbm=ch.tx_power_dbm,
         bandwidth_hz=ch.bandwidth_hz, dropout=ch.dropout,
         ota_payload=getattr(workload, "ota_payload", "difference"), target_accuracy=target,
-        target_metric=target_metric, device=device, transport=transport, bits=bits,
-        **extra, **seeds)
+        target_metric=target_metric, device=device, transport=plan.transport, bits=plan.bits,
+        matcha_budget=MATCHA_BUDGET, **seeds)
 
 
 @attrs.frozen
@@ -248,7 +234,7 @@ def prepare(catalog: Catalog, result, *, stop_at_target: bool = True,
     config = run_config(w, result.chosen.plan, result.context.round_budget,
                         result.target_accuracy if stop_at_target else None, seeds,
                         result.request.sla.accuracy_metric, device=device)
-    _check_training_memory(w.clients, result.context.d, config.resolved_algorithm, resolved)
+    _check_training_memory(w.clients, result.context.d, config, resolved)
     options = {"dataset": w.dataset, "clients": w.clients, "workload": w.params(),
                "run_config": config.as_dict(), "planning_run_id": result.planning_run_id,
                "feedback_basis": feedback_basis(result), "device": device_name(resolved),
@@ -326,12 +312,13 @@ def _trainer(w, spec: TopologySpec, config: RunConfig) -> Trainer:
     return Trainer(config, *trainer_inputs(w, spec))
 
 
-def _check_training_memory(n: int, d: int, algorithm: str, device=None) -> None:
+def _check_training_memory(n: int, d: int, config: RunConfig, device=None) -> None:
     """Refuse, before anything is recorded, a run whose stacked state cannot fit in memory
     (the GPU's free memory for a CUDA device)."""
     from ..plans.footprint import MEMORY_SHARE, available_memory, gib, training_bytes
 
-    need, where = training_bytes(n, d, algorithm), ""
+    algorithm = config.resolved_algorithm
+    need, where = training_bytes(n, d, algorithm, config.transport, config.bits), ""
     if device is not None and device.type == "cuda":
         import torch
 

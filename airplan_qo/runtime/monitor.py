@@ -377,7 +377,7 @@ class Reoptimizer:
                         consensus_distance=row.get("consensus_distance"),
                         consensus_reference=self.monitor.reference)
         old = self.current
-        cand, result, note = self._replan(trig, observed)
+        cand, result, note = self._replan(trig, observed, trainer.config)
         new_plan_id = None
         basis = None
         if cand is not None:
@@ -409,8 +409,10 @@ class Reoptimizer:
         self.events.append(event)
         return event
 
-    def _replan(self, trig: Trigger, observed: Mapping[str, Any]):
-        """(candidate to rewire to or None, the planning result or None, a note)."""
+    def _replan(self, trig: Trigger, observed: Mapping[str, Any], config: Any = None):
+        """(candidate to rewire to or None, the planning result or None, a note). A run
+        rewires its topology and k only: the new plan keeps the run's transport and algorithm
+        (``config``, the trainer's RunConfig; over the air with the default rule without)."""
         cur = self.current
         if self.request is None or self.planner is None:
             return None, None, f"re-planning unavailable; kept {_label(cur.spec)}"
@@ -424,8 +426,8 @@ class Reoptimizer:
         req = attrs.evolve(
             self.request, workload=observed_workload(self.request.workload, observed),
             sparsity=ks or (cur.k_ratio,), min_mixing_p=cur.mixing_p,
-            # a run rewires its topology and k only: it keeps its transport (over the air)
-            transports=(("ota", None),),
+            transports=((getattr(config, "transport", "ota"), getattr(config, "bits", 32)),),
+            algorithms=(getattr(config, "algorithm", "auto"),),
             # the current topology stays a candidate only where it can run with a larger k
             exclude_topologies=() if max(ks, default=0.0) > cur.k_ratio else (cur.spec,),
             statement=(f"re-optimisation of execution {self.exec_id} at round {trig.round} "
