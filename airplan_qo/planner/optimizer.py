@@ -28,7 +28,7 @@ from ..costmodels import (DEFAULT_ESTIMATOR, ESTIMATORS, EstimationContext, reco
                           resolve_constants)
 from ..errors import ValidationError
 from ..plans.families import FAMILIES
-from ..plans.plan import OBJECTIVES, ChannelConfig, Cost, PhysicalPlan, round_cost
+from ..plans.plan import OBJECTIVES, Cost, PhysicalPlan, round_cost
 from ..plans.request import DEFAULT_SPARSITY, Candidate, PlanRequest, PlanResult
 from ..plans.sla import SLA
 from ..plans.topology import TopologySpec, TopologyStats, describe_many
@@ -176,9 +176,7 @@ class Optimizer:
                                 round_budget=round_budget, constants=constants,
                                 calibration_ids=cal_ids, privacy_epsilon=privacy_eps,
                                 dataset=w.dataset, fitted_range=recorded_range(rows, cal_ids))
-        channel = ChannelConfig(kind=w.channel, snr_db=w.snr_db, g_th=w.g_th,
-                                tx_power_dbm=w.tx_power_dbm, bandwidth_hz=w.bandwidth_hz,
-                                dropout=w.dropout)
+        channel = w.channel_config
         depth, width = dimensions(w.sketch_eps, w.sketch_delta)
         release = choose_release(n_classes, depth, width, w.dp_epsilon,
                                  w.dp_delta if w.dp_epsilon is not None else None)

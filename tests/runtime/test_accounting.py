@@ -71,7 +71,8 @@ def test_channel_noise_term_matches_the_runtime_noise_energy(family, params, k_r
     import torch
 
     from airplan_qo.costmodels.features import channel_noise
-    from airplan_qo.plans.plan import ChannelConfig, PhysicalPlan
+    from airplan_qo.plans.channel_config import ChannelConfig
+    from airplan_qo.plans.plan import PhysicalPlan
     from airplan_qo.plans.topology import TopologySpec, build, describe
     from airplan_qo.runtime.channel import Channel
     from airplan_qo.runtime.compression import common_mask

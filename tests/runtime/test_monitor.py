@@ -158,8 +158,8 @@ def test_trigger_fires_on_diverging_workload_not_on_benign(tmp_path):
 
 @pytest.mark.parametrize("k_ratio", [1.0, 0.1])
 def test_rewire_keeps_average_model(digits, digits_skewed, ring10, k_ratio):
-    cfg = RunConfig(rounds=10, k_ratio=k_ratio, channel="ota", snr_db=10.0, dropout=0.2,
-                    train_seed=1, data_seed=2, channel_seed=3)
+    cfg = RunConfig.from_dict(dict(rounds=10, k_ratio=k_ratio, channel="ota", snr_db=10.0,
+                                   dropout=0.2, train_seed=1, data_seed=2, channel_seed=3))
     trainer = Trainer(cfg, digits, digits_skewed, ring10)
     for _ in range(3):
         trainer.step()

@@ -141,8 +141,8 @@ def _rows(run):
 def test_short_training_runs_and_resumes_bit_identically(digits, digits16, tmp_path, family,
                                                          params, k_ratio, channel):
     topo = build(TopologySpec.create(family, 16, **params))
-    cfg = RunConfig(model="logistic", rounds=11, k_ratio=k_ratio, channel=channel, dropout=0.1,
-                    snr_db=10.0)
+    cfg = RunConfig.from_dict(dict(model="logistic", rounds=11, k_ratio=k_ratio, channel=channel,
+                                   dropout=0.1, snr_db=10.0))
     uninterrupted = Trainer(cfg, digits, digits16, topo)
     whole = uninterrupted.run()
     assert whole.status == "succeeded" and whole.final_accuracy > 0.5
