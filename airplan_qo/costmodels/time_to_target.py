@@ -300,7 +300,7 @@ def expected_rounds(mu: float, sd: float, budget: float) -> float:
 
 
 @attrs.frozen
-class Candidate:
+class ChooserPlan:
     """What the chooser needs of a candidate plan."""
 
     label: str
@@ -309,8 +309,8 @@ class Candidate:
     startup: float = 0.0
 
 
-def choose(candidates: Sequence[Candidate], sd: float, budget: float,
-           confidence: float) -> tuple[Candidate, float, bool]:
+def choose(candidates: Sequence[ChooserPlan], sd: float, budget: float,
+           confidence: float) -> tuple[ChooserPlan, float, bool]:
     """The chance-constrained choice: the cheapest candidate (expected cost
     ``startup + per_round_cost * E[min(T, B)]``) whose P(T <= B) is at least ``confidence``;
     when none is, the most likely to meet it. Returns (candidate, its P, whether feasible)."""
@@ -330,7 +330,7 @@ def choose(candidates: Sequence[Candidate], sd: float, budget: float,
 __all__ = ["PLAN_FEATURES", "PLAN_INTERACTIONS", "FC_FEATURES", "FC_ERROR_TERMS", "plan_features",
            "with_fc_error", "fc_features",
            "TobitFit", "fit_tobit", "fit_ceiling", "meets_probability", "expected_rounds",
-           "pilot_update", "PILOT_SD", "Candidate", "choose", "TARGET_RATIOS", "BASE_RATIO",
+           "pilot_update", "PILOT_SD", "ChooserPlan", "choose", "TARGET_RATIOS", "BASE_RATIO",
            "target_level", "target_shift", "fit_target_shift"]
 
 
