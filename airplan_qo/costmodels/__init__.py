@@ -13,7 +13,8 @@ registered in ``ESTIMATORS``.
 * ``paper`` (:mod:`.paper`): the AirPlan paper's C_ours, for reproduction.
 
 Shared plan quantities (heterogeneity, channel noise, p of the random mixing matrix) are in
-:mod:`.features`; fitting constants to the catalog's executions in :mod:`.calibration`.
+:mod:`.features`; fitting constants to the catalog's executions is driven by :mod:`.calibration`
+(each estimator's own fit in :mod:`.dsgd_fit`, :mod:`.paper_fit`, :mod:`.ttt_fit`).
 """
 
 from __future__ import annotations

@@ -427,6 +427,22 @@ class TimeToTargetEstimator:
     #: constants a calibration may add beyond the priors (the level of a dataset not in the grid)
     open_prefixes: tuple[str, ...] = ("fc.dataset:",)
 
+    # calibration (interface.Calibratable): a censored level shift per dataset, ttt_fit.py
+    calibration_scopes = ("global", "dataset")
+    observation_kind = "finished executions planned with COST MODEL ttt"
+
+    def observation_reader(self, catalog):
+        from .ttt_fit import observation_reader
+
+        return observation_reader(catalog)
+
+    def refit(self, observations, before, *, min_obs: int, **options):
+        if options:
+            raise ValidationError(f"the ttt refit takes no options, got {', '.join(options)}")
+        from .ttt_fit import refit
+
+        return refit(observations, before)
+
     def ceiling(self, ctx, plan, stats) -> float:
         """Predicted final accuracy of the fully connected plan on this workload."""
         from .features import channel_noise_at, heterogeneity

@@ -18,8 +18,10 @@ from typing import Any
 
 import attrs
 
-from ..costmodels.calibration import (CalibrationReport, HoldOutReport, calibrate,
-                                      leave_one_group_out, load_observations)
+from ..costmodels.calibration import calibrate
+from ..costmodels.calibration_report import CalibrationReport
+from ..costmodels.cross_validation import HoldOutReport, leave_one_group_out
+from ..costmodels.observation_loader import load_observations
 from ..plans.workload import Workload
 
 PILOT_TOPOLOGIES = (("ring", ()), ("small_world", (("k", 4),)), ("complete", ()))
