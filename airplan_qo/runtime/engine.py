@@ -224,8 +224,18 @@ class RunConfig:
     def from_dict(cls, values: dict[str, Any]) -> "RunConfig":
         """The configuration of flat fields, the form :meth:`as_dict` writes (executions'
         options and checkpoints written before the channel became one value have it too); a
-        channel setting left out is that of the default channel, :data:`IDEAL_CHANNEL`."""
+        channel setting left out is that of the default channel, :data:`IDEAL_CHANNEL`. The
+        channel may also be given whole, as a ``ChannelConfig`` or its ``attrs.asdict``."""
         rest = {k: v for k, v in values.items() if k != "channel" and k not in CHANNEL_PARAMS}
+        channel = values.get("channel")
+        if isinstance(channel, (ChannelConfig, dict)):
+            flat = sorted(set(values) & set(CHANNEL_PARAMS))
+            if flat:
+                raise ValidationError(f"the channel is given whole and as {', '.join(flat)}; "
+                                      f"give it one way")
+            if isinstance(channel, dict):
+                channel = ChannelConfig(**channel)
+            return cls(channel=channel, **rest)
         return cls(channel=ChannelConfig.from_flat(values, base=IDEAL_CHANNEL), **rest)
 
 

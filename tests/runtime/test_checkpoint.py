@@ -202,5 +202,12 @@ def test_a_flat_run_config_resumes(tmp_path, digits, digits_iid, ring10):
 
 
 def test_a_run_config_wants_a_channel_value():
+    import attrs
+
     with pytest.raises(ValidationError, match="channel must be a ChannelConfig"):
         RunConfig(channel="ota")
+    cfg = RunConfig.from_dict(FLAT_RUN_CONFIG)
+    assert RunConfig.from_dict(attrs.asdict(cfg)) == cfg
+    assert RunConfig.from_dict({**attrs.asdict(cfg), "channel": cfg.channel}) == cfg
+    with pytest.raises(ValidationError, match="given whole and as dropout, snr_db"):
+        RunConfig.from_dict({"channel": cfg.channel, "snr_db": 3.0, "dropout": 0.1})
