@@ -57,9 +57,9 @@ def main() -> None:
     for family in args.topologies:
         topo = build(TopologySpec.create(family, args.clients))
         for label, kw in RULES:
-            cfg = RunConfig(model="mlp", rounds=args.rounds, local_steps=1, lr=0.05,
+            cfg = RunConfig.from_dict(dict(model="mlp", rounds=args.rounds, local_steps=1, lr=0.05,
                             snr_db=args.snr_db, eval_every=args.rounds, data_seed=args.seed,
-                            train_seed=args.seed, channel_seed=args.seed, **kw)
+                            train_seed=args.seed, channel_seed=args.seed, **kw))
             start = time.perf_counter()
             res = Trainer(cfg, ds, part, topo).run()
             acc = res.client_acc_mean if res.client_acc_mean is not None else float("nan")

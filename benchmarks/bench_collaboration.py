@@ -37,9 +37,9 @@ def run(dataset, part, *, model: str, rounds: int, seed: int) -> float:
     """Mean accuracy of the clients' own models after ``rounds`` rounds on the complete graph."""
     from airplan_qo.runtime import RunConfig, Trainer
 
-    cfg = RunConfig(model=model, rounds=rounds, lr=0.05, momentum=0.9, batch_size=32,
-                    local_steps=5, k_ratio=1.0, channel="ideal", data_seed=seed,
-                    train_seed=seed + 1, channel_seed=seed + 2)
+    cfg = RunConfig.from_dict(dict(model=model, rounds=rounds, lr=0.05, momentum=0.9, batch_size=32,
+                                   local_steps=5, k_ratio=1.0, channel="ideal", data_seed=seed,
+                                   train_seed=seed + 1, channel_seed=seed + 2))
     topo = build(TopologySpec.create("complete", part.n_clients))
     result = Trainer(cfg, dataset, part, topo).run(None)
     return float(result.client_acc_mean)

@@ -18,6 +18,8 @@ import platform
 import statistics
 import time
 
+import attrs
+
 from airplan_qo.data import load, partition_dataset
 from airplan_qo.plans.topology import TopologySpec, build
 from airplan_qo.plans.workload import Workload
@@ -28,9 +30,9 @@ from airplan_qo.runtime.execution import derive_seeds
 def run(topo, dataset, part, w, *, channel: str, snr_db: float, payload: str, rounds: int
         ) -> dict:
     cfg = RunConfig(model=w.model, lr=w.lr, momentum=w.momentum, batch_size=w.batch_size,
-                    local_steps=w.local_steps, rounds=rounds, channel=channel, snr_db=snr_db,
-                    g_th=w.g_th, tx_power_dbm=w.tx_power_dbm, ota_payload=payload,
-                    **derive_seeds(w.seed))
+                    local_steps=w.local_steps, rounds=rounds,
+                    channel=attrs.evolve(w.channel_config, kind=channel, snr_db=snr_db),
+                    ota_payload=payload, **derive_seeds(w.seed))
     trainer = Trainer(cfg, dataset, part, topo)
     start = time.perf_counter()
     r = trainer.run()

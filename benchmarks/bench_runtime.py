@@ -124,9 +124,10 @@ VARIANTS = {
 
 
 def engine_round(ds, part, topo, model: str, args, **options):
-    cfg = RunConfig(model=model, rounds=10 ** 6, lr=0.01, batch_size=args.batch_size,
-                    local_steps=args.local_steps, eval_every=10 ** 6, threads=args.threads,
-                    strategy=args.strategy, device=args.device, **options)
+    cfg = RunConfig.from_dict(dict(model=model, rounds=10 ** 6, lr=0.01,
+                                   batch_size=args.batch_size, local_steps=args.local_steps,
+                                   eval_every=10 ** 6, threads=args.threads,
+                                   strategy=args.strategy, device=args.device, **options))
     trainer = Trainer(cfg, ds, part, topo)
     return trainer.step, trainer.strategy
 

@@ -18,7 +18,8 @@ channel noise, gradient tracking through a heterogeneity of 0; ``ttt`` flags pla
 transport or algorithm its runs never used and widens their rounds interval.
 
 Shared plan quantities (heterogeneity, channel noise, p of the random mixing matrix) are in
-:mod:`.features`; fitting constants to the catalog's executions in :mod:`.calibration`.
+:mod:`.features`; fitting constants to the catalog's executions is driven by :mod:`.calibration`
+(each estimator's own fit in :mod:`.dsgd_fit`, :mod:`.paper_fit`, :mod:`.ttt_fit`).
 """
 
 from __future__ import annotations

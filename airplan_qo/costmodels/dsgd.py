@@ -41,6 +41,31 @@ class DSGDEstimator:
         "u": 0.35,       # log-space uncertainty of rounds and floor (interval half-width)
     })
 
+    # calibration (interface.CurveFitted): least squares on the log error curves, dsgd_fit.py
+    calibration_scopes = ("global", "dataset", "dataset_family")
+    observation_kind = "finished executions with rounds feedback"
+
+    def observation_reader(self, catalog):
+        from .dsgd_fit import observation_reader
+
+        return observation_reader(catalog)
+
+    def fit(self, observations, priors=None, *, min_obs: int = 3, **options):
+        from .dsgd_fit import fit_dsgd
+
+        return fit_dsgd(observations, priors, min_obs=min_obs, **options)
+
+    def predict_observation(self, observation, constants, rounds):
+        from .dsgd_fit import predict
+
+        return predict(observation, constants, rounds)
+
+    def refit(self, observations, before, *, min_obs: int, **options):
+        from .calibration import curve_refit
+
+        return curve_refit(self, "log-curve least squares", observations, before,
+                           min_obs=min_obs, **options)
+
     def terms(self, ctx: EstimationContext, plan: PhysicalPlan, stats: TopologyStats
               ) -> dict[str, float]:
         c = ctx.constants

@@ -7,11 +7,12 @@ The built-in estimators are registered by the package (:mod:`airplan_qo.costmode
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
+from ..errors import ValidationError
 from ..plans.plan import Estimate, PhysicalPlan
 from ..plans.topology import TopologyStats
 from ..registry import Registry
@@ -43,7 +44,14 @@ class EstimationContext:
 
 
 class CostEstimator(Protocol):
-    """The estimator interface: named constants with priors, an accuracy curve and an estimate."""
+    """The estimator interface: named constants with priors, an accuracy curve and an estimate.
+
+    Optional parts, each a protocol of its own below (an estimator without one gets the default
+    its docstring names): :class:`AccuracyBand` (its own accuracy band), :class:`OpenConstants`
+    (constants a calibration may add beyond the priors), :class:`Calibratable` (``airplan
+    calibrate`` refits its constants) and :class:`CurveFitted` (a calibratable estimator whose
+    constants are fitted to the observed error curves, with cross-validation).
+    """
 
     name: str
     description: str
@@ -56,11 +64,96 @@ class CostEstimator(Protocol):
                  target_accuracy: float) -> Estimate: ...
 
 
+@runtime_checkable
+class AccuracyBand(Protocol):
+    """An estimator with its own accuracy band: ``accuracy_band_at`` gives (lower, upper)
+    accuracy after ``rounds`` rounds. Without it, the lower curve a run's monitor checks is the
+    curve slowed down by e^u (``u`` from the constants, 0.35 by default;
+    :mod:`airplan_qo.runtime.feedback`)."""
+
+    def accuracy_band_at(self, ctx: EstimationContext, plan: PhysicalPlan,
+                         stats: TopologyStats, rounds: float) -> tuple[float, float]: ...
+
+
+@runtime_checkable
+class OpenConstants(Protocol):
+    """An estimator whose calibration may add constants beyond its priors: those whose name
+    starts with one of ``open_prefixes`` (``ttt``: the level of a dataset not in its grid).
+    Without it, only the priors' names are constants (:func:`open_prefixes`)."""
+
+    open_prefixes: tuple[str, ...]
+
+
+@runtime_checkable
+class Calibratable(Protocol):
+    """An estimator whose constants ``airplan calibrate`` refits from the catalog's executions
+    (:mod:`.calibration` drives it; :mod:`.observation_loader` loads the observations).
+
+    * ``calibration_scopes``: the scopes it is calibrated for (of ``global``, ``dataset``,
+      ``dataset_family``);
+    * ``observation_kind``: what one observation is, said when there are too few;
+    * ``observation_reader(catalog)``: a function of (feedback row, the plan's recorded terms,
+      the fields every observation has) returning the estimator's
+      :class:`~.observations.Observation`, or why the row is unusable;
+    * ``refit(observations, before, *, min_obs, **options)``: the
+      :class:`~.observations.Refit` of its constants, starting from ``before``.
+    """
+
+    calibration_scopes: tuple[str, ...]
+    observation_kind: str
+
+    def observation_reader(self, catalog: Any) -> Callable[..., Any]: ...
+
+    def refit(self, observations: Sequence[Any], before: Mapping[str, float], *,
+              min_obs: int, **options: Any) -> Any: ...
+
+
+@runtime_checkable
+class CurveFitted(Calibratable, Protocol):
+    """A calibratable estimator fitted to observations on its own predictions (what
+    :func:`.calibration.evaluate` and :func:`.cross_validation.leave_one_group_out` use):
+
+    * ``fit(observations, priors=None, *, min_obs, **options)``: the
+      :class:`~.observations.Fit` of its constants;
+    * ``predict_observation(observation, constants, rounds)``: the rounds to the observation's
+      target under ``constants`` (None: never) and the predicted error after each of
+      ``rounds`` (an array).
+    """
+
+    def fit(self, observations: Sequence[Any], priors: Mapping[str, float] | None = None, *,
+            min_obs: int = 3, **options: Any) -> Any: ...
+
+    def predict_observation(self, observation: Any, constants: Mapping[str, float],
+                            rounds: Any) -> tuple[float | None, Any]: ...
+
+
+def open_prefixes(estimator: CostEstimator) -> tuple[str, ...]:
+    """The name prefixes of constants a calibration may add (:class:`OpenConstants`; none)."""
+    return tuple(estimator.open_prefixes) if isinstance(estimator, OpenConstants) else ()
+
+
+def calibratable(estimator: CostEstimator) -> Calibratable:
+    """``estimator`` when ``airplan calibrate`` can refit it, else a ValidationError naming the
+    ones it can."""
+    if not isinstance(estimator, Calibratable):
+        names = ", ".join(sorted(n for n in ESTIMATORS.names()
+                                 if isinstance(ESTIMATORS.get(n), Calibratable)))
+        raise ValidationError(f"no calibration procedure for estimator '{estimator.name}'; "
+                              f"calibratable: {names}")
+    return estimator
+
+
+@runtime_checkable
+class Refusing(Protocol):
+    """An estimator that cannot cost some plans (transports or algorithms its model has no
+    terms for): ``refusal(plan)`` says why, or None. Without it, every plan is costed."""
+
+    def refusal(self, plan: PhysicalPlan) -> str | None: ...
+
+
 def refusal(estimator: CostEstimator, plan: PhysicalPlan) -> str | None:
-    """Why ``estimator`` cannot cost ``plan`` (an estimator may define ``refusal(plan)``, e.g.
-    for transports or algorithms its model has no terms for), or None."""
-    judge = getattr(estimator, "refusal", None)
-    return judge(plan) if judge is not None else None
+    """Why ``estimator`` cannot cost ``plan`` (:class:`Refusing`), or None."""
+    return estimator.refusal(plan) if isinstance(estimator, Refusing) else None
 
 
 ESTIMATORS: Registry[CostEstimator] = Registry("cost estimator")
@@ -84,7 +177,7 @@ def resolve_constants(estimator: CostEstimator, rows: list[dict[str, Any]], data
             continue
         name = row["constant_name"]
         # an estimator may accept constants beyond its priors (ttt: a new dataset's level)
-        prefixes = tuple(getattr(estimator, "open_prefixes", ()))
+        prefixes = open_prefixes(estimator)
         known = name in values or bool(prefixes) and name.startswith(prefixes)
         if known and rank[scope] >= best.get(name, -1):
             values[name] = float(row["value"])

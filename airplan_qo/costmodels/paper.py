@@ -6,6 +6,7 @@ import math
 
 import attrs
 
+from ..errors import ValidationError
 from ..plans.plan import Estimate
 
 
@@ -38,6 +39,33 @@ class PaperEstimator:
                     f"has no rate, server or second vector), not "
                     f"{plan.effective_algorithm} over {plan.transport}; use COST MODEL ttt")
         return None
+
+    # calibration (interface.CurveFitted): the paper's procedure, paper_fit.py
+    calibration_scopes = ("global", "dataset", "dataset_family")
+    observation_kind = "finished executions with rounds feedback"
+
+    def observation_reader(self, catalog):
+        from .paper_fit import observation_reader
+
+        return observation_reader(catalog)
+
+    def fit(self, observations, priors=None, *, min_obs: int = 1, **options):
+        if options:
+            raise ValidationError(f"the paper fit takes no options, got {', '.join(options)}")
+        from .paper_fit import fit_paper
+
+        return fit_paper(observations, priors, min_obs=min_obs)
+
+    def predict_observation(self, observation, constants, rounds):
+        from .paper_fit import predict
+
+        return predict(observation, constants, rounds)
+
+    def refit(self, observations, before, *, min_obs: int, **options):
+        from .calibration import curve_refit
+
+        return curve_refit(self, "paper procedure", observations, before, min_obs=min_obs,
+                           **options)
 
     def terms(self, ctx, plan, stats):
         c = ctx.constants

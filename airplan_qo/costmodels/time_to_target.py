@@ -310,7 +310,7 @@ def expected_rounds(mu: float, sd: float, budget: float) -> float:
 
 
 @attrs.frozen
-class Candidate:
+class ChooserPlan:
     """What the chooser needs of a candidate plan."""
 
     label: str
@@ -319,8 +319,8 @@ class Candidate:
     startup: float = 0.0
 
 
-def choose(candidates: Sequence[Candidate], sd: float, budget: float,
-           confidence: float) -> tuple[Candidate, float, bool]:
+def choose(candidates: Sequence[ChooserPlan], sd: float, budget: float,
+           confidence: float) -> tuple[ChooserPlan, float, bool]:
     """The chance-constrained choice: the cheapest candidate (expected cost
     ``startup + per_round_cost * E[min(T, B)]``) whose P(T <= B) is at least ``confidence``;
     when none is, the most likely to meet it. Returns (candidate, its P, whether feasible)."""
@@ -340,7 +340,7 @@ def choose(candidates: Sequence[Candidate], sd: float, budget: float,
 __all__ = ["PLAN_FEATURES", "PLAN_INTERACTIONS", "FC_FEATURES", "FC_ERROR_TERMS", "plan_features",
            "with_fc_error", "fc_features",
            "TobitFit", "fit_tobit", "fit_ceiling", "meets_probability", "expected_rounds",
-           "pilot_update", "PILOT_SD", "Candidate", "choose", "TARGET_RATIOS", "BASE_RATIO",
+           "pilot_update", "PILOT_SD", "ChooserPlan", "choose", "TARGET_RATIOS", "BASE_RATIO",
            "target_level", "target_shift", "fit_target_shift"]
 
 
@@ -588,6 +588,22 @@ class TimeToTargetEstimator:
     fitted_range: dict = attrs.field(factory=lambda: dict(load_reference().get("range", {})))
     #: constants a calibration may add beyond the priors (the level of a dataset not in the grid)
     open_prefixes: tuple[str, ...] = ("fc.dataset:",)
+
+    # calibration (interface.Calibratable): a censored level shift per dataset, ttt_fit.py
+    calibration_scopes = ("global", "dataset")
+    observation_kind = "finished executions planned with COST MODEL ttt"
+
+    def observation_reader(self, catalog):
+        from .ttt_fit import observation_reader
+
+        return observation_reader(catalog)
+
+    def refit(self, observations, before, *, min_obs: int, **options):
+        if options:
+            raise ValidationError(f"the ttt refit takes no options, got {', '.join(options)}")
+        from .ttt_fit import refit
+
+        return refit(observations, before)
 
     def ceiling(self, ctx, plan, stats) -> float:
         """Predicted final accuracy of the fully connected plan on this workload."""

@@ -29,7 +29,7 @@ from ..plans.workload import WORKLOAD_PARAMS, Workload, coerce_param
 from ..registry import suggest
 
 DEFAULT_TOPOLOGIES = ("ring", "small_world(k=4)", "clustered", "complete")
-DEFAULT_SPARSITY = (0.1, 1.0)
+GRID_SPARSITY = (0.1, 1.0)
 GRID_WEIGHTS = ("metropolis_hastings",)
 DEFAULT_SCALABILITY = (10, 20, 50, 100, 200, 500, 1000)
 
@@ -359,7 +359,7 @@ def _workload_spec(values: dict[str, Any], index: int, where: _Where, label: str
             raise where.error(f"{label}.topologies", str(exc)) from None
         if (spec.family, p) not in topo:
             topo.append((spec.family, p))
-    sparsity = values.get("sparsity", list(DEFAULT_SPARSITY))
+    sparsity = values.get("sparsity", list(GRID_SPARSITY))
     if not isinstance(sparsity, list) or not sparsity:
         raise where.error(f"{label}.sparsity", "must be a non-empty list of ratios in (0, 1]")
     ks = tuple(sorted({_ratio(k, where, f"{label}.sparsity") for k in sparsity}))

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..costmodels.time_to_target import (PLAN_FEATURES, PLAN_INTERACTIONS, TARGET_RATIOS,
-                                         Candidate, choose, expected_rounds, fc_features,
+                                         ChooserPlan, choose, expected_rounds, fc_features,
                                          fit_ceiling, fit_target_shift, fit_tobit,
                                          meets_probability, norm_cdf, pilot_update,
                                          plan_features, target_level, with_fc_error)
@@ -221,7 +221,7 @@ def evaluate(measured, outcome_of, summaries: Mapping[str, Mapping[str, Any]],
             for variant, off in offsets.items():
                 if off is None:
                     continue
-                cands = [Candidate(c.plan.label(), plan.mean(rel, off),
+                cands = [ChooserPlan(c.plan.label(), plan.mean(rel, off),
                                    float(c.cost.per_round.channel_uses),
                                    float(c.cost.startup))
                          for c, rel in zip(sp.candidates, relative)]
@@ -254,15 +254,15 @@ def evaluate(measured, outcome_of, summaries: Mapping[str, Mapping[str, Any]],
             "pilot_cost_over_oracle": pilot_shares}
 
 
-def _race(m, seed: int, cands: Sequence[Candidate], pick: Candidate, sd: float, budget: int,
-          confidence: float, ceiling: float) -> tuple[Candidate, float]:
+def _race(m, seed: int, cands: Sequence[ChooserPlan], pick: ChooserPlan, sd: float, budget: int,
+          confidence: float, ceiling: float) -> tuple[ChooserPlan, float]:
     """Pilot racing replayed on the measured runs: the cheaper candidates that might meet the
     SLA (P >= RACE_MIN_P, at most RACE_CONTENDERS, cheapest first) are piloted for a quarter of
     the budget (their measured runs' first rounds at ``seed``), their distributions updated
     (:func:`~airplan_qo.costmodels.time_to_target.pilot_update`), and the cheapest whose
     updated P reaches ``confidence`` replaces the pick. Returns (choice, pilot channel uses):
     every contender's pilot rounds are counted, including the winner's."""
-    def exp_cost(c: Candidate, mu: float, s: float) -> float:
+    def exp_cost(c: ChooserPlan, mu: float, s: float) -> float:
         return c.startup + c.per_round_cost * expected_rounds(mu, s, budget)
 
     base = exp_cost(pick, pick.mu, sd)

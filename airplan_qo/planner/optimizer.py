@@ -28,7 +28,7 @@ from ..costmodels import (DEFAULT_ESTIMATOR, ESTIMATORS, EstimationContext, reco
                           refusal, resolve_constants)
 from ..errors import ValidationError
 from ..plans.families import FAMILIES
-from ..plans.plan import OBJECTIVES, ChannelConfig, Cost, PhysicalPlan, round_cost
+from ..plans.plan import OBJECTIVES, Cost, PhysicalPlan, round_cost
 from ..plans.request import DEFAULT_SPARSITY, Candidate, PlanRequest, PlanResult
 from ..plans.sla import SLA
 from ..plans.topology import TopologySpec, TopologyStats, describe_many
@@ -139,15 +139,14 @@ class Optimizer:
             self._steps.close()
 
     def _plan_respecting(self, request: PlanRequest) -> PlanResult:
-        result = respect_restriction(request, self._plan(request, record=False),
-                                     lambda wider: self._plan(wider, record=False))
+        result = respect_restriction(request, self._plan(request), self._plan)
         if self.catalog.read_only:
             return result
         facts = workload_facts(self.catalog, request.workload)
-        run_id = record(self.catalog, result, facts.workload_id, self._step)
-        return attrs.evolve(result, planning_run_id=run_id)
+        return record(self.catalog, result, facts.workload_id, self._step)
 
-    def _plan(self, request: PlanRequest, record: bool = True) -> PlanResult:
+    def _plan(self, request: PlanRequest) -> PlanResult:
+        """Plan ``request`` without recording it."""
         start = time.perf_counter()
         w = request.workload
         est_name = (request.estimator or DEFAULT_ESTIMATOR).lower()
@@ -177,9 +176,7 @@ class Optimizer:
                                 calibration_ids=cal_ids, privacy_epsilon=privacy_eps,
                                 dataset=w.dataset, fitted_range=recorded_range(rows, cal_ids),
                                 model=w.model, pilot=request.pilot)
-        channel = ChannelConfig(kind=w.channel, snr_db=w.snr_db, g_th=w.g_th,
-                                tx_power_dbm=w.tx_power_dbm, bandwidth_hz=w.bandwidth_hz,
-                                dropout=w.dropout)
+        channel = w.channel_config
         depth, width = dimensions(w.sketch_eps, w.sketch_delta)
         release = choose_release(n_classes, depth, width, w.dp_epsilon,
                                  w.dp_delta if w.dp_epsilon is not None else None)
@@ -220,43 +217,42 @@ class Optimizer:
             self._step(f"costing {i}/{len(specs)}: {spec.label()} [{spec.weights}] x "
                        f"{len(sparsity)} values of k")
             st, tid = stats_of[spec]
+            details = clique_details(spec, labels) if spec.family == "d_cliques" else {}
             for k in sparsity:
                 for plan in operators.for_plan(st.spec, k, channel):
                     cand = self._cost(estimator, family_ctx.get(spec.family, ctx), plan, st, d,
                                       startup, objective, target, request.pilot)
                     if st.spec != spec:  # costed on the placeholder: recorded as requested
-                        cand.plan = attrs.evolve(plan, topology=spec)
-                        cand.stats = attrs.evolve(st, spec=spec)
-                    cand.topology_id = tid
-                    if spec.family == "d_cliques":
-                        cand.topology_details = clique_details(spec, labels)
-                    cand.pruned_reason = pruned_reason(cand, pruning)
-                    candidates.append(cand)
+                        cand = attrs.evolve(cand, plan=attrs.evolve(plan, topology=spec),
+                                            stats=attrs.evolve(st, spec=spec))
+                    cand = attrs.evolve(cand, topology_id=tid, topology_details=details)
+                    candidates.append(attrs.evolve(cand,
+                                                   pruned_reason=pruned_reason(cand, pruning)))
         operators.check()
         candidates.sort(key=lambda c: (not c.feasible,) + c.cost.sort_key(c.plan.label()))
-        for rank, cand in enumerate(candidates, 1):
-            cand.rank = rank
+        candidates = [attrs.evolve(c, rank=rank) for rank, c in enumerate(candidates, 1)]
         feasible = [c for c in candidates if c.feasible]
         warnings: list[str] = list(too_big)
         fallback = not feasible
         if feasible:
             chosen = feasible[0]
         else:
-            chosen = next((c for c in candidates if c.plan == fc_plan), None)
-            if chosen is None:
+            at = next((i for i, c in enumerate(candidates) if c.plan == fc_plan), None)
+            if at is None:
                 fc_st, fc_tid = stats_of[fc_spec]
-                chosen = self._cost(estimator, ctx, fc_plan, fc_st, d, startup, objective,
-                                    target, request.pilot)
-                chosen.topology_id = fc_tid
-                chosen.rank = len(candidates) + 1
-                candidates.append(chosen)
+                fc = self._cost(estimator, ctx, fc_plan, fc_st, d, startup, objective, target,
+                                request.pilot)
+                candidates.append(attrs.evolve(fc, topology_id=fc_tid,
+                                               rank=len(candidates) + 1))
+                at = len(candidates) - 1
             near = sorted((c for c in candidates if c.pruned_reason is not None),  # rejected
                           key=lambda c: -(c.cost.estimate.accuracy or 0.0))[:3]
             warnings.append(
                 "no candidate satisfies all constraints; falling back to the fully connected "
                 "uncompressed plan. Nearest candidates: " + "; ".join(
                     f"{c.plan.label()} ({c.pruned_reason})" for c in near))
-            chosen.pruned_reason = None
+            # the fallback is chosen in spite of its pruning: it is listed as not pruned
+            chosen = candidates[at] = attrs.evolve(candidates[at], pruned_reason=None)
         if chosen.cost.estimate.notes:
             warnings.append(f"the {est_name} estimate of the chosen plan extrapolates beyond "
                             "what it was fitted on: " + "; ".join(chosen.cost.estimate.notes))
@@ -264,15 +260,11 @@ class Optimizer:
             warnings.append("heterogeneity is the declared alpha; run ANALYZE WORKLOAD for "
                             "sketch-based statistics")
         planning_ms = (time.perf_counter() - start) * 1e3
-        result = PlanResult(request=request, context=ctx, estimator=est_name,
-                            objective=objective, chosen=chosen, candidates=tuple(candidates),
-                            fc_accuracy=fc_accuracy, target_accuracy=target, fallback=fallback,
-                            warnings=tuple(warnings), planning_time_ms=planning_ms,
-                            planning_run_id=None)
-        if self.catalog.read_only or not record:
-            return result
-        run_id = record(self.catalog, result, facts.workload_id, self._step)
-        return attrs.evolve(result, planning_run_id=run_id)
+        return PlanResult(request=request, context=ctx, estimator=est_name,
+                          objective=objective, chosen=chosen, candidates=tuple(candidates),
+                          fc_accuracy=fc_accuracy, target_accuracy=target, fallback=fallback,
+                          warnings=tuple(warnings), planning_time_ms=planning_ms,
+                          planning_run_id=None)
 
     @staticmethod
     def _target(sla: SLA, w: Workload, fc_accuracy: float) -> float:

@@ -9,6 +9,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import attrs
+
 from ..catalog.analyze import register_workload
 from ..catalog.store import Catalog
 from ..plans.request import PlanResult
@@ -16,9 +18,10 @@ from ..plans.topology import TopologySpec, TopologyStats, WeightArrays
 
 
 def record(catalog: Catalog, result: PlanResult, workload_id: int | None,
-           step: Callable[[str], Any] | None = None) -> int:
+           step: Callable[[str], Any] | None = None) -> PlanResult:
     """Record the run and its candidates in ``catalog`` (``workload_id``: the workload's row,
-    registered here when None; ``step``: told that recording starts). Returns the run's id."""
+    registered here when None; ``step``: told that recording starts). Returns ``result`` as
+    recorded: with the run's id, and each candidate with its plan's id."""
     req, w = result.request, result.request.workload
     cands = result.candidates
     names = ("planning_run_id", "chosen", "rank", "family", "topology_params",
@@ -61,9 +64,9 @@ def record(catalog: Catalog, result: PlanResult, workload_id: int | None,
         cols: dict[str, Any] = dict(zip(names, (list(col) for col in zip(*rows))))
         cols["plan_id"] = [int(pid) for pid in ids]
         catalog.insert_rows("plans", cols)
-        for c, pid in zip(cands, ids):
-            c.plan_id = int(pid)
-    return int(run_id)
+    recorded = tuple(attrs.evolve(c, plan_id=int(pid)) for c, pid in zip(cands, ids))
+    chosen = next(r for c, r in zip(cands, recorded) if c is result.chosen)
+    return attrs.evolve(result, candidates=recorded, chosen=chosen, planning_run_id=int(run_id))
 
 
 def pilot_columns(result: PlanResult) -> dict[str, Any]:

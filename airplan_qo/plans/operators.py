@@ -187,7 +187,8 @@ def _dsgd_dense(c: Combination) -> str | None:
 
 
 def _compressed_server(c: Combination) -> str | None:
-    if c.algorithm in SERVER_ALGORITHMS + ("gradient_tracking", "push_sum") and c.k_ratio < 1:
+    if c.algorithm in SERVER_ALGORITHMS + ("gradient_tracking", "push_sum", "matcha") \
+            and c.k_ratio < 1:
         return (f"{c.algorithm} is planned with dense payloads only (k = 1): sparsifying its "
                 f"messages without a residual (as CHOCO keeps) biases the average")
     return None

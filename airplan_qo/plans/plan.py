@@ -1,8 +1,9 @@
 """Physical plans and their costs, as values.
 
 A :class:`PhysicalPlan` is topology (family, params, seed, weights rule) x sparsification ratio k
-x channel configuration x algorithm. A :class:`Cost` is what an estimator predicts for it, with a
-breakdown the EXPLAIN output shows and the catalog records.
+x channel configuration (:class:`.channel_config.ChannelConfig`) x algorithm. A :class:`Cost`
+is what an estimator predicts for it, with a breakdown the EXPLAIN output shows and the catalog
+records.
 
 Cost accounting (shared by every estimator; estimators only predict rounds and accuracy):
 
@@ -74,6 +75,7 @@ from typing import Any
 import attrs
 
 from ..errors import ValidationError
+from .channel_config import ChannelConfig
 from .operators import (EXACT_BITS, SERVER_ALGORITHMS, activation, check_algorithm, check_bits,
                         check_transport, extra_reals, payload_vectors, resolve, transport_label)
 from .rates import channel_rate
@@ -109,27 +111,6 @@ def _algorithm(value) -> str:
 def _check_k(instance, attribute, value):
     if not (0 < value <= 1) or not math.isfinite(value):
         raise ValidationError(f"sparsity k must be in (0, 1], got {value!r}")
-
-
-@attrs.frozen
-class ChannelConfig:
-    """Channel model of a plan: ``ota`` (fading, truncated inversion, AWGN) or ``ideal``."""
-
-    kind: str = "ota"
-    snr_db: float = 10.0
-    g_th: float = 0.1
-    tx_power_dbm: float = 23.0
-    bandwidth_hz: float = 1e6
-    dropout: float = 0.0
-
-    @property
-    def active_probability(self) -> float:
-        """Probability that a link is not truncated: P(|h|^2 >= g_th) = exp(-g_th)."""
-        return 1.0 if self.kind == "ideal" else math.exp(-self.g_th)
-
-    @property
-    def tx_power_w(self) -> float:
-        return 10 ** (self.tx_power_dbm / 10.0) / 1000.0
 
 
 @attrs.frozen

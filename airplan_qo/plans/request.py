@@ -89,9 +89,10 @@ class PlanRequest:
     pilot: Any = None
 
 
-@attrs.define
+@attrs.frozen
 class Candidate:
-    """One costed plan of a planning run (mutable only while the run is being recorded)."""
+    """One costed plan of a planning run. The planner builds each candidate whole (its rank,
+    pruning reason and, once recorded, plan id included); a change is a new value."""
 
     plan: PhysicalPlan
     stats: TopologyStats

@@ -13,6 +13,7 @@ import attrs
 
 from ..errors import ValidationError
 from ..registry import suggest
+from .channel_config import CHANNELS, DEFAULT_CHANNEL, ChannelConfig
 
 
 @attrs.frozen
@@ -64,7 +65,7 @@ WORKLOAD_PARAMS: dict[str, WorkloadParam] = {p.name: p for p in [
                   _range(0, None, lo_open=True)),
     WorkloadParam("partition", str, "dirichlet", "partition scheme",
                   choices=_partition_schemes),
-    WorkloadParam("snr_db", float, 10.0, "channel SNR in dB", _range(-30, 60)),
+    WorkloadParam("snr_db", float, DEFAULT_CHANNEL.snr_db, "channel SNR in dB", _range(-30, 60)),
     WorkloadParam("model", str, "mlp", "model architecture",
                   choices=_model_names,
                   hint="; add your own with airplan_qo.register_model(name, factory)"),
@@ -75,14 +76,17 @@ WORKLOAD_PARAMS: dict[str, WorkloadParam] = {p.name: p for p in [
     WorkloadParam("rounds", int, 100, "maximum training rounds", _range(1, 1_000_000)),
     WorkloadParam("target_accuracy", float, None, "absolute accuracy target (else from the SLA)",
                   _range(0, 1, lo_open=True)),
-    WorkloadParam("g_th", float, 0.1, "channel-inversion truncation threshold on |h|^2",
+    WorkloadParam("g_th", float, DEFAULT_CHANNEL.g_th,
+                  "channel-inversion truncation threshold on |h|^2",
                   _range(0, None, lo_open=True)),
-    WorkloadParam("tx_power_dbm", float, 23.0, "transmit power in dBm", _range(-30, 60)),
-    WorkloadParam("bandwidth_hz", float, 1e6, "channel bandwidth (complex symbols per second)",
+    WorkloadParam("tx_power_dbm", float, DEFAULT_CHANNEL.tx_power_dbm, "transmit power in dBm",
+                  _range(-30, 60)),
+    WorkloadParam("bandwidth_hz", float, DEFAULT_CHANNEL.bandwidth_hz,
+                  "channel bandwidth (complex symbols per second)",
                   _range(0, None, lo_open=True)),
-    WorkloadParam("dropout", float, 0.0, "per-round client dropout probability",
+    WorkloadParam("dropout", float, DEFAULT_CHANNEL.dropout, "per-round client dropout probability",
                   _range(0, 1, hi_open=True)),
-    WorkloadParam("channel", str, "ota", "channel model", choices=("ota", "ideal")),
+    WorkloadParam("channel", str, DEFAULT_CHANNEL.kind, "channel model", choices=CHANNELS),
     WorkloadParam("ota_payload", str, "difference",
                   "what uncompressed D-SGD sends over the air: its change since the link's last "
                   "delivery ('difference') or the whole model, as in the AirPlan paper ('model')",
@@ -176,7 +180,7 @@ class Workload:
     clients: int = attrs.field(default=20, validator=_positive_clients)
     alpha: float = 0.5
     partition: str = "dirichlet"
-    snr_db: float = 10.0
+    snr_db: float = DEFAULT_CHANNEL.snr_db
     model: str = "mlp"
     lr: float = 0.05
     momentum: float = 0.9
@@ -184,11 +188,11 @@ class Workload:
     local_steps: int = 5
     rounds: int = 100
     target_accuracy: float | None = None
-    g_th: float = 0.1
-    tx_power_dbm: float = 23.0
-    bandwidth_hz: float = 1e6
-    dropout: float = 0.0
-    channel: str = "ota"
+    g_th: float = DEFAULT_CHANNEL.g_th
+    tx_power_dbm: float = DEFAULT_CHANNEL.tx_power_dbm
+    bandwidth_hz: float = DEFAULT_CHANNEL.bandwidth_hz
+    dropout: float = DEFAULT_CHANNEL.dropout
+    channel: str = DEFAULT_CHANNEL.kind
     ota_payload: str = "difference"
     access_point: bool = False
     topology_seed: int = 0
@@ -222,3 +226,8 @@ class Workload:
 
     def params(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in WORKLOAD_PARAMS}
+
+    @property
+    def channel_config(self) -> ChannelConfig:
+        """The channel settings (given flat: ``channel`` names the kind) as one value."""
+        return ChannelConfig.from_flat(self.params())

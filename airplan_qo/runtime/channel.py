@@ -43,6 +43,7 @@ import numpy as np
 import torch
 
 from ..errors import ValidationError
+from ..plans.channel_config import CHANNELS, ChannelConfig
 from ..plans.plan import link_bits
 
 __all__ = [
@@ -59,7 +60,6 @@ __all__ = [
     "truncation_probability",
 ]
 
-CHANNELS = ("ideal", "ota")
 
 
 def snr_linear(snr_db: float) -> float:
@@ -136,6 +136,13 @@ class Channel:
         self.seed = int(seed)
         self.rng = np.random.default_rng(seed)
         self.gen = torch.Generator(device=torch.device(device or "cpu")).manual_seed(int(seed))
+
+    @classmethod
+    def of(cls, config: ChannelConfig, *, seed: int,
+           device: "torch.device | str | None" = None) -> "Channel":
+        """The simulated channel of a run's settings."""
+        return cls(config.kind, snr_db=config.snr_db, g_th=config.g_th, dropout=config.dropout,
+                   seed=seed, device=device)
 
     @property
     def device(self) -> torch.device:

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import ExecutionError, ValidationError
-from .channel import CHANNELS, Channel, Traffic, dbm_to_watt
+from .channel import Channel, Traffic, dbm_to_watt
 from .clique_averaging import CliqueAveraging, clique_averaging_enabled
 from .compression import MASKS, k_from_ratio
 from .device import DEFAULT_DEVICE, check_device, device_name, resolve_device, to_device
@@ -44,6 +44,7 @@ from .matcha import Matcha
 from .push_sum import PushSum
 from .gossip import ALGORITHMS, DSGD, OTA_PAYLOADS, Choco, PaperLiteral, \
     check_schedule, difference_decay, link_schedule, round_traffic
+from ..plans.channel_config import CHANNEL_PARAMS, IDEAL_CHANNEL, ChannelConfig
 from ..plans.operators import MATCHA_BUDGET
 from ..plans.sla import TARGET_METRICS, first_crossing
 from .metrics import consensus_distance, consensus_exploded, diverged, jain_index, \
@@ -145,6 +146,12 @@ def _finite(lo: float | None = None, hi: float | None = None, *, lo_open: bool =
     return check
 
 
+def _channel_config(_inst: Any, _attr: Any, value: Any) -> None:
+    if not isinstance(value, ChannelConfig):
+        raise ValidationError(f"channel must be a ChannelConfig (e.g. ChannelConfig(kind='ota', "
+                              f"snr_db=10)), got {value!r}")
+
+
 def _model_name(_inst: Any, _attr: Any, value: Any) -> None:
     MODELS.get(value)
 
@@ -174,13 +181,8 @@ class RunConfig:
     mask: str = attrs.field(default="common_randk", validator=_choice(MASKS))
     error_feedback: bool = False
     gamma: float | None = attrs.field(default=None, validator=_finite(0.0, lo_open=True))
-    channel: str = attrs.field(default="ideal", validator=_choice(CHANNELS))
+    channel: ChannelConfig = attrs.field(default=IDEAL_CHANNEL, validator=_channel_config)
     ota_payload: str = attrs.field(default="difference", validator=_choice(OTA_PAYLOADS))
-    snr_db: float = attrs.field(default=10.0, validator=_finite())
-    g_th: float = attrs.field(default=0.1, validator=_finite(0.0, lo_open=True))
-    tx_power_dbm: float = attrs.field(default=20.0, validator=_finite())
-    bandwidth_hz: float = attrs.field(default=1e6, validator=_finite(0.0, lo_open=True))
-    dropout: float = attrs.field(default=0.0, validator=_finite(0.0, 1.0, hi_open=True))
     data_seed: int = attrs.field(default=0, validator=_seed)
     train_seed: int = attrs.field(default=0, validator=_seed)
     channel_seed: int = attrs.field(default=0, validator=_seed)
@@ -212,7 +214,7 @@ class RunConfig:
                 f"{algorithm} sends whole models (k_ratio = 1); k_ratio = {self.k_ratio} needs "
                 f"algorithm 'choco' (or 'auto')")
         if algorithm == "gradient_tracking":
-            if self.channel == "ota" and self.transport == "ota":
+            if self.channel.kind == "ota" and self.transport == "ota":
                 raise ValidationError(OTA_REFUSAL)
             if self.local_steps != 1:
                 raise ValidationError(
@@ -262,8 +264,29 @@ class RunConfig:
                 else default_gamma(self.k_ratio, self.mask))
 
     def as_dict(self) -> dict[str, Any]:
-        """Plain-Python dict of every field (JSON- and checkpoint-safe)."""
-        return attrs.asdict(self)
+        """Plain-Python dict of every field (JSON- and checkpoint-safe), the channel's settings
+        flat (:meth:`.ChannelConfig.flat`: ``channel`` names the kind): the form executions'
+        options and checkpoints store."""
+        out = attrs.asdict(self, filter=lambda a, _v: a.name != "channel")
+        return {**out, **self.channel.flat()}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "RunConfig":
+        """The configuration of flat fields, the form :meth:`as_dict` writes (executions'
+        options and checkpoints written before the channel became one value have it too); a
+        channel setting left out is that of the default channel, :data:`IDEAL_CHANNEL`. The
+        channel may also be given whole, as a ``ChannelConfig`` or its ``attrs.asdict``."""
+        rest = {k: v for k, v in values.items() if k != "channel" and k not in CHANNEL_PARAMS}
+        channel = values.get("channel")
+        if isinstance(channel, (ChannelConfig, dict)):
+            flat = sorted(set(values) & set(CHANNEL_PARAMS))
+            if flat:
+                raise ValidationError(f"the channel is given whole and as {', '.join(flat)}; "
+                                      f"give it one way")
+            if isinstance(channel, dict):
+                channel = ChannelConfig(**channel)
+            return cls(channel=channel, **rest)
+        return cls(channel=ChannelConfig.from_flat(values, base=IDEAL_CHANNEL), **rest)
 
 
 @attrs.frozen
@@ -415,9 +438,7 @@ class Trainer:
         # on the CPU whatever the device: the shared masks (d-element permutations, ~2 ms at
         # d = 200k) are the same draws on every device, and resume across devices keeps them
         self.train_gen = torch.Generator().manual_seed(config.train_seed)
-        self.channel = Channel(config.channel, snr_db=config.snr_db, g_th=config.g_th,
-                               dropout=config.dropout, seed=config.channel_seed,
-                               device=self.device)
+        self.channel = Channel.of(config.channel, seed=config.channel_seed, device=self.device)
         eval_rng = np.random.default_rng([config.data_seed, 1])
         n_test = dataset.n_test
         cap = config.client_eval_samples
@@ -605,17 +626,17 @@ class Trainer:
                 loss = self._local_train(trainable)
                 if self.clique_averaging is not None:
                     ca = self.clique_averaging.apply(
-                        self.x, x_prev, links, self.channel, trainable, cfg.tx_power_dbm,
-                        cfg.bandwidth_hz, getattr(self.rule, "shrinkage", True))
+                        self.x, x_prev, links, self.channel, trainable, cfg.channel.tx_power_dbm,
+                        cfg.channel.bandwidth_hz, getattr(self.rule, "shrinkage", True))
                 result = self.rule.communicate(self.x, self.links, links, self.channel,
                                                train_gen=self.train_gen, x_prev=x_prev,
                                                scratch=self._scratch,
-                                               tx_power_w=dbm_to_watt(cfg.tx_power_dbm),
-                                               bandwidth_hz=cfg.bandwidth_hz)
+                                               tx_power_w=dbm_to_watt(cfg.channel.tx_power_dbm),
+                                               bandwidth_hz=cfg.channel.bandwidth_hz)
                 if result.x is not self.x:     # the rule mixed into the scratch buffer: swap
                     self._scratch, self.x = self.x, result.x
-            cost = round_traffic(result, self.links, self.d, dbm_to_watt(cfg.tx_power_dbm),
-                                 cfg.bandwidth_hz, self.channel.snr)
+            cost = round_traffic(result, self.links, self.d, dbm_to_watt(cfg.channel.tx_power_dbm),
+                                 cfg.channel.bandwidth_hz, self.channel.snr)
             if ca is not None:
                 cost = Traffic(cost.channel_uses + ca.channel_uses, cost.slots + ca.slots,
                                cost.energy_j + ca.energy_j, cost.bits + ca.bits)
@@ -853,7 +874,7 @@ class Trainer:
     def _decay(self, topology: Any) -> float:
         """The difference form's decay for a topology (:func:`.gossip.difference_decay` of its
         W's mixing rate; 0 for one that changes every round or a noiseless channel)."""
-        if (self.config.channel != "ota" or self.config.ota_payload != "difference"
+        if (self.config.channel.kind != "ota" or self.config.ota_payload != "difference"
                 or topology.weights is None):
             return 0.0
         from ..plans.spectra import mixing_rho

@@ -74,13 +74,10 @@ def derive_seeds(seed: int) -> dict[str, int]:
 
 def run_config(workload, plan, rounds: int, target: float | None, seeds: dict[str, int],
                target_metric: str = "accuracy", device: str = DEFAULT_DEVICE) -> RunConfig:
-    ch = plan.channel
     return RunConfig(
         model=workload.model, lr=workload.lr, momentum=workload.momentum,
         batch_size=workload.batch_size, local_steps=workload.local_steps, rounds=rounds,
-        k_ratio=plan.k_ratio, algorithm=plan.algorithm, mask=plan.mask, channel=ch.kind,
-        snr_db=ch.snr_db, g_th=ch.g_th, tx_power_dbm=ch.tx_power_dbm,
-        bandwidth_hz=ch.bandwidth_hz, dropout=ch.dropout,
+        k_ratio=plan.k_ratio, algorithm=plan.algorithm, mask=plan.mask, channel=plan.channel,
         ota_payload=getattr(workload, "ota_payload", "difference"), target_accuracy=target,
         target_metric=target_metric, device=device, transport=plan.transport, bits=plan.bits,
         matcha_budget=MATCHA_BUDGET, **seeds)
@@ -571,13 +568,13 @@ def resume(catalog: Catalog, exec_id: int, *, quiet: bool = False,
             # written for this execution before the catalog was copied: the same run
             load_owner["catalog_id"] = saved
         check_owner(state, path, load_owner)
-        check_config(state, path, RunConfig(**options["run_config"]).as_dict())
+        check_config(state, path, RunConfig.from_dict(options["run_config"]).as_dict())
     from ..plans.workload import Workload
 
     w = Workload.from_params(options["dataset"], options["clients"], options["workload"])
     plan_row = catalog.query("SELECT * FROM airplan.plans WHERE plan_id = ?", [ex["plan_id"]])[0]
     spec = spec_from_plan_row(plan_row, w.clients)
-    config = RunConfig(**options["run_config"])
+    config = RunConfig.from_dict(options["run_config"])
     if device is not None:
         config = attrs.evolve(config, device=check_device(device))
     resolved = device_name(resolve_device(

@@ -10,6 +10,7 @@ import math
 from typing import Any
 
 from ..costmodels import ESTIMATORS
+from ..costmodels.interface import AccuracyBand
 
 
 def feedback_basis(result) -> dict[str, Any]:
@@ -35,9 +36,9 @@ def _lower_curve(result, estimator, curve: list[float]) -> list[float]:
     band when it has one, else the curve slowed down by e^u (u from its constants, 0.35 by
     default), the rounds interval read as a curve."""
     chosen, ctx = result.chosen, result.context
-    band = getattr(estimator, "accuracy_band_at", None)
-    if band is not None:
-        return [band(ctx, chosen.plan, chosen.stats, t)[0] for t in range(1, len(curve) + 1)]
+    if isinstance(estimator, AccuracyBand):
+        return [estimator.accuracy_band_at(ctx, chosen.plan, chosen.stats, t)[0]
+                for t in range(1, len(curve) + 1)]
     slow = math.exp(ctx.constants.get("u", 0.35))
     return [estimator.accuracy_at(ctx, chosen.plan, chosen.stats, t / slow)
             for t in range(1, len(curve) + 1)]

@@ -35,7 +35,7 @@ from ..errors import AirPlanError, ExecutionError, ValidationError
 from ..plans.families import FAMILIES
 from ..plans.topology import TopologySpec, build, describe
 
-__all__ = ["MonitorConfig", "Trigger", "Prediction", "Monitor", "Event", "Reoptimizer",
+__all__ = ["MonitorConfig", "Trigger", "PredictedCurve", "Monitor", "Event", "Reoptimizer",
            "TRIGGERS", "observed_workload", "request_to_json", "request_from_json",
            "spec_from_plan_row"]
 
@@ -104,7 +104,7 @@ def _interp(curve: Sequence[float], t: float) -> float:
 
 
 @attrs.frozen
-class Prediction:
+class PredictedCurve:
     """A plan's predicted accuracy curve and its lower band, aligned with the run's rounds.
 
     ``accuracy[i]`` / ``accuracy_lo[i]``: predicted after i + 1 rounds of the plan. The plan
@@ -120,7 +120,7 @@ class Prediction:
 
     @classmethod
     def from_basis(cls, basis: Mapping[str, Any], *, start: int = 0,
-                   observed_accuracy: float | None = None) -> "Prediction":
+                   observed_accuracy: float | None = None) -> "PredictedCurve":
         curve = tuple(float(a) for a in basis.get("accuracy_curve") or ())
         lo = tuple(float(a) for a in basis.get("accuracy_curve_lo") or curve)
         offset = 0.0
@@ -138,7 +138,7 @@ class Prediction:
 class Monitor:
     """Compares a run's rows with the plan's prediction; see the module docstring."""
 
-    def __init__(self, prediction: Prediction | None, config: MonitorConfig | None = None):
+    def __init__(self, prediction: PredictedCurve | None, config: MonitorConfig | None = None):
         self.config = config or MonitorConfig()
         self.prediction = prediction
         self.start = 0
@@ -221,7 +221,7 @@ class Monitor:
 
     # ---- state -------------------------------------------------------------------------------
 
-    def rearm(self, prediction: Prediction | None, start: int) -> None:
+    def rearm(self, prediction: PredictedCurve | None, start: int) -> None:
         """Watch a new plan that took over at run round ``start``."""
         self.prediction = prediction
         self.start = int(start)
@@ -341,6 +341,13 @@ class Event:
     observed: dict[str, Any]
 
 
+def _transport_of(config: Any) -> tuple[str, int | None]:
+    """The (transport, bits) a running configuration uses, as a request names it (over the
+    air without bits)."""
+    transport = getattr(config, "transport", "ota")
+    return (transport, getattr(config, "bits", 32) if transport == "digital" else None)
+
+
 class Reoptimizer:
     """Monitors an execution and re-plans, rewires and records on a trigger.
 
@@ -359,7 +366,7 @@ class Reoptimizer:
         self.request = request
         self.planner = planner
         self.config = config or MonitorConfig()
-        self.monitor = Monitor(Prediction.from_basis(basis) if basis else None, self.config)
+        self.monitor = Monitor(PredictedCurve.from_basis(basis) if basis else None, self.config)
         self.current = _InForce(plan_id, spec, float(k_ratio), float(mixing_p))
         self.events: list[Event] = []
 
@@ -389,7 +396,7 @@ class Reoptimizer:
             new_plan_id = cand.plan_id
             self.current = _InForce(cand.plan_id, cand.plan.topology, cand.plan.k_ratio,
                                     cand.stats.spectra.mixing_p)
-            self.monitor.rearm(Prediction.from_basis(
+            self.monitor.rearm(PredictedCurve.from_basis(
                 basis, start=trig.round, observed_accuracy=self.monitor.last_accuracy),
                 trig.round)
             note = f"rewired {_label(old.spec)} -> {_label(cand.plan.topology)}"
@@ -426,7 +433,7 @@ class Reoptimizer:
         req = attrs.evolve(
             self.request, workload=observed_workload(self.request.workload, observed),
             sparsity=ks or (cur.k_ratio,), min_mixing_p=cur.mixing_p,
-            transports=((getattr(config, "transport", "ota"), getattr(config, "bits", 32)),),
+            transports=(_transport_of(config),),
             algorithms=(getattr(config, "algorithm", "auto"),),
             # the current topology stays a candidate only where it can run with a larger k
             exclude_topologies=() if max(ks, default=0.0) > cur.k_ratio else (cur.spec,),
@@ -513,7 +520,7 @@ class Reoptimizer:
             self.current = _InForce(int(ev["new_plan_id"]), spec, float(plan_row["k_ratio"]),
                                     float(p))
             basis = bases.get(str(ev["event_id"]))
-            self.monitor.rearm(Prediction.from_basis(
+            self.monitor.rearm(PredictedCurve.from_basis(
                 basis, start=trig.round, observed_accuracy=self.monitor.last_accuracy)
                 if basis else None, trig.round)
         if self.rewired:

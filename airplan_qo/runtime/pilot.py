@@ -27,8 +27,10 @@ from typing import Any
 
 import attrs
 
-from ..costmodels.calibration import (CalibrationReport, HoldOutReport, calibrate,
-                                      leave_one_group_out, load_observations)
+from ..costmodels.calibration import calibrate
+from ..costmodels.calibration_report import CalibrationReport
+from ..costmodels.cross_validation import HoldOutReport, leave_one_group_out
+from ..costmodels.observation_loader import load_observations
 from ..errors import ExecutionError
 from ..plans.pilot import ReferencePilot, pilot_rounds
 from ..plans.sla import TARGET_METRICS

@@ -39,7 +39,7 @@ from .expressions import (
     SparsityClause,
     Statement,
     TopologyClause,
-    TopologySpec,
+    TopologyItem,
     Train,
     TransportClause,
     TransportSpec,
@@ -603,7 +603,7 @@ class AirPlanParser(DuckDBParser):
                 raise self._error(f"expected AUTO or a topology family after USING TOPOLOGY, "
                                   f"{self._found()}" if not specs else
                                   f"expected a topology family, {self._found()}")
-            spec = TopologySpec(this=name).update_positions(tok)
+            spec = TopologyItem(this=name).update_positions(tok)
             if self._curr.token_type == TokenType.L_PAREN:
                 spec.set("expressions", self._settings(f"topology {name.this}", True))
             specs.append(spec)

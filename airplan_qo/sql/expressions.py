@@ -53,8 +53,10 @@ class WithClause(AirPlanNode):
     arg_types = {"expressions": True}
 
 
-class TopologySpec(AirPlanNode):
-    """One topology family with optional parameters, e.g. ``small_world(k=6)``."""
+class TopologyItem(AirPlanNode):
+    """One item of ``USING TOPOLOGY``: a topology family with optional parameters, e.g.
+    ``small_world(k=6)``; the binder turns it into a plan value,
+    :class:`~airplan_qo.plans.topology.TopologySpec`."""
 
     arg_types = {"this": True, "expressions": False}
 

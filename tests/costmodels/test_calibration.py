@@ -9,16 +9,12 @@ import pytest
 
 from airplan_qo.catalog.store import Catalog
 from airplan_qo.errors import ValidationError
-from airplan_qo.costmodels.calibration import (
-    Observation,
-    calibrate,
-    current_constants,
-    evaluate,
-    fit_dsgd,
-    fit_paper,
-    leave_one_group_out,
-    load_observations,
-)
+from airplan_qo.costmodels.calibration import calibrate, current_constants, evaluate
+from airplan_qo.costmodels.cross_validation import leave_one_group_out
+from airplan_qo.costmodels.dsgd_fit import fit_dsgd
+from airplan_qo.costmodels.observation_loader import load_observations
+from airplan_qo.costmodels.observations import Observation
+from airplan_qo.costmodels.paper_fit import fit_paper
 from airplan_qo.costmodels import ESTIMATORS, resolve_constants
 
 PRIORS = dict(ESTIMATORS.get("dsgd").priors)
@@ -386,7 +382,7 @@ def test_leave_one_family_out():
 
 
 def test_softplus_is_a_smooth_overflow_free_max():
-    from airplan_qo.costmodels.calibration import _softplus
+    from airplan_qo.costmodels.dsgd_fit import _softplus
 
     x = np.array([-1e4, -30.0, -1.0, 0.0, 1.0, 30.0, 1e4])
     scale = np.array(2.0)
@@ -414,7 +410,7 @@ def test_dsgd_jacobian_matches_finite_differences():
     """The closed-form Jacobian of the dsgd fit's residuals (curves, rounds-only runs with a
     violated and a satisfied censored bound, a floor above e0, the prior) against central
     differences at a few points."""
-    from airplan_qo.costmodels.calibration import _DSGDProblem
+    from airplan_qo.costmodels.dsgd_fit import _DSGDProblem
 
     obs = synthetic(12, budget=60) + _rounds_only()
     obs.append(Observation("dsgd", "ring", 0.25, 40, True, p=0.1, p_eff=0.1, zeta2=0.2,
@@ -433,7 +429,7 @@ def test_dsgd_jacobian_matches_finite_differences():
 def test_dsgd_jacobian_with_beta_k_matches_finite_differences():
     """With beta_k fitted (runs at several k, some with link losses and one without p, whose
     p_eff stays put) the closed form moves p_eff = p k^beta_k q too."""
-    from airplan_qo.costmodels.calibration import _DSGDProblem
+    from airplan_qo.costmodels.dsgd_fit import _DSGDProblem
 
     obs = []
     for i, o in enumerate(synthetic(12, budget=60) + _rounds_only()):

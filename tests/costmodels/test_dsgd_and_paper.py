@@ -8,7 +8,8 @@ from airplan_qo.costmodels import ESTIMATORS, EstimationContext
 from airplan_qo.costmodels.dsgd import DSGDEstimator
 from airplan_qo.costmodels.features import channel_noise, heterogeneity
 from airplan_qo.costmodels.paper import PaperEstimator
-from airplan_qo.plans.plan import ChannelConfig, PhysicalPlan, round_cost
+from airplan_qo.plans.channel_config import ChannelConfig
+from airplan_qo.plans.plan import PhysicalPlan, round_cost
 from airplan_qo.plans.spectra import SpectralStats
 from airplan_qo.plans.topology import TopologySpec, TopologyStats, describe
 

@@ -9,8 +9,10 @@ import pytest
 
 import airplan_qo as aq
 from airplan_qo.costmodels import ESTIMATORS, EstimationContext, recorded_range
-from airplan_qo.costmodels.calibration import Observation, load_observations, observed_range
-from airplan_qo.plans.plan import ChannelConfig, PhysicalPlan
+from airplan_qo.costmodels.observation_loader import load_observations
+from airplan_qo.costmodels.observations import Observation, observed_range
+from airplan_qo.plans.channel_config import ChannelConfig
+from airplan_qo.plans.plan import PhysicalPlan
 from airplan_qo.plans.spectra import SpectralStats
 from airplan_qo.plans.topology import TopologySpec, TopologyStats
 

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from airplan_qo.costmodels.time_to_target import (Candidate, choose, expected_rounds,
+from airplan_qo.costmodels.time_to_target import (ChooserPlan, choose, expected_rounds,
                                                   fit_target_shift, fit_tobit,
                                                   meets_probability, plan_features,
                                                   target_shift)
@@ -59,9 +59,9 @@ def test_probability_and_expected_rounds():
 
 
 def test_choose_is_the_cheapest_likely_plan():
-    cands = [Candidate("cheap but slow", math.log(38), 10.0),
-             Candidate("middle", math.log(15), 30.0),
-             Candidate("dear and fast", math.log(5), 200.0)]
+    cands = [ChooserPlan("cheap but slow", math.log(38), 10.0),
+             ChooserPlan("middle", math.log(15), 30.0),
+             ChooserPlan("dear and fast", math.log(5), 200.0)]
     c, p, ok = choose(cands, 0.3, 40, 0.9)
     assert c.label == "middle" and ok and p > 0.9
     c, p, ok = choose(cands, 0.3, 40, 0.99999999)

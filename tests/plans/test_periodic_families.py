@@ -14,7 +14,8 @@ from airplan_qo.errors import PlanningError, ValidationError
 from airplan_qo.plans.graphs import directed_links
 from airplan_qo.plans.mixing import PRESCRIBED
 from airplan_qo.plans.periodic import Round, base_k_rounds, check_exact
-from airplan_qo.plans.plan import ChannelConfig, PhysicalPlan, round_cost
+from airplan_qo.plans.channel_config import ChannelConfig
+from airplan_qo.plans.plan import PhysicalPlan, round_cost
 from airplan_qo.plans.schedule import directed_conflicts, square_adjacency
 from airplan_qo.plans.topology import TopologySpec, build, describe
 

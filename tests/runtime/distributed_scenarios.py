@@ -76,7 +76,7 @@ def callback(name: str, trainer, checkpoint: Path | None):
 def inputs(name: str, **changes):
     """(config, dataset, partition, topology) of a scenario; ``changes`` edit the config."""
     family, n, fields = SCENARIOS[name]
-    config = RunConfig(**{**_BASE, **fields, **changes})
+    config = RunConfig.from_dict({**_BASE, **fields, **changes})
     dataset = load("digits", seed=0)
     part = partition("dirichlet", dataset.y_train, n, seed=0, alpha=0.5)
     return config, dataset, part, build(TopologySpec.create(family, n))

@@ -23,7 +23,7 @@ def measured():
         db.analyze(w)
         result = db.plan(w, topologies=FAMILIES, sparsity=[0.1, 0.3, 1.0],
                          weights=["metropolis_hastings"], fallback="complete",
-                         transports=["ota"])
+                         transports=["ota"], algorithms=["auto"])
         for cand in result.candidates:
             report = db.execute(attrs.evolve(result, chosen=cand), stop_at_target=False,
                                 reoptimize=False)
@@ -72,7 +72,8 @@ def test_channel_noise_term_matches_the_runtime_noise_energy(family, params, k_r
     import torch
 
     from airplan_qo.costmodels.features import channel_noise
-    from airplan_qo.plans.plan import ChannelConfig, PhysicalPlan
+    from airplan_qo.plans.channel_config import ChannelConfig
+    from airplan_qo.plans.plan import PhysicalPlan
     from airplan_qo.plans.topology import TopologySpec, build, describe
     from airplan_qo.runtime.channel import Channel
     from airplan_qo.runtime.compression import common_mask

@@ -151,7 +151,7 @@ def test_traffic_by_hand():
 
 
 def _one_round(digits, partition, topology, **kw):
-    cfg = RunConfig(model="logistic", rounds=1, batch_size=8, **kw)
+    cfg = RunConfig.from_dict(dict(model="logistic", rounds=1, batch_size=8, **kw))
     return Trainer(cfg, digits, partition, topology).step()
 
 
@@ -163,7 +163,8 @@ def test_round_accounting_common_mask(digits, digits_iid, ring10):
     assert row["slots"] == slots
     assert row["channel_uses"] == slots * math.ceil(k / 2)
     assert row["bits"] == 20 * 32 * k                  # 20 directed links, no index bits
-    assert row["energy_j"] == pytest.approx(dbm_to_watt(20) / 1e6 * 20 * math.ceil(k / 2))
+    power = dbm_to_watt(23)                             # the default channel's 23 dBm
+    assert row["energy_j"] == pytest.approx(power / 1e6 * 20 * math.ceil(k / 2))
     full = _one_round(digits, digits_iid, ring10)
     assert full["channel_uses"] == slots * math.ceil(d / 2)
     assert full["bits"] == 20 * 32 * d

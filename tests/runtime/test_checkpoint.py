@@ -7,7 +7,7 @@ import threading
 import pytest
 import torch
 
-from airplan_qo.errors import ExecutionError
+from airplan_qo.errors import ExecutionError, ValidationError
 from airplan_qo.plans.topology import TopologySpec, build
 from airplan_qo.runtime.engine import RunConfig, Trainer
 
@@ -35,7 +35,8 @@ CASES = [
 @pytest.mark.parametrize("kw", CASES)
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_resume_equals_an_uninterrupted_run(tmp_path, digits, digits_skewed, ring10, kw):
-    cfg = RunConfig(model="mlp", rounds=10, **{"local_steps": 2, "eval_every": 3, **kw})
+    cfg = RunConfig.from_dict({"model": "mlp", "rounds": 10, "local_steps": 2, "eval_every": 3,
+                               **kw})
     full_trainer = Trainer(cfg, digits, digits_skewed, ring10)
     full = full_trainer.run()
 
@@ -57,8 +58,8 @@ def test_resume_equals_an_uninterrupted_run(tmp_path, digits, digits_skewed, rin
 
 
 def test_checkpoint_loads_with_weights_only(tmp_path, digits, digits_iid, ring10):
-    trainer = Trainer(RunConfig(model="logistic", rounds=3, k_ratio=0.1, channel="ota"),
-                      digits, digits_iid, ring10)
+    cfg = RunConfig.from_dict(dict(model="logistic", rounds=3, k_ratio=0.1, channel="ota"))
+    trainer = Trainer(cfg, digits, digits_iid, ring10)
     trainer.step()
     trainer.save(tmp_path / "c.pt")
     state = torch.load(tmp_path / "c.pt", weights_only=True)
@@ -68,7 +69,7 @@ def test_checkpoint_loads_with_weights_only(tmp_path, digits, digits_iid, ring10
 
 
 def test_interrupt_from_callback_aborts_with_a_checkpoint(tmp_path, digits, digits_iid, ring10):
-    cfg = RunConfig(model="mlp", rounds=8, k_ratio=0.2, channel="ota")
+    cfg = RunConfig.from_dict(dict(model="mlp", rounds=8, k_ratio=0.2, channel="ota"))
     full = Trainer(cfg, digits, digits_iid, ring10).run()
 
     def callback(row):
@@ -150,7 +151,7 @@ def test_rewired_run_resumes_on_the_rewired_topology(tmp_path, digits, digits_ii
 @pytest.mark.parametrize("k_from,k_to,algorithm", [(0.1, 0.3, "choco"), (0.1, 1.0, "dsgd")])
 def test_raising_k_mid_run_and_resuming_after_it(tmp_path, digits, digits_iid, ring10, k_from,
                                                  k_to, algorithm):
-    cfg = RunConfig(model="logistic", rounds=8, k_ratio=k_from, channel="ota")
+    cfg = RunConfig.from_dict(dict(model="logistic", rounds=8, k_ratio=k_from, channel="ota"))
     full = Trainer(cfg, digits, digits_iid, ring10)
     rows = [full.step() for _ in range(3)]
     full.rewire(ring10, k_ratio=k_to)
@@ -171,3 +172,52 @@ def test_raising_k_mid_run_and_resuming_after_it(tmp_path, digits, digits_iid, r
     resumed.load(tmp_path / "c.pt")
     rest = [resumed.step() for _ in range(4)]
     assert _strip(rest) == _strip(rows[4:])
+
+
+#: A run configuration as executions' options and checkpoints stored it before the channel's
+#: settings became one value (the same flat form :meth:`RunConfig.as_dict` writes now).
+FLAT_RUN_CONFIG = {
+    "model": "logistic", "lr": 0.05, "momentum": 0.9, "batch_size": 32, "local_steps": 1,
+    "rounds": 6, "k_ratio": 0.1, "algorithm": "auto", "mask": "common_randk",
+    "error_feedback": False, "gamma": None, "channel": "ota", "ota_payload": "difference",
+    "snr_db": 5.0, "g_th": 0.2, "tx_power_dbm": 23.0, "bandwidth_hz": 1e6, "dropout": 0.1,
+    "data_seed": 1, "train_seed": 2, "channel_seed": 3, "target_accuracy": None,
+    "target_metric": "accuracy", "eval_every": 1, "threads": 1, "strategy": "auto",
+    "weight_decay": 0.0, "client_eval_samples": 2000, "divergence_factor": 1e3, "device": "cpu",
+}
+
+
+def test_a_flat_run_config_resumes(tmp_path, digits, digits_iid, ring10):
+    from airplan_qo.plans.channel_config import ChannelConfig
+
+    cfg = RunConfig.from_dict(FLAT_RUN_CONFIG)
+    assert cfg.channel == ChannelConfig(kind="ota", snr_db=5.0, g_th=0.2, dropout=0.1)
+    # the fields added since (transport, bits, ...) take their defaults
+    assert cfg.as_dict() == {**FLAT_RUN_CONFIG, "transport": "ota", "bits": 32,
+                             "prox_mu": None, "matcha_budget": 0.5}
+    first = Trainer(cfg, digits, digits_iid, ring10)
+    for _ in range(3):
+        first.step()
+    first.save(tmp_path / "c.pt")
+    state = torch.load(tmp_path / "c.pt", weights_only=True)
+    state["config"] = dict(FLAT_RUN_CONFIG)            # as the earlier code wrote it
+    torch.save(state, tmp_path / "old.pt")
+    resumed = Trainer(RunConfig.from_dict(FLAT_RUN_CONFIG), digits, digits_iid, ring10)
+    resumed.load(tmp_path / "old.pt")
+    assert resumed.round == 3
+    full_trainer = Trainer(cfg, digits, digits_iid, ring10)
+    full = full_trainer.run()
+    assert _strip(resumed.run().history) == _strip(full.history)
+    assert torch.equal(resumed.x, full_trainer.x)
+
+
+def test_a_run_config_wants_a_channel_value():
+    import attrs
+
+    with pytest.raises(ValidationError, match="channel must be a ChannelConfig"):
+        RunConfig(channel="ota")
+    cfg = RunConfig.from_dict(FLAT_RUN_CONFIG)
+    assert RunConfig.from_dict(attrs.asdict(cfg)) == cfg
+    assert RunConfig.from_dict({**attrs.asdict(cfg), "channel": cfg.channel}) == cfg
+    with pytest.raises(ValidationError, match="given whole and as dropout, snr_db"):
+        RunConfig.from_dict({"channel": cfg.channel, "snr_db": 3.0, "dropout": 0.1})

@@ -246,8 +246,8 @@ def _digits_ring(n=10):
 def test_device_cpu_is_bit_identical_to_the_default(digits, digits_skewed, ring10, kw):
     runs = []
     for device in (None, "cpu", *(("auto",) if not CUDA else ())):
-        cfg = RunConfig(model="mlp", rounds=6, local_steps=2, eval_every=2, **kw,
-                        **({"device": device} if device else {}))
+        cfg = RunConfig.from_dict(dict(model="mlp", rounds=6, local_steps=2, eval_every=2, **kw,
+                                       **({"device": device} if device else {})))
         trainer = Trainer(cfg, digits, digits_skewed, ring10)
         result = trainer.run()
         assert trainer.device == torch.device("cpu") and result.device == "cpu"
@@ -264,8 +264,8 @@ def test_clique_averaging_on_cpu_is_unchanged_by_the_option(digits):
     part = partition("dirichlet", digits.y_train, 8, seed=0, alpha=0.1)
     out = []
     for extra in ({}, {"device": "cpu"}):
-        trainer = Trainer(RunConfig(rounds=4, channel="ota", dropout=0.1, **extra), digits,
-                          part, topo)
+        cfg = RunConfig.from_dict(dict(rounds=4, channel="ota", dropout=0.1, **extra))
+        trainer = Trainer(cfg, digits, part, topo)
         out.append((_strip(trainer.run().history), trainer.x))
     assert out[0][0] == out[1][0] and torch.equal(out[0][1], out[1][1])
 
@@ -292,7 +292,7 @@ def test_a_run_mixing_with_torch_sparse_matches_scipy(digits, monkeypatch):
 
     part = partition("iid", digits.y_train, 60, seed=0)
     topo = build(TopologySpec.create("ring", 60))
-    cfg = RunConfig(rounds=5, channel="ota", dropout=0.1, k_ratio=0.2)
+    cfg = RunConfig.from_dict(dict(rounds=5, channel="ota", dropout=0.1, k_ratio=0.2))
     scipy_run = Trainer(cfg, digits, part, topo)
     assert not scipy_run.links.operator(np.ones(scipy_run.links.recv.size, bool)).dense
     reference = scipy_run.run()
@@ -323,7 +323,7 @@ def _saved_as_if_on_cuda():
 
 def test_a_checkpoint_written_on_a_gpu_resumes_on_the_cpu(tmp_path, digits, digits_skewed,
                                                           ring10):
-    cfg = RunConfig(rounds=8, k_ratio=0.1, channel="ota", dropout=0.1, eval_every=2)
+    cfg = RunConfig.from_dict(dict(rounds=8, k_ratio=0.1, channel="ota", dropout=0.1, eval_every=2))
     full_trainer = Trainer(cfg, digits, digits_skewed, ring10)
     full = full_trainer.run()
     first = Trainer(cfg, digits, digits_skewed, ring10)
@@ -337,8 +337,8 @@ def test_a_checkpoint_written_on_a_gpu_resumes_on_the_cpu(tmp_path, digits, digi
             torch.load(path, weights_only=True)
     state = read(path)                                 # map_location: onto the CPU
     assert state["x"].device.type == "cpu" and state["round"] == 3
-    resumed = Trainer(RunConfig(**{**cfg.as_dict(), "device": "cpu"}), digits, digits_skewed,
-                      ring10)
+    resumed = Trainer(RunConfig.from_dict({**cfg.as_dict(), "device": "cpu"}), digits,
+                      digits_skewed, ring10)
     resumed.load(path)
     result = resumed.run()
     assert _strip(result.history) == _strip(full.history)
@@ -374,7 +374,7 @@ def test_an_auto_run_resumes_with_the_strategy_that_wrote_its_checkpoint(tmp_pat
     first.step()
     resumed.step()
     assert torch.equal(resumed.x, first.x)
-    explicit = Trainer(RunConfig(**{**cfg.as_dict(), "strategy": "batched"}), digits,
+    explicit = Trainer(RunConfig.from_dict({**cfg.as_dict(), "strategy": "batched"}), digits,
                        digits_skewed, ring10)
     with pytest.raises(ExecutionError, match="strategy"):
         explicit.load(path)
@@ -384,14 +384,14 @@ def test_a_checkpoint_resumes_with_another_device_setting(tmp_path, digits, digi
                                                           ring10):
     """Save with the default device, load into a trainer configured with an explicit device
     (cuda:0 where there is one): the device is not part of what must match."""
-    cfg = RunConfig(rounds=6, k_ratio=0.1, channel="ota")
+    cfg = RunConfig.from_dict(dict(rounds=6, k_ratio=0.1, channel="ota"))
     full_trainer = Trainer(cfg, digits, digits_skewed, ring10)
     full = full_trainer.run()
     first = Trainer(cfg, digits, digits_skewed, ring10)
     for _ in range(2):
         first.step()
     first.save(tmp_path / "c.pt")
-    other = RunConfig(**{**cfg.as_dict(), "device": "cuda:0" if CUDA else "cpu"})
+    other = RunConfig.from_dict({**cfg.as_dict(), "device": "cuda:0" if CUDA else "cpu"})
     resumed = Trainer(other, digits, digits_skewed, ring10)
     resumed.load(tmp_path / "c.pt")
     assert resumed.x.device == resumed.device and resumed.rule.xhat.device == resumed.device
@@ -433,7 +433,7 @@ GPU_VS_CPU_ACC_TOL = 0.05
 
 
 def _run(device, digits, part, topo, **kw):
-    cfg = RunConfig(rounds=15, local_steps=2, eval_every=3, device=device, **kw)
+    cfg = RunConfig.from_dict(dict(rounds=15, local_steps=2, eval_every=3, device=device, **kw))
     trainer = Trainer(cfg, digits, part, topo)
     return trainer, trainer.run()
 
@@ -497,20 +497,21 @@ def test_gpu_sparse_mixing_and_clique_averaging(digits):
 def test_gpu_checkpoint_resumes_on_the_cpu_and_back(tmp_path, digits, digits_skewed, ring10,
                                                     channel):
     kw = dict(rounds=10, k_ratio=0.1, channel=channel, dropout=0.1, eval_every=2)
-    gpu_full = Trainer(RunConfig(device="cuda", **kw), digits, digits_skewed, ring10).run()
-    first = Trainer(RunConfig(device="cuda", **kw), digits, digits_skewed, ring10)
+    gpu_full = Trainer(RunConfig.from_dict(dict(device="cuda", **kw)), digits, digits_skewed,
+                       ring10).run()
+    first = Trainer(RunConfig.from_dict(dict(device="cuda", **kw)), digits, digits_skewed, ring10)
     for _ in range(4):
         first.step()
     first.save(tmp_path / "gpu.pt")
     assert read(tmp_path / "gpu.pt")["device"] == "cuda:0"
-    on_cpu = Trainer(RunConfig(device="cpu", **kw), digits, digits_skewed, ring10)
+    on_cpu = Trainer(RunConfig.from_dict(dict(device="cpu", **kw)), digits, digits_skewed, ring10)
     on_cpu.load(tmp_path / "gpu.pt")
     assert on_cpu.x.device.type == "cpu" and on_cpu.round == 4
     assert torch.equal(on_cpu.x, first.x.cpu())
     for _ in range(3):
         on_cpu.step()
     on_cpu.save(tmp_path / "cpu.pt")
-    back = Trainer(RunConfig(device="cuda", **kw), digits, digits_skewed, ring10)
+    back = Trainer(RunConfig.from_dict(dict(device="cuda", **kw)), digits, digits_skewed, ring10)
     back.load(tmp_path / "cpu.pt")
     assert back.x.device.type == "cuda" and torch.equal(back.x.cpu(), on_cpu.x)
     result = back.run()

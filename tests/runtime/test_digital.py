@@ -25,10 +25,10 @@ def _stats(history):
 @pytest.mark.parametrize("kw", [dict(), dict(dropout=0.2)])
 def test_exact_digital_on_the_ideal_channel_is_ideal_dsgd_bit_for_bit(digits, digits_skewed,
                                                                      ring10, kw):
-    base = RunConfig(model="mlp", rounds=6, local_steps=2, eval_every=2, data_seed=3,
-                     train_seed=4, channel_seed=5, **kw)
+    base = RunConfig.from_dict(dict(model="mlp", rounds=6, local_steps=2, eval_every=2, data_seed=3,
+                     train_seed=4, channel_seed=5, **kw))
     dsgd = Trainer(base, digits, digits_skewed, ring10)
-    digital = Trainer(RunConfig(**{**base.as_dict(), "transport": "digital", "bits": 32}),
+    digital = Trainer(RunConfig.from_dict(dict(**{**base.as_dict(), "transport": "digital", "bits": 32})),
                       digits, digits_skewed, ring10)
     a, b = dsgd.run(), digital.run()
     assert _stats(a.history) == _stats(b.history)
@@ -123,8 +123,8 @@ def test_digital_traffic_hand_count():
 
 
 def test_digital_run_counts_b_bits_per_coordinate(digits, digits_iid, ring10):
-    cfg = RunConfig(model="mlp", rounds=3, transport="digital", bits=8, channel="ota", g_th=0.5,
-                    channel_seed=1)
+    cfg = RunConfig.from_dict(dict(model="mlp", rounds=3, transport="digital", bits=8, channel="ota", g_th=0.5,
+                    channel_seed=1))
     t = Trainer(cfg, digits, digits_iid, ring10)
     res = t.run()
     assert res.status == "succeeded"
@@ -138,10 +138,10 @@ def test_digital_run_counts_b_bits_per_coordinate(digits, digits_iid, ring10):
 
 def test_digital_config_validation():
     with pytest.raises(ValidationError, match="bits"):
-        RunConfig(transport="digital", bits=0)
+        RunConfig.from_dict(dict(transport="digital", bits=0))
     with pytest.raises(ValidationError, match="bits"):
-        RunConfig(transport="digital", bits=33)
+        RunConfig.from_dict(dict(transport="digital", bits=33))
     with pytest.raises(ValidationError, match="over the air only"):
-        RunConfig(transport="digital", k_ratio=0.1)
+        RunConfig.from_dict(dict(transport="digital", k_ratio=0.1))
     with pytest.raises(ValidationError, match="transport"):
-        RunConfig(transport="carrier_pigeon")
+        RunConfig.from_dict(dict(transport="carrier_pigeon"))

@@ -69,7 +69,7 @@ def test_diverging_models_fail_and_noisy_runs_with_a_large_step_do_not(digits, d
     assert blown.reason.startswith("training loss exploded to 32.06 at round 3 (13.9 x the "
                                    "initial loss 2.312) and accuracy has stayed at chance")
     for kw in (dict(k_ratio=1.0), dict(k_ratio=0.3), dict(k_ratio=0.05)):
-        cfg = RunConfig(model="mlp", lr=0.5, local_steps=5, rounds=60, channel="ota",
-                        snr_db=0.0, dropout=0.1, eval_every=5, **kw)
+        cfg = RunConfig.from_dict(dict(model="mlp", lr=0.5, local_steps=5, rounds=60, channel="ota",
+                                       snr_db=0.0, dropout=0.1, eval_every=5, **kw))
         result = Trainer(cfg, digits, digits_skewed, ring10).run()
         assert result.status == "succeeded", (kw, result.reason)

@@ -63,7 +63,7 @@ def test_dsgd_matches_an_independent_numpy_reference(digits, digits_skewed, ring
 def _run(digits, partition, topology, **kw):
     base = dict(model="mlp", rounds=25, lr=0.05, local_steps=5, eval_every=5)
     base.update(kw)
-    return Trainer(RunConfig(**base), digits, partition, topology).run()
+    return Trainer(RunConfig.from_dict(base), digits, partition, topology).run()
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(channel="ota", snr_db=10.0),
@@ -95,8 +95,8 @@ def test_evaluation_only_every_eval_every_rounds(digits, digits_iid, ring10):
 
 
 def test_paper_literal_runs_and_is_flagged(digits, digits_iid, ring10):
-    cfg = RunConfig(model="mlp", rounds=5, algorithm="paper_literal", k_ratio=0.1,
-                    error_feedback=True, channel="ota")
+    cfg = RunConfig.from_dict(dict(model="mlp", rounds=5, algorithm="paper_literal", k_ratio=0.1,
+                                   error_feedback=True, channel="ota"))
     with pytest.warns(RuntimeWarning, match="does not|instead of averaging"):
         trainer = Trainer(cfg, digits, digits_iid, ring10)
     result = trainer.run()
@@ -148,7 +148,7 @@ def test_callback_can_stop(digits, digits_iid, ring10):
 
 def test_rewire_keeps_the_average_model(digits, digits_skewed, ring10, complete10):
     for kw in (dict(), dict(k_ratio=0.2)):
-        cfg = RunConfig(model="mlp", rounds=8, local_steps=2, **kw)
+        cfg = RunConfig.from_dict(dict(model="mlp", rounds=8, local_steps=2, **kw))
         trainer = Trainer(cfg, digits, digits_skewed, ring10)
         for _ in range(4):
             trainer.step()
@@ -191,7 +191,7 @@ def test_clients_without_data_do_not_train(digits, ring10):
 
 
 def test_offline_round_has_no_loss(digits, digits_iid, ring10):
-    cfg = RunConfig(model="logistic", rounds=30, dropout=0.9, channel_seed=1)
+    cfg = RunConfig.from_dict(dict(model="logistic", rounds=30, dropout=0.9, channel_seed=1))
     result = Trainer(cfg, digits, digits_iid, ring10).run()
     assert result.status == "succeeded"
     assert any(h["train_loss"] is None for h in result.history)
@@ -204,7 +204,7 @@ def test_config_validation():
     with pytest.raises(ValidationError, match="error_feedback applies to 'paper_literal'"):
         RunConfig(k_ratio=0.1, error_feedback=True)
     with pytest.raises(ValidationError, match="channel must be one of"):
-        RunConfig(channel="awgn")
+        RunConfig.from_dict(dict(channel="awgn"))
     with pytest.raises(ValidationError, match="lr must be"):
         RunConfig(lr=0.0)
     with pytest.raises(ValidationError, match="k_ratio"):
@@ -227,9 +227,9 @@ def test_trainer_checks_its_inputs(digits, digits_iid):
 
 def test_seeds_are_independent_streams(digits, digits_iid, ring10):
     base = dict(model="logistic", rounds=3, channel="ota")
-    a = Trainer(RunConfig(**base), digits, digits_iid, ring10).run()
-    b = Trainer(RunConfig(**base, channel_seed=5), digits, digits_iid, ring10).run()
-    c = Trainer(RunConfig(**base), digits, digits_iid, ring10).run()
+    a = Trainer(RunConfig.from_dict(base), digits, digits_iid, ring10).run()
+    b = Trainer(RunConfig.from_dict(dict(**base, channel_seed=5)), digits, digits_iid, ring10).run()
+    c = Trainer(RunConfig.from_dict(base), digits, digits_iid, ring10).run()
     strip = [{k: v for k, v in h.items() if k != "wall_time_s"} for h in a.history]
     assert strip == [{k: v for k, v in h.items() if k != "wall_time_s"} for h in c.history]
     assert [h["link_drop_rate"] for h in a.history] != [h["link_drop_rate"] for h in b.history]

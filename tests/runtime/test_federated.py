@@ -29,8 +29,8 @@ def complete():
 def test_fedavg_with_one_local_step_is_dsgd_on_the_complete_graph(digits, equal, complete):
     base = dict(model="mlp", rounds=8, local_steps=1, eval_every=4, data_seed=1, train_seed=2,
                 channel_seed=3)
-    dsgd = Trainer(RunConfig(**base), digits, equal, complete)
-    fed = Trainer(RunConfig(algorithm="fedavg", **base), digits, equal, complete)
+    dsgd = Trainer(RunConfig.from_dict(base), digits, equal, complete)
+    fed = Trainer(RunConfig.from_dict(dict(algorithm="fedavg", **base)), digits, equal, complete)
     assert dsgd.links.complete_uniform
     a, b = dsgd.run(), fed.run()
     assert float((dsgd.x - fed.x).abs().max()) <= 1e-6
@@ -41,8 +41,8 @@ def test_fedavg_with_one_local_step_is_dsgd_on_the_complete_graph(digits, equal,
 
 def test_fedprox_with_mu_zero_is_fedavg(digits, digits_skewed, complete):
     base = dict(model="mlp", rounds=5, local_steps=3, dropout=0.2, channel="ota", g_th=0.5)
-    fa = Trainer(RunConfig(algorithm="fedavg", **base), digits, digits_skewed, complete)
-    fp = Trainer(RunConfig(algorithm="fedprox", prox_mu=0.0, **base), digits, digits_skewed,
+    fa = Trainer(RunConfig.from_dict(dict(algorithm="fedavg", **base)), digits, digits_skewed, complete)
+    fp = Trainer(RunConfig.from_dict(dict(algorithm="fedprox", prox_mu=0.0, **base)), digits, digits_skewed,
                  complete)
     ra, rb = fa.run(), fp.run()
     assert torch.equal(fa.x, fp.x)
@@ -52,10 +52,10 @@ def test_fedprox_with_mu_zero_is_fedavg(digits, digits_skewed, complete):
 def test_fedavg_weights_by_sample_count_and_prox_pulls_toward_the_global_model(
         digits, digits_skewed, complete):
     base = dict(model="mlp", rounds=1, local_steps=5, lr=0.1, momentum=0.0)
-    start = Trainer(RunConfig(algorithm="fedavg", **base), digits, digits_skewed, complete)
+    start = Trainer(RunConfig.from_dict(dict(algorithm="fedavg", **base)), digits, digits_skewed, complete)
     x0 = start.x[0].clone()
     # local models after 5 steps, without the server: the same run's local training
-    local = Trainer(RunConfig(algorithm="fedavg", **base), digits, digits_skewed, complete)
+    local = Trainer(RunConfig.from_dict(dict(algorithm="fedavg", **base)), digits, digits_skewed, complete)
     local._anchor = None
     local._local_train(np.ones(10, dtype=bool))
     sizes = torch.tensor(start.sizes, dtype=torch.float64)
@@ -63,7 +63,7 @@ def test_fedavg_weights_by_sample_count_and_prox_pulls_toward_the_global_model(
     start.step()
     assert torch.allclose(start.x[0], want, atol=1e-5)
     # FedProx with a large mu stays closer to x^t than FedAvg
-    prox = Trainer(RunConfig(algorithm="fedprox", prox_mu=5.0, **base), digits, digits_skewed,
+    prox = Trainer(RunConfig.from_dict(dict(algorithm="fedprox", prox_mu=5.0, **base)), digits, digits_skewed,
                    complete)
     prox.step()
     assert float((prox.x[0] - x0).norm()) < 0.8 * float((start.x[0] - x0).norm())
@@ -72,11 +72,11 @@ def test_fedavg_weights_by_sample_count_and_prox_pulls_toward_the_global_model(
 def test_fedavg_uplink_over_the_air_and_digital(digits, digits_skewed, complete):
     base = dict(model="mlp", rounds=6, local_steps=2, channel="ota", snr_db=10.0, g_th=0.3,
                 channel_seed=4)
-    ideal = Trainer(RunConfig(algorithm="fedavg", **{**base, "channel": "ideal"}), digits,
+    ideal = Trainer(RunConfig.from_dict(dict(algorithm="fedavg", **{**base, "channel": "ideal"})), digits,
                     digits_skewed, complete).run()
-    ota = Trainer(RunConfig(algorithm="fedavg", **base), digits, digits_skewed, complete)
+    ota = Trainer(RunConfig.from_dict(dict(algorithm="fedavg", **base)), digits, digits_skewed, complete)
     r_ota = ota.run()
-    dig = Trainer(RunConfig(algorithm="fedavg", transport="digital", bits=8, **base), digits,
+    dig = Trainer(RunConfig.from_dict(dict(algorithm="fedavg", transport="digital", bits=8, **base)), digits,
                   digits_skewed, complete)
     r_dig = dig.run()
     for r in (r_ota, r_dig):
@@ -96,9 +96,9 @@ def test_fedavg_uplink_over_the_air_and_digital(digits, digits_skewed, complete)
 
 def test_federated_config_validation():
     with pytest.raises(ValidationError, match="proximal"):
-        RunConfig(algorithm="fedavg", prox_mu=0.1)
+        RunConfig.from_dict(dict(algorithm="fedavg", prox_mu=0.1))
     with pytest.raises(ValidationError, match="whole models"):
-        RunConfig(algorithm="fedprox", k_ratio=0.5)
+        RunConfig.from_dict(dict(algorithm="fedprox", k_ratio=0.5))
 
 
 def test_ota_uplink_adds_the_channels_noise_to_the_weighted_sum():

@@ -168,8 +168,9 @@ def test_noisy_gossip_is_stable_over_long_runs(digits, k_ratio):
 
     part = partition("dirichlet", digits.y_train, 20, seed=0, alpha=0.5)
     ring = build(TopologySpec.create("ring", 20))
-    cfg = RunConfig(model="mlp", rounds=300, k_ratio=k_ratio, channel="ota", snr_db=0.0,
-                    local_steps=5, lr=0.05, eval_every=10, client_eval_samples=400)
+    cfg = RunConfig.from_dict(dict(model="mlp", rounds=300, k_ratio=k_ratio, channel="ota",
+                                   snr_db=0.0, local_steps=5, lr=0.05, eval_every=10,
+                                   client_eval_samples=400))
     hist = {r["round"]: r for r in Trainer(cfg, digits, part, ring).run().history}
     at40, at300 = hist[40], hist[300]
     assert at300["test_accuracy"] >= at40["test_accuracy"] - 0.02
@@ -241,7 +242,7 @@ def test_difference_form_at_0_db_stays_near_the_ideal_channel(digits):
     topo = build(TopologySpec.create("complete", 20))
 
     def acc(**kw):
-        cfg = RunConfig(model="mlp", rounds=30, local_steps=5, snr_db=0.0, **kw)
+        cfg = RunConfig.from_dict(dict(model="mlp", rounds=30, local_steps=5, snr_db=0.0, **kw))
         return Trainer(cfg, digits, part, topo).run().client_acc_mean
 
     ideal = acc(channel="ideal")

@@ -71,13 +71,13 @@ def test_gradient_tracking_with_momentum_and_quantised_gossip_keeps_the_invarian
 @pytest.mark.parametrize("kw", [dict(), dict(transport="digital", bits=8, channel="ota",
                                              dropout=0.1, g_th=0.3)])
 def test_gradient_tracking_trains_digits(digits, digits_skewed, ring10, kw):
-    cfg = RunConfig(model="mlp", rounds=25, algorithm="gradient_tracking", lr=0.05,
-                    eval_every=25, **kw)
+    cfg = RunConfig.from_dict(dict(model="mlp", rounds=25, algorithm="gradient_tracking", lr=0.05,
+                    eval_every=25, **kw))
     t = Trainer(cfg, digits, digits_skewed, ring10)
     res = t.run()
     assert res.status == "succeeded"
     # on label-skewed clients the tracked global gradient beats D-SGD's local one
-    dsgd = Trainer(RunConfig(**{**cfg.as_dict(), "algorithm": "dsgd"}), digits,
+    dsgd = Trainer(RunConfig.from_dict(dict(**{**cfg.as_dict(), "algorithm": "dsgd"})), digits,
                    digits_skewed, ring10).run()
     assert res.client_acc_mean > max(0.4, dsgd.client_acc_mean)
     # two vectors per round: twice the bits of D-SGD's exchange on the same links
@@ -86,7 +86,7 @@ def test_gradient_tracking_trains_digits(digits, digits_skewed, ring10, kw):
 
 def test_gradient_tracking_refusals():
     with pytest.raises(ValidationError, match="random walk"):
-        RunConfig(algorithm="gradient_tracking", channel="ota")
+        RunConfig.from_dict(dict(algorithm="gradient_tracking", channel="ota"))
     with pytest.raises(ValidationError, match="local_steps"):
-        RunConfig(algorithm="gradient_tracking", local_steps=3)
-    RunConfig(algorithm="gradient_tracking", channel="ota", transport="digital")
+        RunConfig.from_dict(dict(algorithm="gradient_tracking", local_steps=3))
+    RunConfig.from_dict(dict(algorithm="gradient_tracking", channel="ota", transport="digital"))

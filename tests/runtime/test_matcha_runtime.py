@@ -55,10 +55,10 @@ def test_a_round_mixes_over_the_active_matchings_only():
 @pytest.mark.parametrize("kw", [dict(), dict(channel="ota", snr_db=10.0),
                                 dict(transport="digital", bits=8, channel="ota")])
 def test_matcha_trains_digits(digits, digits_skewed, complete10, kw):
-    cfg = RunConfig(model="mlp", rounds=20, local_steps=2, algorithm="matcha",
-                    matcha_budget=0.5, eval_every=20, **kw)
+    cfg = RunConfig.from_dict(dict(model="mlp", rounds=20, local_steps=2, algorithm="matcha",
+                    matcha_budget=0.5, eval_every=20, **kw))
     res = Trainer(cfg, digits, digits_skewed, complete10).run()
-    full = Trainer(RunConfig(**{**cfg.as_dict(), "matcha_budget": 1.0}), digits,
+    full = Trainer(RunConfig.from_dict(dict(**{**cfg.as_dict(), "matcha_budget": 1.0})), digits,
                    digits_skewed, complete10).run()
     assert res.status == "succeeded" and res.client_acc_mean > 0.5
     # about half the links per round; quantised packets also pay the catch-up of a pair that
@@ -71,7 +71,7 @@ def test_matcha_refuses_a_periodic_topology(digits, digits_skewed):
     from airplan_qo.data import partition
     part = partition("iid", digits.y_train, 8, seed=0)
     with pytest.raises(ExecutionError, match="static graph"):
-        Trainer(RunConfig(algorithm="matcha"), digits, part, topo)
+        Trainer(RunConfig.from_dict(dict(algorithm="matcha")), digits, part, topo)
 
 
 def test_clique_averaging_is_refused_with_the_new_rules(digits):
@@ -83,9 +83,9 @@ def test_clique_averaging_is_refused_with_the_new_rules(digits):
                                      averaging="clique"))
     part = partition("dirichlet", digits.y_train, 6, seed=0, alpha=0.1)
     with pytest.raises(ExecutionError, match="Clique Averaging.*not matcha"):
-        Trainer(RunConfig(algorithm="matcha"), digits, part, topo)
+        Trainer(RunConfig.from_dict(dict(algorithm="matcha")), digits, part, topo)
     ring = build(TopologySpec.create("ring", 6))
-    t = Trainer(RunConfig(algorithm="push_sum"), digits, part, ring)
+    t = Trainer(RunConfig.from_dict(dict(algorithm="push_sum")), digits, part, ring)
     with pytest.raises(ExecutionError, match="Clique Averaging.*not push_sum"):
         t.rewire(topo)
     assert t.topology is ring

@@ -28,7 +28,7 @@ from airplan_qo.runtime.gossip import LinkSet, dsgd_mix
 from airplan_qo.runtime.monitor import (
     Monitor,
     MonitorConfig,
-    Prediction,
+    PredictedCurve,
     observed_workload,
 )
 
@@ -48,7 +48,7 @@ def _row(r, cd=0.25, acc=None, dropout=0.0, drop=0.1):
 
 
 def _flat_prediction(acc=0.9, lo=0.8, n=200):
-    return Prediction((acc,) * n, (lo,) * n)
+    return PredictedCurve((acc,) * n, (lo,) * n)
 
 
 # ---- the monitor on synthetic row streams ------------------------------------------------------
@@ -120,10 +120,10 @@ def test_running_means_and_observed_workload():
 def test_prediction_is_shifted_to_the_accuracy_reached():
     basis = {"accuracy_curve": [0.1 * t for t in range(1, 10)],
              "accuracy_curve_lo": [0.05 * t for t in range(1, 10)]}
-    p = Prediction.from_basis(basis, start=20, observed_accuracy=0.42)
+    p = PredictedCurve.from_basis(basis, start=20, observed_accuracy=0.42)
     assert p.offset == 5                                     # the new curve reaches 0.42 at 5
     assert p.at(22) == pytest.approx((0.7, 0.35))
-    assert Prediction.from_basis(basis).at(3) == pytest.approx((0.3, 0.15))
+    assert PredictedCurve.from_basis(basis).at(3) == pytest.approx((0.3, 0.15))
 
 
 def test_monitor_config_validates():
@@ -139,7 +139,7 @@ def _history_triggers(db, workload, topology):
     res = db.plan(workload, topologies=[topology], sparsity=[1.0],
                   weights=["metropolis_hastings"])
     rep = db.execute(res, stop_at_target=False, reoptimize=False)
-    m = Monitor(Prediction.from_basis(feedback_basis(res)))
+    m = Monitor(PredictedCurve.from_basis(feedback_basis(res)))
     return [t for t in map(m.observe, rep.result.history) if t is not None]
 
 
@@ -158,8 +158,8 @@ def test_trigger_fires_on_diverging_workload_not_on_benign(tmp_path):
 
 @pytest.mark.parametrize("k_ratio", [1.0, 0.1])
 def test_rewire_keeps_average_model(digits, digits_skewed, ring10, k_ratio):
-    cfg = RunConfig(rounds=10, k_ratio=k_ratio, channel="ota", snr_db=10.0, dropout=0.2,
-                    train_seed=1, data_seed=2, channel_seed=3)
+    cfg = RunConfig.from_dict(dict(rounds=10, k_ratio=k_ratio, channel="ota", snr_db=10.0,
+                                   dropout=0.2, train_seed=1, data_seed=2, channel_seed=3))
     trainer = Trainer(cfg, digits, digits_skewed, ring10)
     for _ in range(3):
         trainer.step()

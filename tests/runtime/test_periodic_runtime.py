@@ -141,8 +141,8 @@ def _rows(run):
 def test_short_training_runs_and_resumes_bit_identically(digits, digits16, tmp_path, family,
                                                          params, k_ratio, channel):
     topo = build(TopologySpec.create(family, 16, **params))
-    cfg = RunConfig(model="logistic", rounds=11, k_ratio=k_ratio, channel=channel, dropout=0.1,
-                    snr_db=10.0)
+    cfg = RunConfig.from_dict(dict(model="logistic", rounds=11, k_ratio=k_ratio, channel=channel,
+                                   dropout=0.1, snr_db=10.0))
     uninterrupted = Trainer(cfg, digits, digits16, topo)
     whole = uninterrupted.run()
     assert whole.status == "succeeded" and whole.final_accuracy > 0.5
@@ -194,7 +194,8 @@ def measured():
                         channel=channel, dropout=dropout)
         result = db.plan(w, topologies=["one_peer_exponential", ("base_k", {"k": 2}),
                                         ("base_k", {"k": 1})],
-                         sparsity=[0.1, 1.0], estimator="dsgd", transports=["ota"])
+                         sparsity=[0.1, 1.0], estimator="dsgd", transports=["ota"],
+                         algorithms=["auto"])
         for cand in result.candidates:
             report = db.execute(attrs.evolve(result, chosen=cand), stop_at_target=False,
                                 reoptimize=False)

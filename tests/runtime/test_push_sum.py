@@ -91,19 +91,19 @@ def test_push_sum_gradient_steps_reach_the_mean_of_the_optima():
 @pytest.mark.parametrize("kw", [dict(), dict(channel="ota", snr_db=10.0),
                                 dict(transport="digital", channel="ota", dropout=0.1)])
 def test_push_sum_trains_digits(digits, digits_skewed, ring10, kw):
-    cfg = RunConfig(model="mlp", rounds=20, local_steps=2, algorithm="push_sum",
-                    eval_every=20, **kw)
+    cfg = RunConfig.from_dict(dict(model="mlp", rounds=20, local_steps=2, algorithm="push_sum",
+                    eval_every=20, **kw))
     res = Trainer(cfg, digits, digits_skewed, ring10).run()
-    dsgd = Trainer(RunConfig(**{**cfg.as_dict(), "algorithm": "dsgd"}), digits, digits_skewed,
+    dsgd = Trainer(RunConfig.from_dict(dict(**{**cfg.as_dict(), "algorithm": "dsgd"})), digits, digits_skewed,
                    ring10).run()
     assert res.status == "succeeded"
     assert res.client_acc_mean > dsgd.client_acc_mean - 0.1
 
 
 def test_push_sum_on_a_regular_undirected_graph_is_dsgd(digits, digits_skewed, ring10):
-    cfg = RunConfig(model="mlp", rounds=5, local_steps=2, algorithm="push_sum")
+    cfg = RunConfig.from_dict(dict(model="mlp", rounds=5, local_steps=2, algorithm="push_sum"))
     a = Trainer(cfg, digits, digits_skewed, ring10)
-    b = Trainer(RunConfig(**{**cfg.as_dict(), "algorithm": "dsgd"}), digits, digits_skewed,
+    b = Trainer(RunConfig.from_dict(dict(**{**cfg.as_dict(), "algorithm": "dsgd"})), digits, digits_skewed,
                 ring10)
     a.run(), b.run()
     assert float((a.x - b.x).abs().max()) < 1e-5
@@ -111,4 +111,4 @@ def test_push_sum_on_a_regular_undirected_graph_is_dsgd(digits, digits_skewed, r
 
 def test_push_sum_refuses_quantised_packets():
     with pytest.raises(ValidationError, match="push_sum"):
-        RunConfig(algorithm="push_sum", transport="digital", bits=8)
+        RunConfig.from_dict(dict(algorithm="push_sum", transport="digital", bits=8))
