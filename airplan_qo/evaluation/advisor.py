@@ -40,8 +40,11 @@ class Pick:
     fallback: bool
 
 
-#: The transports an evaluation plans: the ones the runtime trains (every candidate is trained).
+#: The transports and algorithms a grid plans unless it names others: over the air with the
+#: default rule (D-SGD at k = 1, CHOCO below), what the shipped grids and their cached runs
+#: measure (every candidate of a grid is trained).
 TRAINED_TRANSPORTS = ("ota",)
+TRAINED_ALGORITHMS = ("auto",)
 
 
 def fc_plan(result) -> PhysicalPlan:
@@ -147,4 +150,4 @@ def finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-__all__ = ["TRAINED_TRANSPORTS", "Pick", "pick", "predicted_rounds", "estimate", "fc_plan", "context_with"]
+__all__ = ["TRAINED_ALGORITHMS", "TRAINED_TRANSPORTS", "Pick", "pick", "predicted_rounds", "estimate", "fc_plan", "context_with"]

@@ -26,7 +26,7 @@ from ..plans.families import FAMILIES
 from ..plans.plan import Cost
 from ..plans.sla import parse_sla
 from ..plans.topology import TopologySpec
-from .advisor import TRAINED_TRANSPORTS, Pick, fc_plan, pick, predicted_rounds
+from .advisor import TRAINED_ALGORITHMS, TRAINED_TRANSPORTS, Pick, fc_plan, pick, predicted_rounds
 from .advisor import estimate as advisor_estimate
 from .ttt_crossval import CONFIDENCE as TTT_CONFIDENCE
 from .ttt_crossval import evaluate as evaluate_ttt
@@ -522,7 +522,8 @@ def _scalability(grid: Grid, m: Measured, w: WorkloadResult, priors, full_fit, n
                                       weights=[ws.weights[0]], sparsity=[k],
                                       estimator=grid.estimator, objective=grid.objective,
                                       confidence=grid.confidence, fallback="complete",
-                                      transports=TRAINED_TRANSPORTS)
+                                      transports=TRAINED_TRANSPORTS,
+                                      algorithms=TRAINED_ALGORITHMS)
             except AirPlanError as exc:
                 notes.append(f"scalability: planning at N = {n} failed ({exc})")
                 continue
@@ -531,7 +532,9 @@ def _scalability(grid: Grid, m: Measured, w: WorkloadResult, priors, full_fit, n
                 fc_res = scratch.plan(wl, sla=ws.sla, topologies=["complete"],
                                       weights=["metropolis_hastings"], sparsity=[1.0],
                                       estimator=grid.estimator, objective=grid.objective,
-                                      confidence=grid.confidence, fallback="complete")
+                                      confidence=grid.confidence, fallback="complete",
+                                      transports=TRAINED_TRANSPORTS,
+                                      algorithms=TRAINED_ALGORITHMS)
                 fc = fc_res.chosen
             wanted = {fam for fam, _ in topologies}
             for which, consts in constants.items():

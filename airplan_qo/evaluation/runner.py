@@ -35,7 +35,7 @@ import numpy as np
 
 from ..errors import ValidationError
 from ..plans.plan import PhysicalPlan
-from .advisor import TRAINED_TRANSPORTS, fc_plan
+from .advisor import TRAINED_ALGORITHMS, TRAINED_TRANSPORTS, fc_plan
 from .grid import Grid, WorkloadSpec
 
 #: Version of the measurement protocol; part of every cache key.
@@ -175,6 +175,7 @@ def plan_seed(session, grid: Grid, ws: WorkloadSpec, seed: int) -> SeedPlan:
                           sparsity=ws.sparsity, estimator=grid.estimator,
                           objective=grid.objective, confidence=grid.confidence,
                           fallback="complete", transports=TRAINED_TRANSPORTS,
+                          algorithms=TRAINED_ALGORITHMS,
                           statement=f"evaluate {grid.name}: {ws.key} (seed {seed})")
     specs = ws.specs()
     candidates = [c for c in result.candidates if c.plan.k_ratio in ws.sparsity
@@ -187,6 +188,7 @@ def plan_seed(session, grid: Grid, ws: WorkloadSpec, seed: int) -> SeedPlan:
                                  weights=["metropolis_hastings"], sparsity=[1.0],
                                  estimator=grid.estimator, objective=grid.objective,
                                  confidence=grid.confidence, fallback="complete",
+                                 transports=TRAINED_TRANSPORTS, algorithms=TRAINED_ALGORITHMS,
                                  statement=f"evaluate {grid.name}: {ws.key} (seed {seed}, "
                                            "fully connected reference)")
         fc_cand = fc_result.chosen

@@ -86,7 +86,7 @@ def run_pilot(session, dataset: str, clients: int, *, rounds: int = 30,
         w = Workload.from_params(dataset, clients, values)
         plan = session.plan(w, topologies=[(family, dict(tparams))], sparsity=[k],
                             weights=["metropolis_hastings"], estimator=estimator,
-                            fallback="complete", transports=["ota"],
+                            fallback="complete", transports=["ota"], algorithms=["auto"],
                             statement=f"pilot {i}/{len(design)}")
         # the design point itself, even when the planner would fall back to another plan
         point = next(c for c in plan.candidates
@@ -124,6 +124,7 @@ def run_reference_pilot(session, workload: Workload, *, rounds: int | None = Non
     what = statement or f"{workload.dataset} on {workload.clients} clients"
     plan = session.plan(pilot_workload, sla=sla, topologies=["complete"], sparsity=[1.0],
                         weights=["metropolis_hastings"], estimator="ttt", fallback="complete",
+                        transports=["ota"], algorithms=["auto"],   # the reference: OTA D-SGD
                         statement=f"pilot fc ({r} of {budget} rounds) for: {what}")
     report = session.execute(plan, quiet=quiet, stop_at_target=False, reoptimize=False,
                              device=device)
