@@ -430,8 +430,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="transports to consider (repeatable): ota, digital, digital(bits=8); "
                         "default: AUTO")
     p.add_argument("--algorithm", action="append",
-                   help="algorithms to consider (repeatable): dsgd, choco, gradient_tracking, "
-                        "push_sum, fedavg, fedprox; default: AUTO")
+                   help="algorithms to consider (repeatable): auto (the default rule: dsgd "
+                        "at k = 1, choco below), dsgd, choco, gradient_tracking, push_sum, "
+                        "matcha, fedavg, fedprox; default: every one of them (AUTO)")
     p.add_argument("--fallback", choices=["error", "auto", "complete"],
                    help="when nothing in the --topology/--weights/--sparsity restriction meets "
                         "the SLA: error (the default), auto (plan the whole space instead) or "

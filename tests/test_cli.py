@@ -80,7 +80,8 @@ def test_explain_options(tmp_path, capsys):
     cat = str(tmp_path / "c.duckdb")
     assert main(["explain", "--catalog", cat, "-n", "20", "-p", "alpha=0.3", "-t", "ring",
                  "-t", "small_world(k=4)", "-k", "0.1", "-k", "1", "--format", "json",
-                 "--fallback", "complete", "--transport", "ota"]) == 0
+                 "--fallback", "complete", "--transport", "ota",
+                 "--algorithm", "auto"]) == 0
     doc = json.loads(capsys.readouterr().out)
     # topologies x k x weights rules, plus the fully connected plan when it is the fallback
     assert doc[0]["candidates"]["considered"] == 2 * 2 * 2 + int(doc[0]["fallback"])

@@ -141,7 +141,7 @@ class OperatorChoices:
     access_point: bool
     local_steps: int
     refuse: Callable[[PhysicalPlan], str | None]
-    reasons: dict[str, str] = attrs.field(factory=dict)
+    reasons: dict[str, list[str]] = attrs.field(factory=dict)
     planned: set[str] = attrs.field(factory=set)
 
     def for_plan(self, spec: TopologySpec, k: float, channel) -> list[PhysicalPlan]:
@@ -167,8 +167,10 @@ class OperatorChoices:
                                         bits=bits)
                     why = self.refuse(plan)
                 if why is not None:
-                    self.reasons.setdefault(alg, why)
-                    self.reasons.setdefault(transport, why)
+                    for name in (alg, transport):
+                        seen = self.reasons.setdefault(name, [])
+                        if why not in seen:
+                            seen.append(why)
                     continue
                 self.planned.update((alg, transport))
                 if plan not in out:
@@ -184,8 +186,8 @@ class OperatorChoices:
         for name in named:
             if name not in self.planned:
                 what = "ALGORITHM" if name in PLAN_ALGORITHMS else "TRANSPORT"
-                raise ValidationError(f"USING {what} {name}: "
-                                      f"{self.reasons.get(name, 'no plan to cost')}")
+                why = "; ".join(self.reasons.get(name) or ["no plan to cost"])
+                raise ValidationError(f"USING {what} {name}: {why}")
 
 
 def operator_choices(request: PlanRequest, refuse: Callable[[PhysicalPlan], str | None]

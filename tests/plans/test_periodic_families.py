@@ -202,7 +202,7 @@ def test_planner_costs_periodic_candidates_without_caching_them():
     w = aq.Workload(dataset="digits", clients=16, alpha=0.5, channel="ideal")
     result = db.plan(w, topologies=["one_peer_exponential", "base_k", "ring"],
                      weights=["metropolis_hastings", "best_constant"], sparsity=[1.0],
-                     estimator="dsgd", transports=["ota"])
+                     estimator="dsgd", transports=["ota"], algorithms=["auto"])
     periodic = [c for c in result.candidates if c.plan.topology.periodic]
     assert sorted(c.plan.topology.family for c in periodic) == ["base_k", "one_peer_exponential"]
     for c in periodic:

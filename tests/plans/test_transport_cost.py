@@ -123,7 +123,13 @@ def test_exclusion_reasons():
     assert "complete graph" in ex("fedprox", "digital", access_point=True, family="ring")
     assert "whole models" in ex("dsgd", "ota", k_ratio=0.1)
     assert ex("auto", "ota", k_ratio=0.1) is None          # auto resolves to choco
-    assert "cannot be planned yet" in ex("matcha", "ota")
+    assert ex("matcha", "ota") is None
+    assert "static graph" in ex("matcha", "ota", family="one_peer_exponential", periodic=True)
+    assert "Clique Averaging" in ex("matcha", "ota", family="d_cliques")
+    assert "one gradient per round" in ex("gradient_tracking", "digital", local_steps=5)
+    assert "exact float32" in ex("push_sum", "digital", bits=8)
+    assert ex("push_sum", "digital") is None
+    assert "sent over the air" in ex("choco", "digital", k_ratio=0.1)
     assert "dense payloads" in ex("push_sum", "digital", k_ratio=0.5)
     with pytest.raises(ValidationError, match="unknown transport"):
         ex("dsgd", "wifi")

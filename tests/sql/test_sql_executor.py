@@ -36,18 +36,20 @@ def test_explain_train_plans_and_records(catalog):
         [res] = s.sql("EXPLAIN (FORMAT JSON, ALTERNATIVES 2) TRAIN digits ON 10 CLIENTS "
                       "WITH (alpha = 0.5) USING TOPOLOGY ring, complete USING SPARSITY IN (0.1, 1)")
         doc = res.document[0]
-        # ring x 2 weights rules x 2 k, complete x 1 rule (every rule gives 11^T/N) x 2 k,
-        # each over the air and digital at 8 and 32 bits per coordinate (AUTO transports)
-        assert doc["candidates"]["considered"] == (2 * 2 + 2) * 3
+        # ring x 2 weights rules and complete x 1 rule (every rule gives 11^T/N), at 2 k: at
+        # k = 0.1 CHOCO over the air (3); at k = 1 D-SGD (over the air, digital at 8 and 32
+        # bits), push-sum (over the air, digital at 32) and MATCHA (the three) (3 x 8); no
+        # gradient tracking (5 local steps) nor a server (no access point)
+        assert doc["candidates"]["considered"] == 3 + 3 * 8
         assert {(x["transport"], x["bits_per_coord"], x["count"])
-                for x in doc["candidates"]["by_transport"]} == {("ota", 32, 6),
+                for x in doc["candidates"]["by_transport"]} == {("ota", 32, 12),
                                                                  ("digital", 8, 6),
-                                                                 ("digital", 32, 6)}
+                                                                 ("digital", 32, 9)}
         assert len(doc["alternatives"]) == 2
         assert "estimated from sketches" in doc["workload"]["alpha_source"]
         [table] = s.sql("SELECT count(*) AS n FROM airplan.plans WHERE planning_run_id = "
                         f"{doc['planning_run_id']}")
-        assert table.rows == ((18,),)
+        assert table.rows == ((27,),)
 
 
 def test_analyze_workload_statement(catalog):
