@@ -281,7 +281,7 @@ def test_cache_key_identifies_workload_seed_plan_and_budget():
     with aq.connect(":memory:") as db:
         w = aq.Workload(dataset="digits", clients=10, rounds=5)
         r = db.plan(w, topologies=["ring", "complete"], sparsity=[1.0], fallback="complete",
-                    weights=["metropolis_hastings"], transports=["ota"])
+                    weights=["metropolis_hastings"], transports=["ota"], algorithms=["auto"])
         a, b = (c.plan for c in r.candidates)
         k = cache_key(w, a, 5)
         assert k == cache_key(aq.Workload(dataset="digits", clients=10, rounds=5), a, 5)

@@ -88,9 +88,14 @@ def _band(values: Sequence[float]) -> dict[str, float] | None:
             "max": float(np.max(values))}
 
 
+def _mean(values: Sequence[float]) -> float | None:
+    return float(np.mean(values)) if values else None
+
+
 def _plan_rows(key: str, labels: Iterable[str], plans: Mapping[str, PhysicalPlan],
-               outs: Mapping[str, list[RunOutcome]], summaries, reference: str | None
-               ) -> list[dict[str, Any]]:
+               outs: Mapping[str, list[RunOutcome]], summaries, reference: str | None,
+               per_round: Mapping[str, tuple[list[float], list[float]]],
+               planned: Mapping[str, Any]) -> list[dict[str, Any]]:
     rows = []
     ref_cost = None
     if reference in outs:
@@ -102,6 +107,8 @@ def _plan_rows(key: str, labels: Iterable[str], plans: Mapping[str, PhysicalPlan
         s = summaries.get(label)
         paper = paper_row(plan)
         cost = _band([o.cost for o in runs])
+        uses_round, energy_round = per_round.get(label, ([], []))
+        cand = planned[label]
         rows.append({
             "workload": key, "plan": label, "baseline": baseline_name(plan),
             "algorithm": plan.effective_algorithm, "transport": plan.transport,
@@ -114,7 +121,15 @@ def _plan_rows(key: str, labels: Iterable[str], plans: Mapping[str, PhysicalPlan
             "energy_j": _band([o.energy_j for o in runs if o.energy_j is not None]),
             "cost_over_reference": (cost["mean"] / ref_cost if ref_cost else None),
             "meets_sla": bool(s.meets_sla) if s is not None else None,
-            "paper": list(paper) if paper else None})
+            "paper": list(paper) if paper else None,
+            # per round, measured on the runtime (mean over rounds and seeds) and as the
+            # planner costed it, and the planner's predicted rounds to its own target
+            "measured_per_round": {"channel_uses": _mean(uses_round),
+                                   "energy_j": _mean(energy_round)},
+            "planned_per_round": {"channel_uses": float(cand.cost.per_round.channel_uses),
+                                  "energy_j": float(cand.cost.per_round.energy_j)},
+            "planned_rounds": (float(cand.cost.rounds) if cand.cost.rounds is not None
+                               else None)})
     return rows
 
 
@@ -124,7 +139,8 @@ def baselines_block(grid, measured, results, outcomes: Sequence[RunOutcome]
 
     ``per_workload``: every measured plan of every workload, with its baseline name, the
     paper's row, the seeds' mean and min-max of final accuracy, rounds, channel uses and energy
-    to the target, and its cost over the reference plan (over-the-air D-SGD on the ring when
+    to the target, the channel uses and energy per round as measured and as planned (where the
+    runtime and the cost model disagree), and its cost over the reference plan (over-the-air D-SGD on the ring when
     measured, the paper's normalisation; else the fully connected reference). ``policies``:
     each plan label as a fixed policy over the grid, and the advisor choosing among them all.
     ``unseen``: the plan labels the ``ttt`` fit never saw (widened)."""
@@ -141,13 +157,19 @@ def baselines_block(grid, measured, results, outcomes: Sequence[RunOutcome]
         fc_label = m.seeds[seed0].fc_candidate.plan.label()
         if fc_label not in labels:
             labels.append(fc_label)
-        plans = {label: m.candidate(seed0, label)[1].plan for label in labels}
+        cands = {label: m.candidate(seed0, label)[1] for label in labels}
+        plans = {label: c.plan for label, c in cands.items()}
         plans_of.update(plans)
+        per_round: dict[str, tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
+        for r in m.runs:
+            if r.channel_uses:
+                per_round[r.plan][0].append(float(np.mean(r.channel_uses)))
+                per_round[r.plan][1].append(float(np.mean(r.energy_j)))
         ring = next((lb for lb, p in plans.items() if p.topology.family == "ring"
                      and p.transport == "ota" and p.effective_algorithm == "dsgd"), None)
         outs = {label: by_run.get((w.key, label), []) for label in labels}
         per_workload[w.key] = _plan_rows(w.key, labels, plans, outs, w.summaries,
-                                         ring or fc_label)
+                                         ring or fc_label, per_round, cands)
     policies = []
     for label in sorted(plans_of):
         met, ratios, acc = [], [], []
@@ -192,7 +214,11 @@ def baselines_block(grid, measured, results, outcomes: Sequence[RunOutcome]
                "gmean_cost_ratio": geometric_mean(ratios),
                "widened_picks": sum(not p["fitted"] for p in picks), "picks": picks}
     unseen = sorted(label for label, p in plans_of.items() if not fitted(p))
-    return {"reference": grid.workloads[grid.reference].key, "per_workload": per_workload,
+    settings = {ws.key: {"dataset": ws.workload.dataset, "clients": ws.workload.clients,
+                         "alpha": ws.workload.alpha, "snr_db": ws.workload.snr_db,
+                         "rounds": ws.workload.rounds} for ws in grid.workloads}
+    return {"reference": grid.workloads[grid.reference].key, "workloads": settings,
+            "per_workload": per_workload,
             "policies": policies, "advisor": advisor, "unseen": unseen,
             "fitted_transports": list(FITTED_TRANSPORTS),
             "fitted_algorithms": list(FITTED_ALGORITHMS)}
