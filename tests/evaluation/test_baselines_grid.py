@@ -182,6 +182,24 @@ def test_a_grid_with_operators_plans_trains_and_reports_them_as_fixed_policies(t
     assert "**advisor** (`ttt`)" in section and "widened" in section
     for lb in labels:
         assert f"`{lb}`" in section
+    # the measured over-the-air / digital map reads the same summary
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(root)] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
+    out = subprocess.run([sys.executable, str(root / "benchmarks" / "bench_transport_crossover.py"),
+                          "--measured", str(rep.summary_path)], capture_output=True, text=True,
+                         check=True, cwd=root, env=env).stdout
+    lines = [ln for ln in out.splitlines() if ln.startswith("| 6 | 10 |")]
+    assert [ln.split(" | ")[2] for ln in lines] == ["N-1", "2"]   # complete graph, ring
+    row = {(r["family"], r["transport"]): r for r in rows if r["algorithm"] == "dsgd"}
+    ratio = (row[("ring", "digital")]["channel_uses"]["mean"]
+             / row[("ring", "ota")]["channel_uses"]["mean"])
+    assert f"| 6 | 10 | 2 | 8 | {ratio:.3g} |" in out
 
 
 def test_a_grid_without_operators_has_no_baselines_section(tmp_path):
