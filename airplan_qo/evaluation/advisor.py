@@ -40,11 +40,11 @@ class Pick:
     fallback: bool
 
 
-#: The transports and algorithms a grid plans unless it names others: over the air with the
-#: default rule (D-SGD at k = 1, CHOCO below), what the shipped grids and their cached runs
-#: measure (every candidate of a grid is trained).
-TRAINED_TRANSPORTS = ("ota",)
-TRAINED_ALGORITHMS = ("auto",)
+#: The transports the runtime trains (an evaluation trains every candidate it plans); a grid
+#: workload that names none is planned over the air (:data:`~.grid.DEFAULT_TRANSPORTS`).
+TRAINED_TRANSPORTS = ("ota", "digital")
+#: The operators of the fully connected reference (``fc``): over the air, the default rule.
+REFERENCE_OPERATORS = {"transports": ("ota",), "algorithms": ("auto",)}
 
 
 def fc_plan(result) -> PhysicalPlan:
@@ -150,4 +150,4 @@ def finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-__all__ = ["TRAINED_ALGORITHMS", "TRAINED_TRANSPORTS", "Pick", "pick", "predicted_rounds", "estimate", "fc_plan", "context_with"]
+__all__ = ["TRAINED_TRANSPORTS", "REFERENCE_OPERATORS", "Pick", "pick", "predicted_rounds", "estimate", "fc_plan", "context_with"]

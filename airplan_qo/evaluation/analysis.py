@@ -4,7 +4,8 @@ Input: the :class:`~.runner.Measured` workloads of a grid. Output: an :class:`An
 per-workload comparisons before calibration (the estimator's priors) and after calibration
 (constants fitted on the other folds' runs, k-fold cross-validation over workloads), MAPE of
 predicted rounds per family, statistics overhead, paired t-tests against fixed-topology
-policies, the per-topology table and a scalability extrapolation. Nothing here trains; the
+policies, the per-topology table, a scalability extrapolation and, for a grid that names
+transports or algorithms, the paper's baselines as fixed policies (:mod:`.baselines`). Nothing here trains; the
 only catalog access is reading observations for the fits (no calibration rows are written).
 """
 
@@ -19,19 +20,19 @@ import attrs
 import numpy as np
 
 from ..errors import AirPlanError
-from ..costmodels.calibration import fit
-from ..costmodels.observation_loader import load_observations
+from ..costmodels.calibration import fit, load_observations
 from ..costmodels import ESTIMATORS
 from ..plans.families import FAMILIES
 from ..plans.plan import Cost
 from ..plans.sla import parse_sla
 from ..plans.topology import TopologySpec
-from .advisor import TRAINED_ALGORITHMS, TRAINED_TRANSPORTS, Pick, fc_plan, pick, predicted_rounds
+from .advisor import REFERENCE_OPERATORS, Pick, fc_plan, pick, predicted_rounds
 from .advisor import estimate as advisor_estimate
 from .ttt_crossval import CONFIDENCE as TTT_CONFIDENCE
 from .ttt_crossval import evaluate as evaluate_ttt
 from .ttt_crossval import prediction_quality
 from .ttt_crossval import reference as ttt_reference
+from .baselines import baselines_block
 from .grid import Grid, WorkloadSpec
 from .metrics import (Comparison, PairedTest, PlanSummary, RunOutcome, assign_folds, compare,
                       family_scores, full_hindsight, geometric_mean, mape, measured_target,
@@ -356,6 +357,9 @@ def analyze(session, grid: Grid, measured: Sequence[Measured], *,
                             full_fit, notes)
     summary = _summary(grid, results, runs, preds, fold_fits, ttests, n_folds)
     summary["label_skew"] = _skew_table(results, outcome_of, fixed)
+    block = baselines_block(grid, measured, results, outcomes)
+    if block is not None:
+        summary["baselines"] = block
     summary["time_to_target"] = _time_to_target(measured, outcome_of, summaries, folds_of, notes,
                                                 f"airplan evaluate --grid {grid.name} "
                                                 f"(grid sha256 {grid.sha[:16]})",
@@ -522,8 +526,8 @@ def _scalability(grid: Grid, m: Measured, w: WorkloadResult, priors, full_fit, n
                                       weights=[ws.weights[0]], sparsity=[k],
                                       estimator=grid.estimator, objective=grid.objective,
                                       confidence=grid.confidence, fallback="complete",
-                                      transports=TRAINED_TRANSPORTS,
-                                      algorithms=TRAINED_ALGORITHMS)
+                                      transports=ws.plan_transports(),
+                                      algorithms=ws.plan_algorithms())
             except AirPlanError as exc:
                 notes.append(f"scalability: planning at N = {n} failed ({exc})")
                 continue
@@ -533,8 +537,7 @@ def _scalability(grid: Grid, m: Measured, w: WorkloadResult, priors, full_fit, n
                                       weights=["metropolis_hastings"], sparsity=[1.0],
                                       estimator=grid.estimator, objective=grid.objective,
                                       confidence=grid.confidence, fallback="complete",
-                                      transports=TRAINED_TRANSPORTS,
-                                      algorithms=TRAINED_ALGORITHMS)
+                                      **REFERENCE_OPERATORS)
                 fc = fc_res.chosen
             wanted = {fam for fam, _ in topologies}
             for which, consts in constants.items():

@@ -3,8 +3,12 @@
 A grid lists workloads (dataset, clients, heterogeneity, channel, model, training) and, for each,
 the candidate plan space (topologies x mixing weights x sparsification ratios) and the SLA, plus
 the seeds and the number of cross-validation folds. A list-valued workload parameter in a
-``[[workloads]]`` entry expands into the cross product, so a 5 x 5 grid is one entry. The format
-is documented in docs/evaluation.md; ``default`` and ``quick`` ship with the package.
+``[[workloads]]`` entry expands into the cross product, so a 5 x 5 grid is one entry. A workload may
+also name the physical operators its candidates are planned with: ``transports`` (``"ota"``,
+``"digital(bits=8)"``, ...), ``algorithms`` (``"auto"``, ``"gradient_tracking"``, ...; the
+paper's baselines) and, for FedAvg and FedProx, ``access_point = true``; a workload that names
+none is planned as before, over the air with the default algorithm rule. The format is
+documented in docs/evaluation.md; ``default`` and ``quick`` ship with the package.
 """
 
 from __future__ import annotations
@@ -37,7 +41,14 @@ TOP_KEYS = ("name", "description", "seeds", "folds", "cv_seed", "estimator", "ob
             "confidence", "baseline_k", "reference", "scalability_clients", "defaults",
             "workloads")
 #: Keys of a workload entry besides the workload parameters (WORKLOAD_PARAMS).
-PLAN_KEYS = ("name", "dataset", "clients", "topologies", "sparsity", "weights", "sla")
+PLAN_KEYS = ("name", "dataset", "clients", "topologies", "sparsity", "weights", "sla",
+             "transports", "algorithms")
+#: Plan-space keys whose list value is the candidate space, not a cross product of workloads.
+_LIST_KEYS = ("topologies", "sparsity", "weights", "transports", "algorithms")
+#: What a workload that names no transports or algorithms is planned with: over the air, the
+#: default algorithm rule (D-SGD at k = 1, CHOCO below), as every grid before them.
+DEFAULT_TRANSPORTS = ("ota",)
+DEFAULT_ALGORITHMS = ("auto",)
 _NOT_IN_WORKLOAD = ("seed",)
 
 
@@ -62,6 +73,50 @@ class WorkloadSpec:
     sparsity: tuple[float, ...]
     weights: tuple[str, ...]
     sla: str
+    #: transports as the grid names them (``"ota"``, ``"digital(bits=8)"``); () = over the air
+    transports: tuple[str, ...] = ()
+    #: algorithms as the grid names them; () = the default rule (``auto``)
+    algorithms: tuple[str, ...] = ()
+
+    def plan_transports(self) -> tuple[str, ...]:
+        """The transports the candidates are planned with (``session.plan(transports=)``)."""
+        return self.transports or DEFAULT_TRANSPORTS
+
+    def plan_algorithms(self) -> tuple[str, ...]:
+        """The algorithms the candidates are planned with (``session.plan(algorithms=)``)."""
+        return self.algorithms or DEFAULT_ALGORITHMS
+
+    def operator_pairs(self) -> list[tuple[str, int]]:
+        """(transport, bits) pairs of the plan space (a bare ``digital``: 8 and 32 bits)."""
+        from ..plans.operators import DEFAULT_DIGITAL_BITS, EXACT_BITS, parse_transport
+
+        out: list[tuple[str, int]] = []
+        for text in self.plan_transports():
+            name, bits = parse_transport(text)
+            widths = (bits,) if bits is not None else (
+                (EXACT_BITS,) if name == "ota" else DEFAULT_DIGITAL_BITS)
+            out += [(name, b) for b in widths]
+        return list(dict.fromkeys(out))
+
+    def n_plans(self) -> int:
+        """Candidate plans of the space: topologies x weights x k x algorithms x transports,
+        less the combinations an exclusion rule refuses (plans/operators.py)."""
+        from ..plans.families import FAMILIES
+        from ..plans.operators import canonical, exclusion, resolve
+
+        w = self.workload
+        plans = set()
+        for spec in self.specs():
+            periodic = FAMILIES.get(spec.family).periodic
+            for k in self.sparsity:
+                for alg in self.plan_algorithms():
+                    for transport, bits in self.operator_pairs():
+                        if exclusion(resolve(alg, k), transport, bits=bits, k_ratio=k,
+                                     family=spec.family, access_point=w.access_point,
+                                     local_steps=w.local_steps, periodic=periodic) is None:
+                            plans.add((spec, k, canonical(resolve(alg, k), k), transport,
+                                       bits))
+        return len(plans)
 
     def for_seed(self, seed: int) -> Workload:
         return attrs.evolve(self.workload, seed=int(seed))
@@ -86,7 +141,10 @@ class WorkloadSpec:
         return {"key": self.key, "dataset": w.dataset, "clients": w.clients, "alpha": w.alpha,
                 "snr_db": w.snr_db, "dropout": w.dropout, "model": w.model, "rounds": w.rounds,
                 "sla": self.sla, "sparsity": list(self.sparsity), "weights": list(self.weights),
-                "topologies": [_topology_text(f, p) for f, p in self.topologies]}
+                "topologies": [_topology_text(f, p) for f, p in self.topologies],
+                **({"transports": list(self.transports)} if self.transports else {}),
+                **({"algorithms": list(self.algorithms)} if self.algorithms else {}),
+                **({"access_point": True} if w.access_point else {})}
 
 
 @attrs.frozen
@@ -130,7 +188,7 @@ class Grid:
         where the candidates lack it)."""
         total = 0
         for ws in self.workloads:
-            n = len(ws.specs()) * len(ws.sparsity)
+            n = ws.n_plans()
             if not _has_reference(ws):
                 n += 1
             total += n * len(self.seeds)
@@ -138,8 +196,10 @@ class Grid:
 
 
 def _has_reference(ws: WorkloadSpec) -> bool:
-    return 1.0 in ws.sparsity and any(
-        s.family == "complete" and s.weights == "metropolis_hastings" for s in ws.specs())
+    return (1.0 in ws.sparsity and ("ota", 32) in ws.operator_pairs()
+            and any(a in ("auto", "dsgd") for a in ws.plan_algorithms())
+            and any(s.family == "complete" and s.weights == "metropolis_hastings"
+                    for s in ws.specs()))
 
 
 def load_grid(name_or_file: str | os.PathLike[str]) -> Grid:
@@ -305,7 +365,7 @@ def _check_entry_keys(entry: dict[str, Any], where: _Where, label: str) -> None:
 def _expand(entry: dict[str, Any], where: _Where, label: str) -> list[dict[str, Any]]:
     """The cross product over list-valued workload parameters (plan-space keys stay lists)."""
     axes = [(k, v) for k, v in entry.items()
-            if isinstance(v, list) and k not in ("topologies", "sparsity", "weights")]
+            if isinstance(v, list) and k not in _LIST_KEYS]
     for k, v in axes:
         if not v:
             raise where.error(f"{label}.{k}", "an empty list expands to no workload")
@@ -379,8 +439,102 @@ def _workload_spec(values: dict[str, Any], index: int, where: _Where, label: str
     sla = _sla(values["sla"], where, f"{label}.sla") if "sla" in values else grid_sla
     name = values.get("name")
     key = _string(name, where, f"{label}.name") if name is not None else ""
-    return WorkloadSpec(key=key, index=index, workload=workload, topologies=tuple(topo),
-                        sparsity=ks, weights=tuple(rules), sla=sla)
+    transports = _transports(values.get("transports"), where, f"{label}.transports")
+    algorithms = _algorithms(values.get("algorithms"), where, f"{label}.algorithms")
+    spec = WorkloadSpec(key=key, index=index, workload=workload, topologies=tuple(topo),
+                        sparsity=ks, weights=tuple(rules), sla=sla, transports=transports,
+                        algorithms=algorithms)
+    _check_operators(spec, where, label)
+    return spec
+
+
+def _transports(value: Any, where: _Where, key: str) -> tuple[str, ...]:
+    """The named transports, normalised (``"digital(bits=8)"``); () when the key is absent."""
+    from ..plans.operators import parse_transport
+
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not value:
+        raise where.error(key, 'must be a non-empty list of transports, e.g. ["ota", '
+                               '"digital(bits=8)"]')
+    out: list[str] = []
+    for t in value:
+        if not isinstance(t, str):
+            raise where.error(key, f"a transport is a string such as \"digital(bits=8)\", "
+                                   f"got {t!r}")
+        try:
+            name, bits = parse_transport(t)
+        except AirPlanError as exc:
+            raise where.error(key, f"{t!r}: {exc}") from None
+        text = name if bits is None else f"{name}(bits={bits})"
+        if text not in out:
+            out.append(text)
+    return tuple(out)
+
+
+def _algorithms(value: Any, where: _Where, key: str) -> tuple[str, ...]:
+    """The named algorithms (``auto`` = the default rule); () when the key is absent."""
+    from ..plans.operators import check_algorithm
+
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not value:
+        raise where.error(key, 'must be a non-empty list of algorithms, e.g. ["auto", '
+                               '"gradient_tracking"]')
+    out: list[str] = []
+    for a in value:
+        if not isinstance(a, str):
+            raise where.error(key, f"an algorithm is a string, got {a!r}")
+        try:
+            name = check_algorithm(a)
+        except AirPlanError as exc:
+            raise where.error(key, str(exc)) from None
+        if name not in out:
+            out.append(name)
+    return tuple(out)
+
+
+def _check_operators(spec: WorkloadSpec, where: _Where, label: str) -> None:
+    """Every named algorithm and transport must leave at least one plan of the workload's
+    space (else the planner would refuse it): the error gives the exclusion rule's reason."""
+    from ..plans.families import FAMILIES
+    from ..plans.operators import exclusion, resolve
+
+    w = spec.workload
+    pairs = spec.operator_pairs()
+    specs = spec.specs()
+
+    def reason(alg: str, transport: str | None) -> str | None:
+        """None when some plan of the space runs ``alg`` (over ``transport``), else every
+        distinct reason the exclusion rules gave."""
+        reasons: list[str] = []
+        for s in specs:
+            periodic = FAMILIES.get(s.family).periodic
+            for k in spec.sparsity:
+                run = resolve(alg, k)
+                for t, bits in pairs:
+                    if transport is not None and t != transport:
+                        continue
+                    why = exclusion(run, t, bits=bits, k_ratio=k, family=s.family,
+                                    access_point=w.access_point, local_steps=w.local_steps,
+                                    periodic=periodic)
+                    if why is None:
+                        return None
+                    if why not in reasons:
+                        reasons.append(why)
+        return "; ".join(reasons) or "no plan to cost"
+
+    for alg in spec.algorithms:
+        why = reason(alg, None)
+        if why is not None:
+            raise where.error(f"{label}.algorithms", f"{alg!r} has no plan in this workload's "
+                                                     f"space: {why}")
+    for transport in dict.fromkeys(t for t, _ in pairs):
+        if spec.transports and all(reason(a, transport) is not None
+                                   for a in spec.plan_algorithms()):
+            raise where.error(f"{label}.transports", f"{transport!r} has no plan in this "
+                                                     f"workload's space: "
+                                                     f"{reason(spec.plan_algorithms()[0], transport)}")
 
 
 _KEY_PARAMS = (("alpha", "alpha"), ("snr_db", "snr"), ("dropout", "dropout"))
@@ -396,7 +550,8 @@ def _name_workloads(specs: list[WorkloadSpec], where: _Where) -> list[WorkloadSp
     seen: dict[str, int] = {}
     identity: dict[tuple, int] = {}
     for s in specs:
-        ident = (s.workload, s.topologies, s.sparsity, s.weights, s.sla)
+        ident = (s.workload, s.topologies, s.sparsity, s.weights, s.sla, s.transports,
+                 s.algorithms)
         if ident in identity:
             raise where.error(f"workloads (#{s.index})", f"duplicates workload "
                                                           f"#{identity[ident]}")

@@ -1,7 +1,8 @@
 """Measuring a grid: plan every (workload, seed), train every candidate plan, cache the runs.
 
 Each (workload, seed) is analysed (``ANALYZE WORKLOAD``: the sketches the advisor reads) and
-planned once over the grid's candidate space; every candidate of that planning run is then
+planned once over the grid's candidate space (its topologies, weights, k and, where the grid
+names them, transports and algorithms: :meth:`~.grid.WorkloadSpec.plan_transports`); every candidate of that planning run is then
 trained through the ordinary runtime (``Session.execute`` on the planning result with that
 candidate as the chosen plan), for the whole round budget (``stop_at_target=False``) so final
 accuracy and the whole curve are observed. Executions, ``round_stats`` and ``feedback`` are
@@ -12,7 +13,8 @@ workers, and recorded by this process, with the same rows (:class:`_Trainer`).
 
 Caching: every evaluation run stores, in its execution's ``options`` JSON under
 ``evaluation``, a cache key (a hash of the workload with its seed, the plan's topology, weights,
-k, algorithm, mask and channel, the round budget and :data:`PROTOCOL`) and the per-client final
+k, algorithm, transport and bits (digital only), mask and channel, the round budget and
+:data:`PROTOCOL`) and the per-client final
 accuracies. A succeeded (or deterministically failed) execution with the same key is reused, so
 re-evaluating a grid, or another grid sharing runs, trains nothing new.
 """
@@ -35,7 +37,7 @@ import numpy as np
 
 from ..errors import ValidationError
 from ..plans.plan import PhysicalPlan
-from .advisor import TRAINED_ALGORITHMS, TRAINED_TRANSPORTS, fc_plan
+from .advisor import REFERENCE_OPERATORS, fc_plan
 from .grid import Grid, WorkloadSpec
 
 #: Version of the measurement protocol; part of every cache key.
@@ -100,8 +102,11 @@ class Measured:
 def cache_key(workload, plan: PhysicalPlan, rounds: int) -> str:
     """Identity of a measurement run: equal keys give identical training (same seeds)."""
     spec = plan.topology
+    params = workload.params()
+    if not params.get("access_point"):   # keys of the runs cached before the parameter existed
+        params.pop("access_point", None)
     doc = {"protocol": PROTOCOL, "dataset": workload.dataset, "clients": workload.clients,
-           "workload": workload.params(),
+           "workload": params,
            "topology": {"family": spec.family, "params": spec.params_json(),
                         "seed": spec.seed, "weights": spec.weights},
            "k_ratio": plan.k_ratio, "algorithm": plan.effective_algorithm, "mask": plan.mask,
@@ -174,8 +179,8 @@ def plan_seed(session, grid: Grid, ws: WorkloadSpec, seed: int) -> SeedPlan:
     result = session.plan(w, sla=ws.sla, topologies=ws.topology_args(), weights=ws.weights,
                           sparsity=ws.sparsity, estimator=grid.estimator,
                           objective=grid.objective, confidence=grid.confidence,
-                          fallback="complete", transports=TRAINED_TRANSPORTS,
-                          algorithms=TRAINED_ALGORITHMS,
+                          fallback="complete", transports=ws.plan_transports(),
+                          algorithms=ws.plan_algorithms(),
                           statement=f"evaluate {grid.name}: {ws.key} (seed {seed})")
     specs = ws.specs()
     candidates = [c for c in result.candidates if c.plan.k_ratio in ws.sparsity
@@ -188,7 +193,7 @@ def plan_seed(session, grid: Grid, ws: WorkloadSpec, seed: int) -> SeedPlan:
                                  weights=["metropolis_hastings"], sparsity=[1.0],
                                  estimator=grid.estimator, objective=grid.objective,
                                  confidence=grid.confidence, fallback="complete",
-                                 transports=TRAINED_TRANSPORTS, algorithms=TRAINED_ALGORITHMS,
+                                 **REFERENCE_OPERATORS,
                                  statement=f"evaluate {grid.name}: {ws.key} (seed {seed}, "
                                            "fully connected reference)")
         fc_cand = fc_result.chosen
