@@ -20,7 +20,8 @@ import attrs
 import numpy as np
 
 from ..errors import AirPlanError
-from ..costmodels.calibration import fit, load_observations
+from ..costmodels.calibration import fit
+from ..costmodels.observation_loader import load_observations
 from ..costmodels import ESTIMATORS
 from ..plans.families import FAMILIES
 from ..plans.plan import Cost
