@@ -110,7 +110,8 @@ def build_tree(result, analyze: dict[str, Any] | None = None) -> Node:
         ota_attrs.pop("weights")
         ota_attrs["slots"] = pr.slots
     if plan.transport != "ota" or server or payload_vectors(plan.effective_algorithm) > 1 \
-            or extra_reals(plan.effective_algorithm):
+            or extra_reals(plan.effective_algorithm, plan.transport,
+                           plan.channel.kind != "ideal"):
         ota_attrs = {**dict(list(ota_attrs.items())[:2]), "transport": plan.transport,
                      **operator_terms(plan, pr, result.context.d),
                      **dict(list(ota_attrs.items())[2:])}
@@ -176,8 +177,9 @@ def operator_terms(plan, pr, d: int) -> dict[str, Any]:
     a digital plan its bits per coordinate, message bits and rate (bits per channel use)."""
     alg = plan.effective_algorithm
     out: dict[str, Any] = {}
-    if payload_vectors(alg) > 1 or extra_reals(alg):
-        out["payload_reals"] = payload_vectors(alg) * pr.coords + extra_reals(alg)
+    extra = extra_reals(alg, plan.transport, plan.channel.kind != "ideal")
+    if payload_vectors(alg) > 1 or extra:
+        out["payload_reals"] = payload_vectors(alg) * pr.coords + extra
     if alg in SERVER_ALGORITHMS:
         out["uplink"] = ("one slot for all clients (over the air)" if plan.transport == "ota"
                          else "one slot per client (TDMA)")

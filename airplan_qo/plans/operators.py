@@ -274,13 +274,21 @@ def payload_vectors(algorithm: str) -> int:
     return 2 if algorithm == "gradient_tracking" else 1
 
 
-def extra_reals(algorithm: str) -> int:
-    """Reals sent beside the payload: push-sum's weight w."""
-    return 1 if algorithm == "push_sum" else 0
+#: Over a noisy over-the-air channel push-sum sends its weight share on this many coordinates,
+#: so that the receiver can average the repetitions (the noise on w shrinks by their root).
+WEIGHT_REPEATS = 64
+
+
+def extra_reals(algorithm: str, transport: str = "ota", noisy: bool = True) -> int:
+    """Reals sent beside the payload: push-sum's weight w (repeated :data:`WEIGHT_REPEATS`
+    times over a noisy over-the-air channel, once in a packet or on the ideal channel)."""
+    if algorithm != "push_sum":
+        return 0
+    return WEIGHT_REPEATS if transport == "ota" and noisy else 1
 
 
 __all__ = ["AUTO_ALGORITHMS", "AUTO_TRANSPORTS", "Combination", "MATCHA_BUDGET", "activation",
-           "DEFAULT_DIGITAL_BITS", "EXACT_BITS", "EXCLUSIONS", "MAX_BITS", "MIN_BITS",
+           "DEFAULT_DIGITAL_BITS", "EXACT_BITS", "EXCLUSIONS", "MAX_BITS", "MIN_BITS", "WEIGHT_REPEATS",
            "PLAN_ALGORITHMS", "SERVER_ALGORITHMS", "TRANSPORTS", "auto_rule", "canonical",
            "check_algorithm", "check_bits", "check_transport", "exclusion", "extra_reals",
            "parse_transport", "payload_vectors", "resolve", "transport_label"]

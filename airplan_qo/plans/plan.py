@@ -46,16 +46,19 @@ Cost accounting (shared by every estimator; estimators only predict rounds and a
   all its neighbours. Co-slotted transmitters must be at distance >= 3 so that each receiver
   hears only one: the same ``slots_per_round`` colouring of G^2. The packet is sent at the
   rate its worst active receiver supports, ``R = log2(1 + SNR min |h|^2)`` over the links
-  above the truncation threshold g_th (expected value, :mod:`.rates`), so a slot lasts
-  ``ceil(M / R)`` channel uses at the rate of a transmitter of maximum degree (exact on
-  regular graphs, an upper bound otherwise): ``channel uses = slots * ceil(M / R_max) *
-  P(live slot)``. Energy: every online client with a live link transmits ``ceil(M / R)``
-  symbols (R at the mean degree) at peak power; bits: ``delivered links * M``. No channel
-  noise enters the rounds; the quantisation does (``costmodels``).
+  above the truncation threshold g_th (:mod:`.rates`). Below 32 bits a link that missed
+  packets is caught up at its next delivery (``min(m + 1, 32 / b)`` increments), and a
+  broadcast carries the largest catch-up of its links. A slot lasts as long as its longest
+  packet: ``channel uses = slots * ceil(M * E[max_j X_j / R_j]) * P(live slot)``
+  (:func:`~.rates.slot_time`). Energy: every online client with a live link transmits
+  ``ceil(M * E[X] * E[1/R])`` symbols at peak power; bits: ``delivered links * M * E[X]``. No
+  channel noise enters the rounds; the quantisation does (``costmodels``).
 * algorithms: gradient tracking sends two vectors (x and its tracking variable y: twice the
-  payload), push-sum one more real (its weight w); FedAvg/FedProx run through an access point
-  (:func:`server_round_cost`: one uplink slot over the air or one per client digitally, and a
-  digital downlink to the worst client).
+  payload), push-sum its weight w beside them (repeated :data:`~.operators.WEIGHT_REPEATS`
+  times over a noisy over-the-air channel, counted once in bits); FedAvg/FedProx run through
+  an access point (:func:`server_round_cost`: one uplink slot over the air or one per client
+  digitally, and the exact average broadcast to the worst client); MATCHA uses a share
+  :data:`~.operators.MATCHA_BUDGET` of the links.
 * periodic topologies (one graph and W_t per round, :mod:`.periodic`): every figure above is
   computed for each round of the period from that round's own links, slots and receivers (a
   round's links are the directions its W_t weights; only clients that receive occupy slots), and
@@ -78,7 +81,7 @@ from ..errors import ValidationError
 from .channel_config import ChannelConfig
 from .operators import (EXACT_BITS, SERVER_ALGORITHMS, activation, check_algorithm, check_bits,
                         check_transport, extra_reals, payload_vectors, resolve, transport_label)
-from .rates import channel_rate
+from .rates import channel_rate, ideal_rate, inverse_rate, resend_multiple, slot_time
 from .topology import TopologySpec, TopologyStats
 
 OBJECTIVES = ("channel_uses", "energy_j", "airtime_s", "c_ours")
@@ -228,7 +231,7 @@ def payload(plan: PhysicalPlan, d: int) -> Payload:
     coords = max(1, math.ceil(plan.k_ratio * d))
     alg = plan.effective_algorithm
     vectors = payload_vectors(alg)
-    reals = vectors * coords + extra_reals(alg)
+    reals = vectors * coords + extra_reals(alg, plan.transport, plan.channel.kind != "ideal")
     indexed = vectors * _indexed(plan, coords)
     bits = plan.bits if plan.transport == "digital" else BITS_PER_COORD
     return Payload(coords, reals, indexed, float(reals * bits + indexed * index_bits(d)))
@@ -239,6 +242,15 @@ def digital_rate(plan: PhysicalPlan, receivers: float) -> float:
     channel (:func:`~.rates.channel_rate`, same truncation as over the air)."""
     ch = plan.channel
     return channel_rate(ch.kind, max(1, round(receivers)), ch.snr_db, ch.g_th, ch.dropout)
+
+
+def uses_per_bit(plan: PhysicalPlan, links: float) -> float:
+    """Expected channel uses per bit of a packet sent at the rate of the worst of ``links``
+    active links (:func:`~.rates.inverse_rate`; 1 / log2(1 + SNR) on the ideal channel)."""
+    ch = plan.channel
+    if ch.kind == "ideal":
+        return 1.0 / ideal_rate(ch.snr_db)
+    return inverse_rate(round(float(links), 3), ch.snr_db, ch.g_th)
 
 
 def round_cost(plan: PhysicalPlan, stats: TopologyStats, d: int) -> RoundCost:
@@ -259,20 +271,31 @@ def round_cost(plan: PhysicalPlan, stats: TopologyStats, d: int) -> RoundCost:
     links = 2 * stats.spectra.n_edges * active * ch.active_probability * (1 - ch.dropout) ** 2
     rate = None
     if plan.transport == "digital":
-        # a slot lasts as long as its slowest transmitter's packet (the one with the most
-        # receivers has the lowest rate); each client broadcasts once per round when online
-        # and one of its links is up
+        # a slot lasts as long as its slowest transmitter's packet: the worst of all the
+        # slot's delivered links sets the rate, the largest catch-up of a link that missed
+        # packets (b < 32) the length; each client broadcasts once per round when online and
+        # one of its links is up, at the rate of its own worst link
         sp = stats.spectra
         rate = digital_rate(plan, sp.max_degree)
-        channel_uses = float(slots * math.ceil(pl.message_bits / rate)) * live
-        link_down = 1.0 - active * ch.active_probability * (1 - ch.dropout)
-        transmitters = sp.n_nodes * (1 - ch.dropout) * (1.0 - link_down ** sp.mean_degree)
-        symbols = transmitters * math.ceil(pl.message_bits / digital_rate(plan, sp.mean_degree))
-        bits = links * pl.message_bits
+        # a link misses a packet when its sender sends (is online) and the link does not
+        # deliver (receiver offline, truncated, or not active this round)
+        delivered = active * ch.active_probability * (1 - ch.dropout)
+        per_tx = max(sp.mean_degree * delivered, 1.0)
+        transmitters = sp.n_nodes * (1 - ch.dropout) * (1.0 - (1.0 - delivered) ** sp.mean_degree)
+        channel_uses = float(slots * live * math.ceil(pl.message_bits * slot_time(
+            round(transmitters / max(slots, 1), 3), round(per_tx, 3), plan.bits,
+            round(delivered, 6), ch.snr_db, ch.g_th, ch.kind == "ideal")))
+        symbols = transmitters * math.ceil(
+            pl.message_bits * resend_multiple(plan.bits, delivered, per_tx)
+            * uses_per_bit(plan, per_tx))
+        bits = links * pl.message_bits * resend_multiple(plan.bits, delivered)
     else:
         channel_uses = float(slots * pl.ota_uses) * live
         symbols = links * pl.ota_uses
-        bits = links * link_bits(pl.reals, pl.index_coords, d)
+        # bits: the information sent (push-sum's weight once, not its repetitions)
+        info = pl.reals - extra_reals(plan.effective_algorithm, "ota", ch.kind != "ideal") \
+            + extra_reals(plan.effective_algorithm, "digital")
+        bits = links * link_bits(info, pl.index_coords, d)
     exchange = clique_exchange_cost(plan, d)
     if exchange is not None:
         channel_uses += exchange.channel_uses
@@ -291,24 +314,25 @@ def server_round_cost(plan: PhysicalPlan, stats: TopologyStats, d: int) -> Round
 
     Uplink over the air: every client transmits at once in one slot of ``ceil(reals / 2)``
     channel uses (the access point receives the sum). Uplink digital: one slot per client
-    (TDMA), ``ceil(M / R_1)`` channel uses each at the single-link rate R_1; a client whose
-    link is truncated (or that is offline) sends nothing. Downlink (both): the access point
-    broadcasts the average, ``ceil(M_dl / R_dl)`` channel uses at the rate of the worst of the
-    N clients, ``M_dl = reals * bits`` (32 bits per coordinate for an over-the-air plan)."""
+    (TDMA), ``M / R`` channel uses each (``M`` the quantised update and, below 32 bits, its
+    32-bit scale), R the rate of the client's own link (its expected inverse, E[1/R]); a
+    client whose link is truncated (or that is offline) sends nothing. Downlink (both): the
+    access point broadcasts the exact average (32 bits per coordinate) once, at the rate of the
+    worst client that uploaded. Bits count each transmission once (the broadcast too), as the
+    runtime does."""
     ch = plan.channel
     pl = payload(plan, d)
     n = stats.spectra.n_nodes
     up = ch.active_probability * (1 - ch.dropout)       # a client's uplink delivers
-    dl_bits = pl.message_bits if plan.transport == "digital" else float(pl.reals * BITS_PER_COORD)
-    dl_rate = digital_rate(plan, n)
-    dl_uses = math.ceil(dl_bits / dl_rate)
+    dl_bits = float(pl.reals * BITS_PER_COORD)
+    dl_uses = math.ceil(dl_bits * uses_per_bit(plan, max(n * up, 1.0)))
     if plan.transport == "digital":
         rate = digital_rate(plan, 1)
-        per_client = math.ceil(pl.message_bits / rate)
-        up_uses = n * up * per_client
+        message = pl.message_bits + (BITS_PER_COORD if plan.bits < BITS_PER_COORD else 0)
+        up_uses = n * up * math.ceil(message * uses_per_bit(plan, 1))
         up_symbols = up_uses
         slots = n + 1
-        up_bits = n * up * pl.message_bits
+        up_bits = n * up * message
     else:
         rate = None
         up_uses = float(pl.ota_uses)
@@ -321,7 +345,7 @@ def server_round_cost(plan: PhysicalPlan, stats: TopologyStats, d: int) -> Round
     return RoundCost(coords=pl.coords, channel_uses=channel_uses, slots=slots,
                      airtime_s=channel_uses * symbol_s,
                      energy_j=ch.tx_power_w * symbol_s * symbols,
-                     bits=up_bits + n * (1 - ch.dropout) * dl_bits, symbols=symbols,
+                     bits=up_bits + dl_bits, symbols=symbols,
                      message_bits=pl.message_bits if plan.transport == "digital" else None,
                      rate=rate)
 

@@ -34,14 +34,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..plans.operators import WEIGHT_REPEATS
 from .channel import Channel, RoundLinks
 from .device import to_device
 from .gossip import Exchange, LinkSet, Operator
 
 __all__ = ["PushSum", "push_sum_weights", "receive_side_weights"]
 
-#: Repetitions of the weight coordinate over the air (r / 2 more channel uses per receiver).
-WEIGHT_REPEATS = 64
 #: Smallest weight a receiver keeps after a noisy reception.
 WEIGHT_FLOOR = 0.05
 

@@ -9,7 +9,7 @@ import pytest
 from airplan_qo.errors import ValidationError
 from airplan_qo.plans import operators
 from airplan_qo.plans.plan import ChannelConfig, PhysicalPlan, round_cost
-from airplan_qo.plans.rates import broadcast_rate
+from airplan_qo.plans.rates import broadcast_rate, inverse_rate, resend_multiple, slot_time
 from airplan_qo.plans.topology import TopologySpec, describe
 
 D = 1000
@@ -60,8 +60,45 @@ def test_digital_ring_truncated_channel_hand_count(ring10):
     # a slot is silent when its receivers (10 / 4 of them) each have both links truncated
     silent = (1 - math.exp(-g)) ** 2
     live = 1 - silent ** (10 / 4)
-    assert cost.channel_uses == pytest.approx(4 * math.ceil(8 * D / cost.rate) * live)
-    assert cost.bits == pytest.approx(20 * math.exp(-g) * 8 * D)
+    # a slot lasts as long as its longest packet: 8d bits times the largest catch-up multiple
+    # over the rate, among the slot's 10 / 4 transmitters (each with 2 e^-g delivered links)
+    s = math.exp(-g)
+    tx = 10 * (1 - (1 - s) ** 2)
+    assert cost.channel_uses == pytest.approx(
+        4 * math.ceil(8 * D * slot_time(round(tx / 4, 3), round(2 * s, 3), 8, round(s, 6),
+                                        snr_db, g)) * live)
+    # a link misses a packet with probability 1 - e^-g and catches up at its next delivery
+    # (at most 32 / 8 = 4 increments): E[min(m + 1, 4)] = sum_{j < 4} (1 - e^-g)^j
+    catch_up = sum((1 - math.exp(-g)) ** j for j in range(4))
+    assert cost.bits == pytest.approx(20 * math.exp(-g) * 8 * D * catch_up)
+
+
+def test_inverse_rate_is_the_worst_links_expected_inverse_rate():
+    """E[1/R] at the worst of 3 active links (Monte Carlo) and above 1 / E[R] (Jensen)."""
+    g, snr_db = 0.1, 10.0
+    rng = np.random.default_rng(1)
+    worst = (g + rng.exponential(size=(400_000, 3))).min(axis=1)
+    mc = (1 / np.log2(1 + 10 ** (snr_db / 10) * worst)).mean()
+    assert inverse_rate(3, snr_db, g) == pytest.approx(mc, rel=5e-3)
+    assert inverse_rate(3, snr_db, g) > 1 / broadcast_rate(3, snr_db, g, active=1.0)
+    assert resend_multiple(32, 0.5) == 1.0 and resend_multiple(8, 1.0) == 1.0
+    assert resend_multiple(8, 0.5) == pytest.approx(1 + 0.5 + 0.25 + 0.125)
+    assert resend_multiple(8, 0.5, links=4) > resend_multiple(8, 0.5)
+
+
+def test_slot_time_is_the_longest_packets_expected_duration():
+    """slot_time against a Monte Carlo of K transmitters, each with g links that deliver with
+    probability s (catch-up after misses, at most 32 / b increments) and the rate of its worst
+    link; on the ideal channel exact packets take 1 / log2(1 + SNR) per bit."""
+    g_th, snr_db, k, g, s, b = 0.1, 10.0, 3, 2, 0.7, 8
+    rng = np.random.default_rng(2)
+    draws = 100_000
+    misses = rng.geometric(s, size=(draws, k, g)) - 1            # misses before a delivery
+    x = np.minimum(misses + 1, 32 / b).max(axis=2)
+    worst = (g_th + rng.exponential(size=(draws, k, g))).min(axis=2)
+    mc = (x / np.log2(1 + 10 ** (snr_db / 10) * worst)).max(axis=1).mean()
+    assert slot_time(k, g, b, s, snr_db, g_th) == pytest.approx(mc, rel=0.01)
+    assert slot_time(5, 2, 32, 0.7, 10.0, 0.1, ideal=True) == pytest.approx(1 / math.log2(11))
 
 
 def test_digital_rate_matches_the_design_table():
@@ -86,10 +123,10 @@ def test_server_round_cost(ring10):
     dig = round_cost(PhysicalPlan(fc.spec, 1.0, ch, algorithm="fedavg", transport="digital",
                                   bits=8), fc, D)
     rate = math.log2(11.0)
-    down32 = math.ceil(32 * D / rate)
-    down8 = math.ceil(8 * D / rate)
+    down32 = math.ceil(32 * D / rate)                  # the exact average, broadcast once
+    up8 = math.ceil((8 * D + 32) / rate)               # 8-bit update and its 32-bit scale
     assert ota.channel_uses == D / 2 + down32 and ota.slots == 2
-    assert dig.channel_uses == 10 * down8 + down8 and dig.slots == 11
+    assert dig.channel_uses == 10 * up8 + down32 and dig.slots == 11
 
 
 def test_label_keeps_the_default_plan_unchanged(ring10):
