@@ -155,11 +155,12 @@ class OperatorChoices:
             ruled = [a for a in algorithms if a in ("dsgd", "choco")]
             algorithms = (("auto",) if ruled else ()) + tuple(
                 a for a in algorithms if a not in ruled)
+        periodic = FAMILIES.get(spec.family).periodic
         for alg in algorithms:
             for transport, bits in self.transports:
                 why = exclusion(alg, transport, bits=bits, k_ratio=k, family=spec.family,
                                 access_point=self.access_point, local_steps=self.local_steps,
-                                periodic=FAMILIES.get(spec.family).periodic)
+                                periodic=periodic)
                 name = canonical(alg, k)
                 plan = None
                 if why is None:
