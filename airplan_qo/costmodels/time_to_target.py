@@ -39,6 +39,9 @@ import attrs
 import numpy as np
 
 from ..errors import ValidationError
+from ..plans.plan import Estimate, averaged_cliques
+from .features import (approximate_survival_factor, channel_noise, channel_noise_at,
+                       heterogeneity, plan_heterogeneity, survival_factor)
 
 #: Plan features, relative to the FC reference of the same workload.
 PLAN_FEATURES = (
@@ -613,8 +616,6 @@ class TimeToTargetEstimator:
 
     def _ceiling_at(self, ctx, n: int, channel) -> float:
         """:meth:`ceiling` from the ceiling model, for ``n`` clients on ``channel``."""
-        from .features import channel_noise_at, heterogeneity
-
         c = ctx.constants
         w = fc_features(heterogeneity(ctx.alpha, ctx.n_classes), n,
                         channel_noise_at(channel, n - 1), channel.dropout)
@@ -633,8 +634,6 @@ class TimeToTargetEstimator:
         """What every plan of a workload shares (:class:`ReferenceTerms`): its fully connected
         reference at ``n`` clients on ``channel``, and the context's constants as the
         per-plan arithmetic uses them."""
-        from .features import approximate_survival_factor, channel_noise_at, heterogeneity
-
         c = ctx.constants
         ceiling = (self.reference(ctx).fc_accuracy if ctx.pilot is not None
                    else self._ceiling_at(ctx, n, channel))
@@ -684,9 +683,6 @@ class TimeToTargetEstimator:
                            self.reference_terms(ctx, stats.spectra.n_nodes, plan.channel))
 
     def _terms(self, ctx, plan, stats, ref: ReferenceTerms) -> dict[str, float]:
-        from ..plans.plan import averaged_cliques
-        from .features import channel_noise, plan_heterogeneity, survival_factor
-
         n = stats.spectra.n_nodes
         p_random = max(stats.spectra.mixing_p * survival_factor(plan, stats), 1e-12)
         key = (plan.transport, plan.bits, stats.spectra.mean_degree)
@@ -711,8 +707,6 @@ class TimeToTargetEstimator:
         plus the size of the term the model extrapolates (the channel noise a digital plan
         drops, the heterogeneity gradient tracking drops), as uncertain as it is large. 0 for
         a plan inside the fit."""
-        from .features import channel_noise_at, heterogeneity
-
         if plan.transport in FITTED_TRANSPORTS and \
                 plan.effective_algorithm in FITTED_ALGORITHMS:
             return 0.0
@@ -793,8 +787,6 @@ class TimeToTargetEstimator:
         return out
 
     def _estimate(self, ctx, plan, stats, target_accuracy, ref: ReferenceTerms):
-        from ..plans.plan import Estimate
-
         ceiling = ref.ceiling
         t = self._terms(ctx, plan, stats, ref)
         budget = max(int(ctx.round_budget), 1)

@@ -14,7 +14,6 @@ Transports:
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -247,15 +246,13 @@ EXCLUSIONS: tuple[tuple[str, Rule], ...] = (
 )
 
 
-@functools.lru_cache(maxsize=4096)
 def exclusion(algorithm: str, transport: str, *, bits: int = EXACT_BITS, k_ratio: float = 1.0,
               family: str | None = None, access_point: bool = False, local_steps: int = 1,
               periodic: bool = False) -> str | None:
     """Why ``algorithm`` over ``transport`` makes no sense in this context (the first rule of
     :data:`EXCLUSIONS` that applies), or None when the combination may be planned.
     ``algorithm`` may be ``auto`` (resolved at ``k_ratio``); ``periodic``: the topology
-    changes every round. A pure function of its arguments, kept for the process (the planner
-    asks it for every operator of every topology and k)."""
+    changes every round."""
     c = Combination(resolve(check_algorithm(algorithm), k_ratio), check_transport(transport),
                     check_bits(bits), float(k_ratio), family, bool(access_point),
                     int(local_steps), bool(periodic))
