@@ -786,43 +786,27 @@ class TimeToTargetEstimator:
             out.append(self._estimate(ctx, plan, stats, target_accuracy, ref))
         return out
 
-    def _estimate(self, ctx, plan, stats, target_accuracy, ref: ReferenceTerms):
-        ceiling = ref.ceiling
-        t = self._terms(ctx, plan, stats, ref)
-        budget = max(int(ctx.round_budget), 1)
-        sd = t["sd"]
-        # the model is fitted for targets at a fixed ratio of the fully connected plan's final
-        # accuracy A (target.base, 0.95 for the shipped fit); another target rho A is reached
-        # target_shift(...) later in log rounds (fitted on the measured curves), and never when
-        # rho >= 1
+    def _target_terms(self, ctx, ref: ReferenceTerms, target_accuracy: float) -> tuple:
+        """What every plan of ``ref`` shares for one target accuracy: (rho, the notes it adds,
+        and the g, level and relative of :func:`target_shift`, P(fc accuracy above the
+        target)). The model is fitted for targets at a fixed ratio of the fully connected
+        plan's final accuracy A (target.base, 0.95 for the shipped fit); another target rho A
+        is reached target_shift(...) later in log rounds (fitted on the measured curves), and
+        never when rho >= 1."""
+        ceiling, c = ref.ceiling, ctx.constants
         rho = float(target_accuracy) / ceiling if ceiling > 0 else math.inf
-        acc = float(_curve(t["mu"], ceiling, budget))
-        key = (plan.transport, plan.bits, plan.effective_algorithm, stats.spectra.n_nodes,
-               plan.k_ratio, plan.topology.family)
-        notes = ref.notes.get(key)
-        if notes is None:
-            notes = ref.notes[key] = self.notes(ctx, plan, stats)
         if rho >= 1.0:
-            terms = {k: float(v) for k, v in t.items()}
-            terms.update(p_meets=0.0, target_over_ceiling=rho)
-            return Estimate(rounds=None, accuracy=acc, terms=terms, model_term=float(t["mu"]),
-                            calibration_ids=ctx.calibration_ids, p_meets=0.0, notes=notes)
+            return rho, (), 0.0, 0.0, 0.0, 0.0
+        notes: tuple[str, ...] = ()
         ratios = self.fitted_range.get("target_ratio")
         if ratios and not ratios[0] <= rho <= ratios[1]:
             notes += (f"target at {rho:.3g} of the predicted fc outside the fitted "
                       f"{ratios[0]:g}..{ratios[1]:g}",)
-        mu = t["mu"] + target_shift(rho, t["relative_log_t"], ctx.constants)
-        unseen, what = ref.unseen, ref.unseen_what
+        g = target_level(rho) - target_level(c.get("target.base", BASE_RATIO))
         p_ceiling = 1.0
-        outside = self.operator_spread(ctx, plan, stats)
-        if outside:
-            # a transport or algorithm the fit never saw: widened as for an unseen dataset
-            sd = math.hypot(sd, outside)
+        unseen, what = ref.unseen, ref.unseen_what
         if unseen is not None and ctx.pilot is None:
-            # a dataset or model the fit never saw: its fc level (log rounds) and its fc
-            # accuracy are the fitted datasets' mean, as uncertain as those levels are spread;
             # the target is out of reach when the real fc accuracy lies below it
-            sd = math.hypot(sd, unseen[0])
             p_ceiling = ceiling_above(ceiling, float(target_accuracy), unseen[1])
             notes += (f"{' and '.join(what)} unseen: its fully connected accuracy and rounds "
                       f"are unknown, so P(meets SLA) and the rounds interval are widened "
@@ -830,6 +814,41 @@ class TimeToTargetEstimator:
                       f"fully connected reference (WITH (pilot = 'fc'))"
                       f"{' or CALIBRATE' if what[0].startswith('dataset') else ''} "
                       f"measures them",)
+        return (rho, notes, g, c.get("target.level", 1.0), c.get("target.relative", 0.0),
+                p_ceiling)
+
+    def _estimate(self, ctx, plan, stats, target_accuracy, ref: ReferenceTerms):
+        ceiling = ref.ceiling
+        t = self._terms(ctx, plan, stats, ref)
+        budget = max(int(ctx.round_budget), 1)
+        sd = t["sd"]
+        key = (plan.transport, plan.bits, plan.effective_algorithm, stats.spectra.n_nodes,
+               plan.k_ratio, plan.topology.family)
+        notes = ref.notes.get(key)
+        if notes is None:
+            notes = ref.notes[key] = self.notes(ctx, plan, stats)
+        fixed = ref.targets.get(target_accuracy)
+        if fixed is None:
+            fixed = ref.targets[target_accuracy] = self._target_terms(ctx, ref, target_accuracy)
+        rho, target_notes, g, level, relative, p_ceiling = fixed
+        acc = float(_curve(t["mu"], ceiling, budget))
+        if rho >= 1.0:
+            terms = {k: float(v) for k, v in t.items()}
+            terms.update(p_meets=0.0, target_over_ceiling=rho)
+            return Estimate(rounds=None, accuracy=acc, terms=terms, model_term=float(t["mu"]),
+                            calibration_ids=ctx.calibration_ids, p_meets=0.0, notes=notes)
+        notes += target_notes
+        # target_shift(rho, relative log T, constants)
+        mu = t["mu"] + g * (level + relative * t["relative_log_t"])
+        unseen = ref.unseen
+        outside = self.operator_spread(ctx, plan, stats)
+        if outside:
+            # a transport or algorithm the fit never saw: widened as for an unseen dataset
+            sd = math.hypot(sd, outside)
+        if unseen is not None and ctx.pilot is None:
+            # a dataset or model the fit never saw: its fc level (log rounds) and its fc
+            # accuracy are the fitted datasets' mean, as uncertain as those levels are spread
+            sd = math.hypot(sd, unseen[0])
         p = meets_probability(mu, sd, budget) * p_ceiling
         rounds = max(1.0, expected_rounds(mu, sd, budget))
         lo = math.exp(min(mu - 1.6448536269514722 * sd, 700.0))
@@ -856,7 +875,8 @@ class ReferenceTerms:
     pilot, its plan features ``x_fc``), the spread of log T, the plan model's coefficients in
     :data:`PLAN_FEATURES` order, and what of the workload the fit has not seen; ``noise`` and
     ``notes`` keep the channel noise and extrapolation notes of the plans estimated so far
-    (they repeat across sparsity, transport and algorithm)."""
+    (they repeat across sparsity, transport and algorithm), ``targets`` what a target
+    accuracy makes of them all (:meth:`TimeToTargetEstimator._target_terms`)."""
 
     n: int
     channel: object
@@ -872,6 +892,7 @@ class ReferenceTerms:
     unseen_what: tuple[str, ...]
     noise: dict = attrs.field(factory=dict, eq=False)
     notes: dict = attrs.field(factory=dict, eq=False)
+    targets: dict = attrs.field(factory=dict, eq=False)
 
 
 __all__ += ["FITTED_ALGORITHMS", "FITTED_TRANSPORTS", "OPERATOR_SD", "ReferenceTerms",
