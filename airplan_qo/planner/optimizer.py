@@ -90,21 +90,22 @@ class Optimizer:
             return [], []
         n = specs[0].n
         memo = self.catalog.memo.setdefault("topologies", {})
+        keys = {spec: cache_key(spec) for spec in specs}   # each a JSON text: built once
         cached: dict[tuple, tuple[TopologyStats, int]] = {}
         for spec in specs:
-            hit = memo.get((n, cache_key(spec))) if cacheable(spec) else None
+            hit = memo.get((n, keys[spec])) if cacheable(spec) else None
             if hit is not None:
                 st, tid = hit
-                cached[cache_key(spec)] = (st if st.spec == spec
+                cached[keys[spec]] = (st if st.spec == spec
                                            else attrs.evolve(st, spec=spec), tid)
-        unread = [s for s in specs if cacheable(s) and cache_key(s) not in cached]
+        unread = [s for s in specs if cacheable(s) and keys[s] not in cached]
         for key, hit in cached_topologies(self.catalog, unread).items():
             cached[key] = memo[(n, key)] = hit
         with _PERIODIC_LOCK:   # periodic: not in the catalog, but a pure function of the spec
             for spec in specs:
                 if spec.periodic and spec in _PERIODIC:
-                    cached[cache_key(spec)] = (_PERIODIC[spec], None)
-        missing = [s for s in specs if cache_key(s) not in cached]
+                    cached[keys[spec]] = (_PERIODIC[spec], None)
+        missing = [s for s in specs if keys[s] not in cached]
         if missing:
             graphs: dict[tuple, list[TopologySpec]] = {}   # one graph, several weight rules
             for spec in missing:
@@ -128,7 +129,7 @@ class Optimizer:
                 cached[cache_key(stats.spec)] = (stats, tid)
             for stats, _ in computed:
                 cached.setdefault(cache_key(stats.spec), (stats, None))
-        out = [cached[cache_key(s)] for s in specs]
+        out = [cached[keys[s]] for s in specs]
         return [o[0] for o in out], [o[1] for o in out]
 
     # ---- planning ----------------------------------------------------------------------------
