@@ -54,7 +54,8 @@ PARTS = {
 
 @contextlib.contextmanager
 def timed_parts(spent: dict[str, float]):
-    """Patch the functions of :data:`PARTS` to add their wall time to ``spent``."""
+    """Patch the functions of :data:`PARTS` to add their wall time to ``spent`` (a part a
+    version lacks is left out of it, and reported as None)."""
     import importlib
 
     undo = []
@@ -75,6 +76,7 @@ def timed_parts(spent: dict[str, float]):
                 finally:
                     spent[_part] += time.perf_counter() - t0
 
+            spent.setdefault(part, 0.0)
             setattr(owner, name, timed)
             undo.append((owner, name, original))
     try:
@@ -95,7 +97,7 @@ def bench(n: int, repeats: int) -> dict:
             cold_s = time.perf_counter() - t0
             rows: dict[str, list[float]] = defaultdict(list)
             for _ in range(repeats):
-                spent: dict[str, float] = defaultdict(float)
+                spent: dict[str, float] = {}
                 with timed_parts(spent):
                     t0 = time.perf_counter()
                     r = db.plan(w)
@@ -103,14 +105,17 @@ def bench(n: int, repeats: int) -> dict:
                 rows["warm_ms"].append(total * 1e3)
                 rows["planning_ms"].append(r.planning_time_ms)
                 # the batch consumes the enumeration as it goes: the estimates are the rest
-                rows["estimator_ms"].append((spent["costing"] - spent["enumeration"]) * 1e3)
+                rows["estimator_ms"].append(
+                    (spent["costing"] - spent["enumeration"]) * 1e3 if "costing" in spent
+                    else None)
                 for part in ("enumeration", "reads", "recording"):
-                    rows[f"{part}_ms"].append(spent[part] * 1e3)
+                    rows[f"{part}_ms"].append(spent[part] * 1e3 if part in spent else None)
                 rows["commit_ms"].append((total - spent["respecting"]) * 1e3)
                 if r.chosen.plan != cold.chosen.plan:
                     raise AssertionError("the warm call chose another plan than the cold one")
     out = {"n": n, "candidates": len(cold.candidates), "cold_s": round(cold_s, 3)}
-    out.update({f"{k}_median": round(statistics.median(v), 2) for k, v in rows.items()})
+    out.update({f"{k}_median": None if None in v else round(statistics.median(v), 2)
+                for k, v in rows.items()})
     out["warm_ms_min"] = round(min(rows["warm_ms"]), 2)
     out["chosen"] = cold.chosen.plan.label()
     return out
