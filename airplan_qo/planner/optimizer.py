@@ -27,7 +27,7 @@ from ..catalog.sketch import dimensions
 from ..catalog.store import Catalog
 from ..costmodels import (DEFAULT_ESTIMATOR, ESTIMATORS, EstimationContext, estimate_many,
                           recorded_range, refuser, resolve_constants)
-from ..errors import ValidationError
+from ..errors import PlanningError, ValidationError
 from ..plans.families import FAMILIES
 from ..plans.plan import OBJECTIVES, Cost, PhysicalPlan, round_cost
 from ..plans.request import DEFAULT_SPARSITY, Candidate, PlanRequest, PlanResult
@@ -243,7 +243,11 @@ class Optimizer:
         estimates: list[Any] = []
         for used, run in itertools.groupby(enumerate(specs, 1),
                                            key=lambda t: family_ctx.get(t[1].family, ctx)):
-            estimates += estimate_many(estimator, used, enumerated(run), target)
+            items = enumerated(run)
+            estimates += estimate_many(estimator, used, items, target)
+            if next(items, None) is not None or len(estimates) != len(plans):
+                raise PlanningError(f"estimator {est_name} did not return one estimate for "
+                                    f"each plan it was given (estimate_many)")
         operators.check()
         ranked = []
         for (plan, st, spec, tid, details), est in zip(plans, estimates):

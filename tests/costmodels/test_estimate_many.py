@@ -64,3 +64,39 @@ def test_refuser_binds_the_estimators_refusal(planned):
     assert [refuse(p) for p in plans] == [paper.refusal(p) for p in plans]
     assert any(refuse(p) for p in plans) and not all(refuse(p) for p in plans)
     assert all(refuser(ttt)(p) is None for p in plans)
+
+
+@attrs.frozen
+class Dropping:
+    """A batch that leaves the last plan of each batch uncosted (a broken estimator)."""
+
+    name: str = "dropping"
+    description: str = "drops a plan"
+    priors: dict = attrs.field(factory=dict)
+
+    def accuracy_at(self, ctx, plan, stats, rounds):
+        return 0.9
+
+    def estimate(self, ctx, plan, stats, target_accuracy):
+        from airplan_qo.plans.plan import Estimate
+
+        return Estimate(rounds=10.0, accuracy=0.9)
+
+    def estimate_many(self, ctx, items, target_accuracy):
+        return [self.estimate(ctx, p, s, target_accuracy) for p, s in list(items)[:-1]]
+
+
+def test_a_batch_short_of_its_plans_fails_the_planning_run(tmp_path):
+    from airplan_qo.errors import PlanningError
+
+    ESTIMATORS.register("dropping", Dropping())
+    try:
+        with aq.connect(tmp_path / "c.duckdb") as db:
+            w = aq.Workload(dataset="digits", clients=12, alpha=0.5, snr_db=10)
+            with pytest.raises(PlanningError, match="one estimate for each plan"):
+                db.plan(w, estimator="dropping")
+            assert db.catalog.query("SELECT count(*) AS n FROM airplan.planning_runs"
+                                    )[0]["n"] == 0
+            assert db.plan(w, estimator="ttt").planning_run_id is not None
+    finally:
+        ESTIMATORS._items.pop("dropping")
