@@ -97,7 +97,7 @@ class Optimizer:
             if hit is not None:
                 st, tid = hit
                 cached[keys[spec]] = (st if st.spec == spec
-                                           else attrs.evolve(st, spec=spec), tid)
+                                      else attrs.evolve(st, spec=spec), tid)
         unread = [s for s in specs if cacheable(s) and keys[s] not in cached]
         for key, hit in cached_topologies(self.catalog, unread).items():
             cached[key] = memo[(n, key)] = hit
