@@ -24,8 +24,9 @@ Shared plan quantities (heterogeneity, channel noise, p of the random mixing mat
 
 from __future__ import annotations
 
-from .interface import (DEFAULT_ESTIMATOR, ESTIMATORS, RANGE_MARK, CostEstimator,
-                        EstimationContext, recorded_range, refusal, resolve_constants)
+from .interface import (DEFAULT_ESTIMATOR, ESTIMATORS, RANGE_MARK, BatchEstimator,
+                        CostEstimator, EstimationContext, estimate_many, recorded_range,
+                        refusal, refuser, resolve_constants)
 
 
 def _register() -> None:
@@ -40,5 +41,6 @@ def _register() -> None:
 
 _register()
 
-__all__ = ["CostEstimator", "DEFAULT_ESTIMATOR", "ESTIMATORS", "EstimationContext",
-           "RANGE_MARK", "recorded_range", "refusal", "resolve_constants"]
+__all__ = ["BatchEstimator", "CostEstimator", "DEFAULT_ESTIMATOR", "ESTIMATORS",
+           "EstimationContext", "RANGE_MARK", "estimate_many", "recorded_range", "refusal",
+           "refuser", "resolve_constants"]

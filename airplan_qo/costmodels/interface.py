@@ -156,6 +156,41 @@ def refusal(estimator: CostEstimator, plan: PhysicalPlan) -> str | None:
     return estimator.refusal(plan) if isinstance(estimator, Refusing) else None
 
 
+@runtime_checkable
+class BatchEstimator(Protocol):
+    """An estimator that costs many plans of one workload at once: ``estimate_many(ctx,
+    items, target_accuracy)`` returns the :meth:`CostEstimator.estimate` of each (plan, stats)
+    of ``items`` (an iterable it consumes once, in order), identical to it, computing once what
+    the plans share. Without
+    it, the planner calls ``estimate`` for each (:func:`estimate_many`)."""
+
+    def estimate_many(self, ctx: EstimationContext,
+                      items: Iterable[tuple[PhysicalPlan, TopologyStats]],
+                      target_accuracy: float) -> list[Estimate]: ...
+
+
+def estimate_many(estimator: CostEstimator, ctx: EstimationContext,
+                  items: Iterable[tuple[PhysicalPlan, TopologyStats]],
+                  target_accuracy: float) -> list[Estimate]:
+    """The estimate of each (plan, stats) of ``items``: :class:`BatchEstimator`'s batch when
+    the estimator has one, else one :meth:`~CostEstimator.estimate` call per plan."""
+    if isinstance(estimator, BatchEstimator):
+        return list(estimator.estimate_many(ctx, items, target_accuracy))
+    return [estimator.estimate(ctx, plan, stats, target_accuracy) for plan, stats in items]
+
+
+def refuser(estimator: CostEstimator) -> Callable[[PhysicalPlan], str | None]:
+    """:func:`refusal` bound to ``estimator`` (whether it is :class:`Refusing` is checked
+    once: the planner asks for every plan it enumerates)."""
+    if isinstance(estimator, Refusing):
+        return estimator.refusal
+    return _costs_every_plan
+
+
+def _costs_every_plan(plan: PhysicalPlan) -> None:
+    return None
+
+
 ESTIMATORS: Registry[CostEstimator] = Registry("cost estimator")
 DEFAULT_ESTIMATOR = "ttt"
 

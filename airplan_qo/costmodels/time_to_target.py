@@ -39,6 +39,9 @@ import attrs
 import numpy as np
 
 from ..errors import ValidationError
+from ..plans.plan import Estimate, averaged_cliques
+from .features import (approximate_survival_factor, channel_noise, channel_noise_at,
+                       heterogeneity, plan_heterogeneity, survival_factor)
 
 #: Plan features, relative to the FC reference of the same workload.
 PLAN_FEATURES = (
@@ -607,14 +610,15 @@ class TimeToTargetEstimator:
 
     def ceiling(self, ctx, plan, stats) -> float:
         """Predicted final accuracy of the fully connected plan on this workload."""
-        from .features import channel_noise_at, heterogeneity
-
         if ctx.pilot is not None:      # measured: the fc the SLA is relative to
             return self.reference(ctx).fc_accuracy
+        return self._ceiling_at(ctx, stats.spectra.n_nodes, plan.channel)
+
+    def _ceiling_at(self, ctx, n: int, channel) -> float:
+        """:meth:`ceiling` from the ceiling model, for ``n`` clients on ``channel``."""
         c = ctx.constants
-        n = stats.spectra.n_nodes
         w = fc_features(heterogeneity(ctx.alpha, ctx.n_classes), n,
-                        channel_noise_at(plan.channel, n - 1), plan.channel.dropout)
+                        channel_noise_at(channel, n - 1), channel.dropout)
         level = c.get(f"ceil.dataset:{ctx.dataset}")
         if level is None:
             levels = [v for k, v in c.items() if k.startswith("ceil.dataset:")]
@@ -626,59 +630,75 @@ class TimeToTargetEstimator:
         """The fully connected reference measured by the context's pilot."""
         return reference_from_pilot(ctx.pilot, ctx.constants.get("target.base", BASE_RATIO))
 
-    def accuracy_at(self, ctx, plan, stats, rounds):
-        ceiling = self.ceiling(ctx, plan, stats)
-        return _curve(self._terms(ctx, plan, stats, ceiling)["mu"], ceiling, rounds)
-
-    def terms(self, ctx, plan, stats) -> dict[str, float]:
-        return self._terms(ctx, plan, stats, self.ceiling(ctx, plan, stats))
-
-    def _terms(self, ctx, plan, stats, ceiling: float) -> dict[str, float]:
-        from ..plans.plan import averaged_cliques
-        from .features import (approximate_survival_factor, channel_noise, channel_noise_at,
-                               heterogeneity, plan_heterogeneity, survival_factor)
-
+    def reference_terms(self, ctx, n: int, channel) -> ReferenceTerms:
+        """What every plan of a workload shares (:class:`ReferenceTerms`): its fully connected
+        reference at ``n`` clients on ``channel``, and the context's constants as the
+        per-plan arithmetic uses them."""
         c = ctx.constants
-        n = stats.spectra.n_nodes
-        ch = plan.channel
-        p_random = max(stats.spectra.mixing_p * survival_factor(plan, stats), 1e-12)
+        ceiling = (self.reference(ctx).fc_accuracy if ctx.pilot is not None
+                   else self._ceiling_at(ctx, n, channel))
         zeta2 = heterogeneity(ctx.alpha, ctx.n_classes)
         fc_error = 1.0 - ceiling
-        x = plan_features(p_random, plan.k_ratio, plan_heterogeneity(ctx.alpha, ctx.n_classes,
-                                                                     plan),
-                          channel_noise(plan, stats, ctx.d), ch.dropout, n,
-                          averaged=bool(averaged_cliques(plan.topology)), fc_error=fc_error)
-        fc_p = approximate_survival_factor(1.0, n - 1, ch.dropout, ch.active_probability)
-        fc_noise = channel_noise_at(ch, n - 1)
-        x_fc = plan_features(fc_p, 1.0, zeta2, fc_noise, ch.dropout, n, fc_error=fc_error)
-        w = fc_features(zeta2, n, fc_noise, ch.dropout)
+        fc_p = approximate_survival_factor(1.0, n - 1, channel.dropout,
+                                           channel.active_probability)
+        fc_noise = channel_noise_at(channel, n - 1)
+        x_fc = plan_features(fc_p, 1.0, zeta2, fc_noise, channel.dropout, n, fc_error=fc_error)
+        w = fc_features(zeta2, n, fc_noise, channel.dropout)
         level = c.get(f"fc.dataset:{ctx.dataset}")
         if level is None:       # an unseen dataset: the mean level of the fitted ones
             levels = [v for k, v in c.items() if k.startswith("fc.dataset:")]
             level = float(np.mean(levels)) if levels else 0.0
         log_t_fc = level + sum(c.get(f"fc.{k}", 0.0) * v for k, v in w.items())
-        delta = sum(c.get(f"plan.{f}", 0.0) * (x[f] - x_fc[f]) for f in PLAN_FEATURES)
         sd = c.get("joint.sd") or math.hypot(c.get("plan.sd", 0.3), c.get("fc.sd", 0.0))
-        out = {"p_random": p_random, "zeta2": zeta2, "log_t_fc": log_t_fc,
-               "relative_log_t": delta, "mu": log_t_fc + delta, "sd": sd}
-        if ctx.pilot is None:
-            return out
-        # a pilot measured the reference: its log T combined with the model's prediction,
-        # whose own uncertainty is what the joint spread holds beyond the plan model's (about
-        # none on the fitted grid) plus, for an unseen dataset or model, the spread of levels
-        spread, _ = unseen_task(c, self.fitted_range, ctx.dataset, ctx.model)
-        plan_sd = c.get("plan.sd", 0.3)
-        prior = math.sqrt(max(sd * sd - plan_sd * plan_sd, 0.0))
-        if spread is not None:
-            prior = math.hypot(prior, spread[0])
-        measured = self.reference(ctx)
-        log_t_fc_post, ref_sd = combine_reference(
-            log_t_fc, max(prior, REFERENCE_PRIOR_SD_FLOOR), measured.log_t)
-        out.update(log_t_fc=log_t_fc_post, mu=log_t_fc_post + delta,
-                   sd=math.hypot(min(plan_sd, sd), ref_sd), log_t_fc_predicted=log_t_fc,
-                   log_t_fc_measured=measured.log_t, reference_sd=ref_sd,
-                   reference_crossed=float(measured.crossed),
-                   reference_extrapolated=float(measured.extrapolated))
+        unseen, what = unseen_task(c, self.fitted_range, ctx.dataset, ctx.model)
+        used_log_t_fc, used_sd, pilot_terms = log_t_fc, sd, {}
+        if ctx.pilot is not None:
+            # a pilot measured the reference: its log T combined with the model's prediction,
+            # whose own uncertainty is what the joint spread holds beyond the plan model's
+            # (about none on the fitted grid) plus, for an unseen dataset or model, the spread
+            # of levels
+            plan_sd = c.get("plan.sd", 0.3)
+            prior = math.sqrt(max(sd * sd - plan_sd * plan_sd, 0.0))
+            if unseen is not None:
+                prior = math.hypot(prior, unseen[0])
+            measured = self.reference(ctx)
+            used_log_t_fc, ref_sd = combine_reference(
+                log_t_fc, max(prior, REFERENCE_PRIOR_SD_FLOOR), measured.log_t)
+            used_sd = math.hypot(min(plan_sd, sd), ref_sd)
+            pilot_terms = {"log_t_fc_predicted": log_t_fc, "log_t_fc_measured": measured.log_t,
+                           "reference_sd": ref_sd, "reference_crossed": float(measured.crossed),
+                           "reference_extrapolated": float(measured.extrapolated)}
+        return ReferenceTerms(
+            n=n, channel=channel, ceiling=ceiling, zeta2=zeta2, fc_error=fc_error, x_fc=x_fc,
+            log_t_fc=used_log_t_fc, sd=used_sd, pilot_terms=pilot_terms,
+            plan_coef=tuple((f, c.get(f"plan.{f}", 0.0)) for f in PLAN_FEATURES),
+            unseen=unseen, unseen_what=what)
+
+    def accuracy_at(self, ctx, plan, stats, rounds):
+        ref = self.reference_terms(ctx, stats.spectra.n_nodes, plan.channel)
+        return _curve(self._terms(ctx, plan, stats, ref)["mu"], ref.ceiling, rounds)
+
+    def terms(self, ctx, plan, stats) -> dict[str, float]:
+        return self._terms(ctx, plan, stats,
+                           self.reference_terms(ctx, stats.spectra.n_nodes, plan.channel))
+
+    def _terms(self, ctx, plan, stats, ref: ReferenceTerms) -> dict[str, float]:
+        n = stats.spectra.n_nodes
+        p_random = max(stats.spectra.mixing_p * survival_factor(plan, stats), 1e-12)
+        key = (plan.transport, plan.bits, stats.spectra.mean_degree)
+        noise = ref.noise.get(key)
+        if noise is None:
+            noise = ref.noise[key] = channel_noise(plan, stats, ctx.d)
+        x = plan_features(p_random, plan.k_ratio, plan_heterogeneity(ctx.alpha, ctx.n_classes,
+                                                                     plan),
+                          noise, plan.channel.dropout, n,
+                          averaged=bool(averaged_cliques(plan.topology)), fc_error=ref.fc_error)
+        x_fc = ref.x_fc
+        delta = sum(coef * (x[f] - x_fc[f]) for f, coef in ref.plan_coef)
+        out = {"p_random": p_random, "zeta2": ref.zeta2, "log_t_fc": ref.log_t_fc,
+               "relative_log_t": delta, "mu": ref.log_t_fc + delta, "sd": ref.sd}
+        if ref.pilot_terms:
+            out.update(ref.pilot_terms)
         return out
 
     def operator_spread(self, ctx, plan, stats) -> float:
@@ -687,8 +707,6 @@ class TimeToTargetEstimator:
         plus the size of the term the model extrapolates (the channel noise a digital plan
         drops, the heterogeneity gradient tracking drops), as uncertain as it is large. 0 for
         a plan inside the fit."""
-        from .features import channel_noise_at, heterogeneity
-
         if plan.transport in FITTED_TRANSPORTS and \
                 plan.effective_algorithm in FITTED_ALGORITHMS:
             return 0.0
@@ -752,40 +770,43 @@ class TimeToTargetEstimator:
         return tuple(out)
 
     def estimate(self, ctx, plan, stats, target_accuracy):
-        from ..plans.plan import Estimate
+        return self._estimate(ctx, plan, stats, target_accuracy,
+                              self.reference_terms(ctx, stats.spectra.n_nodes, plan.channel))
 
-        ceiling = self.ceiling(ctx, plan, stats)
-        t = self._terms(ctx, plan, stats, ceiling)
-        budget = max(int(ctx.round_budget), 1)
-        sd = t["sd"]
-        # the model is fitted for targets at a fixed ratio of the fully connected plan's final
-        # accuracy A (target.base, 0.95 for the shipped fit); another target rho A is reached
-        # target_shift(...) later in log rounds (fitted on the measured curves), and never when
-        # rho >= 1
+    def estimate_many(self, ctx, items, target_accuracy):
+        """:meth:`estimate` of each (plan, stats) of ``items``, the reference terms they share
+        (:meth:`reference_terms`, one per client count and channel) computed once."""
+        refs: dict[tuple, ReferenceTerms] = {}
+        out = []
+        for plan, stats in items:
+            key = (stats.spectra.n_nodes, plan.channel)
+            ref = refs.get(key)
+            if ref is None:
+                ref = refs[key] = self.reference_terms(ctx, key[0], key[1])
+            out.append(self._estimate(ctx, plan, stats, target_accuracy, ref))
+        return out
+
+    def _target_terms(self, ctx, ref: ReferenceTerms, target_accuracy: float) -> tuple:
+        """What every plan of ``ref`` shares for one target accuracy: (rho, the notes it adds,
+        and the g, level and relative of :func:`target_shift`, P(fc accuracy above the
+        target)). The model is fitted for targets at a fixed ratio of the fully connected
+        plan's final accuracy A (target.base, 0.95 for the shipped fit); another target rho A
+        is reached target_shift(...) later in log rounds (fitted on the measured curves), and
+        never when rho >= 1."""
+        ceiling, c = ref.ceiling, ctx.constants
         rho = float(target_accuracy) / ceiling if ceiling > 0 else math.inf
-        acc = float(_curve(t["mu"], ceiling, budget))
-        notes = self.notes(ctx, plan, stats)
         if rho >= 1.0:
-            terms = {k: float(v) for k, v in t.items()}
-            terms.update(p_meets=0.0, target_over_ceiling=rho)
-            return Estimate(rounds=None, accuracy=acc, terms=terms, model_term=float(t["mu"]),
-                            calibration_ids=ctx.calibration_ids, p_meets=0.0, notes=notes)
+            return rho, (), 0.0, 0.0, 0.0, 0.0
+        notes: tuple[str, ...] = ()
         ratios = self.fitted_range.get("target_ratio")
         if ratios and not ratios[0] <= rho <= ratios[1]:
             notes += (f"target at {rho:.3g} of the predicted fc outside the fitted "
                       f"{ratios[0]:g}..{ratios[1]:g}",)
-        mu = t["mu"] + target_shift(rho, t["relative_log_t"], ctx.constants)
-        unseen, what = unseen_task(ctx.constants, self.fitted_range, ctx.dataset, ctx.model)
+        g = target_level(rho) - target_level(c.get("target.base", BASE_RATIO))
         p_ceiling = 1.0
-        outside = self.operator_spread(ctx, plan, stats)
-        if outside:
-            # a transport or algorithm the fit never saw: widened as for an unseen dataset
-            sd = math.hypot(sd, outside)
+        unseen, what = ref.unseen, ref.unseen_what
         if unseen is not None and ctx.pilot is None:
-            # a dataset or model the fit never saw: its fc level (log rounds) and its fc
-            # accuracy are the fitted datasets' mean, as uncertain as those levels are spread;
             # the target is out of reach when the real fc accuracy lies below it
-            sd = math.hypot(sd, unseen[0])
             p_ceiling = ceiling_above(ceiling, float(target_accuracy), unseen[1])
             notes += (f"{' and '.join(what)} unseen: its fully connected accuracy and rounds "
                       f"are unknown, so P(meets SLA) and the rounds interval are widened "
@@ -793,6 +814,41 @@ class TimeToTargetEstimator:
                       f"fully connected reference (WITH (pilot = 'fc'))"
                       f"{' or CALIBRATE' if what[0].startswith('dataset') else ''} "
                       f"measures them",)
+        return (rho, notes, g, c.get("target.level", 1.0), c.get("target.relative", 0.0),
+                p_ceiling)
+
+    def _estimate(self, ctx, plan, stats, target_accuracy, ref: ReferenceTerms):
+        ceiling = ref.ceiling
+        t = self._terms(ctx, plan, stats, ref)
+        budget = max(int(ctx.round_budget), 1)
+        sd = t["sd"]
+        key = (plan.transport, plan.bits, plan.effective_algorithm, stats.spectra.n_nodes,
+               plan.k_ratio, plan.topology.family)
+        notes = ref.notes.get(key)
+        if notes is None:
+            notes = ref.notes[key] = self.notes(ctx, plan, stats)
+        fixed = ref.targets.get(target_accuracy)
+        if fixed is None:
+            fixed = ref.targets[target_accuracy] = self._target_terms(ctx, ref, target_accuracy)
+        rho, target_notes, g, level, relative, p_ceiling = fixed
+        acc = float(_curve(t["mu"], ceiling, budget))
+        if rho >= 1.0:
+            terms = {k: float(v) for k, v in t.items()}
+            terms.update(p_meets=0.0, target_over_ceiling=rho)
+            return Estimate(rounds=None, accuracy=acc, terms=terms, model_term=float(t["mu"]),
+                            calibration_ids=ctx.calibration_ids, p_meets=0.0, notes=notes)
+        notes += target_notes
+        # target_shift(rho, relative log T, constants)
+        mu = t["mu"] + g * (level + relative * t["relative_log_t"])
+        unseen = ref.unseen
+        outside = self.operator_spread(ctx, plan, stats)
+        if outside:
+            # a transport or algorithm the fit never saw: widened as for an unseen dataset
+            sd = math.hypot(sd, outside)
+        if unseen is not None and ctx.pilot is None:
+            # a dataset or model the fit never saw: its fc level (log rounds) and its fc
+            # accuracy are the fitted datasets' mean, as uncertain as those levels are spread
+            sd = math.hypot(sd, unseen[0])
         p = meets_probability(mu, sd, budget) * p_ceiling
         rounds = max(1.0, expected_rounds(mu, sd, budget))
         lo = math.exp(min(mu - 1.6448536269514722 * sd, 700.0))
@@ -811,5 +867,33 @@ class TimeToTargetEstimator:
                         calibration_ids=ctx.calibration_ids, p_meets=p, notes=notes)
 
 
-__all__ += ["FITTED_ALGORITHMS", "FITTED_TRANSPORTS", "OPERATOR_SD", "TimeToTargetEstimator",
-            "load_reference", "flatten", "CONSTANTS_FILE"]
+@attrs.frozen
+class ReferenceTerms:
+    """What every plan of one workload shares in a ``ttt`` estimate, computed once per
+    planning call (:meth:`TimeToTargetEstimator.reference_terms`): the fully connected
+    reference at ``n`` clients on ``channel`` (its accuracy ``ceiling``, its log T after any
+    pilot, its plan features ``x_fc``), the spread of log T, the plan model's coefficients in
+    :data:`PLAN_FEATURES` order, and what of the workload the fit has not seen; ``noise`` and
+    ``notes`` keep the channel noise and extrapolation notes of the plans estimated so far
+    (they repeat across sparsity, transport and algorithm), ``targets`` what a target
+    accuracy makes of them all (:meth:`TimeToTargetEstimator._target_terms`)."""
+
+    n: int
+    channel: object
+    ceiling: float
+    zeta2: float
+    fc_error: float
+    x_fc: dict[str, float]
+    log_t_fc: float
+    sd: float
+    pilot_terms: dict[str, float]
+    plan_coef: tuple[tuple[str, float], ...]
+    unseen: tuple[float, float] | None
+    unseen_what: tuple[str, ...]
+    noise: dict = attrs.field(factory=dict, eq=False)
+    notes: dict = attrs.field(factory=dict, eq=False)
+    targets: dict = attrs.field(factory=dict, eq=False)
+
+
+__all__ += ["FITTED_ALGORITHMS", "FITTED_TRANSPORTS", "OPERATOR_SD", "ReferenceTerms",
+            "TimeToTargetEstimator", "load_reference", "flatten", "CONSTANTS_FILE"]

@@ -8,6 +8,7 @@ combinations an exclusion rule or the estimator rules out.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -149,32 +150,28 @@ class OperatorChoices:
         CHOCO are costed only where the default rule runs them (D-SGD at k = 1, CHOCO
         below): such plans are labelled with the rule (``auto``), as before."""
         out: list[PhysicalPlan] = []
-        algorithms = self.algorithms
-        if not self.explicit_algorithms:
-            # AUTO: the default rule covers dsgd and choco (each where it runs)
-            ruled = [a for a in algorithms if a in ("dsgd", "choco")]
-            algorithms = (("auto",) if ruled else ()) + tuple(
-                a for a in algorithms if a not in ruled)
-        for alg in algorithms:
-            for transport, bits in self.transports:
-                why = exclusion(alg, transport, bits=bits, k_ratio=k, family=spec.family,
-                                access_point=self.access_point, local_steps=self.local_steps,
-                                periodic=FAMILIES.get(spec.family).periodic)
-                name = canonical(alg, k)
-                plan = None
-                if why is None:
+        built: dict[tuple, tuple[PhysicalPlan, str | None]] = {}
+        added: set[tuple] = set()
+        for alg, transport, bits, name, why in operator_list(
+                self.algorithms, self.transports, self.explicit_algorithms, k, spec.family,
+                self.access_point, self.local_steps, FAMILIES.get(spec.family).periodic):
+            key = (name, transport, bits)
+            if why is None:
+                if key not in built:
                     plan = PhysicalPlan(spec, k, channel, algorithm=name, transport=transport,
                                         bits=bits)
-                    why = self.refuse(plan)
-                if why is not None:
-                    for name in (alg, transport):
-                        seen = self.reasons.setdefault(name, [])
-                        if why not in seen:
-                            seen.append(why)
-                    continue
-                self.planned.update((alg, transport))
-                if plan not in out:
-                    out.append(plan)
+                    built[key] = (plan, self.refuse(plan))
+                plan, why = built[key]
+            if why is not None:
+                for named in (alg, transport):
+                    seen = self.reasons.setdefault(named, [])
+                    if why not in seen:
+                        seen.append(why)
+                continue
+            self.planned.update((alg, transport))
+            if key not in added:
+                added.add(key)
+                out.append(plan)
         return out
 
     def check(self) -> None:
@@ -188,6 +185,27 @@ class OperatorChoices:
                 what = "ALGORITHM" if name in PLAN_ALGORITHMS else "TRANSPORT"
                 why = "; ".join(self.reasons.get(name) or ["no plan to cost"])
                 raise ValidationError(f"USING {what} {name}: {why}")
+
+
+@functools.lru_cache(maxsize=1024)
+def operator_list(algorithms: tuple[str, ...], transports: tuple[tuple[str, int], ...],
+                  explicit_algorithms: bool, k: float, family: str, access_point: bool,
+                  local_steps: int, periodic: bool
+                  ) -> tuple[tuple[str, str, int, str, str | None], ...]:
+    """The operator combinations of one topology family and k, in the order they are planned:
+    (algorithm as asked, transport, bits, the plan's algorithm name, the exclusion rule's
+    reason or None). Under AUTO (``explicit_algorithms`` false), D-SGD and CHOCO are asked as
+    the default rule (``auto``). A pure function, kept for the process."""
+    if not explicit_algorithms:
+        # AUTO: the default rule covers dsgd and choco (each where it runs)
+        ruled = [a for a in algorithms if a in ("dsgd", "choco")]
+        algorithms = (("auto",) if ruled else ()) + tuple(
+            a for a in algorithms if a not in ruled)
+    return tuple(
+        (alg, transport, bits, canonical(alg, k),
+         exclusion(alg, transport, bits=bits, k_ratio=k, family=family,
+                   access_point=access_point, local_steps=local_steps, periodic=periodic))
+        for alg in algorithms for transport, bits in transports)
 
 
 def operator_choices(request: PlanRequest, refuse: Callable[[PhysicalPlan], str | None]
@@ -204,4 +222,5 @@ def operator_choices(request: PlanRequest, refuse: Callable[[PhysicalPlan], str 
 
 
 __all__ = ["DEFAULT_FAMILIES", "OperatorChoices", "PLANNED_WEIGHTS", "candidate_specs",
-           "fitting", "operator_choices", "parameter_variants", "transport_choices"]
+           "fitting", "operator_choices", "operator_list", "parameter_variants",
+           "transport_choices"]

@@ -13,6 +13,7 @@ enumeration, clique_planning, pruning, restriction, feasibility, progress, recor
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
 import time
@@ -24,9 +25,9 @@ import attrs
 from ..catalog.privacy import choose_release
 from ..catalog.sketch import dimensions
 from ..catalog.store import Catalog
-from ..costmodels import (DEFAULT_ESTIMATOR, ESTIMATORS, EstimationContext, recorded_range,
-                          refusal, resolve_constants)
-from ..errors import ValidationError
+from ..costmodels import (DEFAULT_ESTIMATOR, ESTIMATORS, EstimationContext, estimate_many,
+                          recorded_range, refuser, resolve_constants)
+from ..errors import PlanningError, ValidationError
 from ..plans.families import FAMILIES
 from ..plans.plan import OBJECTIVES, Cost, PhysicalPlan, round_cost
 from ..plans.request import DEFAULT_SPARSITY, Candidate, PlanRequest, PlanResult
@@ -66,6 +67,14 @@ class Optimizer:
         self.catalog = catalog
         self.progress = progress
         self._steps = PlanningProgress(None)
+        #: The workloads' catalog facts read by the planning call under way (read once a call).
+        self._facts: dict[Workload, Any] = {}
+
+    def _workload_facts(self, w: Workload):
+        facts = self._facts.get(w)
+        if facts is None:
+            facts = self._facts[w] = workload_facts(self.catalog, w)
+        return facts
 
     def _step(self, message: str) -> None:
         self._steps.step(message)
@@ -81,21 +90,22 @@ class Optimizer:
             return [], []
         n = specs[0].n
         memo = self.catalog.memo.setdefault("topologies", {})
+        keys = {spec: cache_key(spec) for spec in specs}   # each a JSON text: built once
         cached: dict[tuple, tuple[TopologyStats, int]] = {}
         for spec in specs:
-            hit = memo.get((n, cache_key(spec))) if cacheable(spec) else None
+            hit = memo.get((n, keys[spec])) if cacheable(spec) else None
             if hit is not None:
                 st, tid = hit
-                cached[cache_key(spec)] = (st if st.spec == spec
-                                           else attrs.evolve(st, spec=spec), tid)
-        unread = [s for s in specs if cacheable(s) and cache_key(s) not in cached]
+                cached[keys[spec]] = (st if st.spec == spec
+                                      else attrs.evolve(st, spec=spec), tid)
+        unread = [s for s in specs if cacheable(s) and keys[s] not in cached]
         for key, hit in cached_topologies(self.catalog, unread).items():
             cached[key] = memo[(n, key)] = hit
         with _PERIODIC_LOCK:   # periodic: not in the catalog, but a pure function of the spec
             for spec in specs:
                 if spec.periodic and spec in _PERIODIC:
-                    cached[cache_key(spec)] = (_PERIODIC[spec], None)
-        missing = [s for s in specs if cache_key(s) not in cached]
+                    cached[keys[spec]] = (_PERIODIC[spec], None)
+        missing = [s for s in specs if keys[s] not in cached]
         if missing:
             graphs: dict[tuple, list[TopologySpec]] = {}   # one graph, several weight rules
             for spec in missing:
@@ -119,7 +129,7 @@ class Optimizer:
                 cached[cache_key(stats.spec)] = (stats, tid)
             for stats, _ in computed:
                 cached.setdefault(cache_key(stats.spec), (stats, None))
-        out = [cached[cache_key(s)] for s in specs]
+        out = [cached[keys[s]] for s in specs]
         return [o[0] for o in out], [o[1] for o in out]
 
     # ---- planning ----------------------------------------------------------------------------
@@ -130,6 +140,7 @@ class Optimizer:
         restriction (planner/restriction.py) leaves the catalog as it was."""
         check_data_split(request.workload)
         self._steps = PlanningProgress(self.progress)
+        self._facts = {}
         try:
             if self.catalog.read_only:
                 return self._plan_respecting(request)
@@ -137,12 +148,13 @@ class Optimizer:
                 return self._plan_respecting(request)
         finally:
             self._steps.close()
+            self._facts = {}
 
     def _plan_respecting(self, request: PlanRequest) -> PlanResult:
         result = respect_restriction(request, self._plan(request), self._plan)
         if self.catalog.read_only:
             return result
-        facts = workload_facts(self.catalog, request.workload)
+        facts = self._workload_facts(request.workload)
         return record(self.catalog, result, facts.workload_id, self._step)
 
     def _plan(self, request: PlanRequest) -> PlanResult:
@@ -166,7 +178,7 @@ class Optimizer:
                 raise ValidationError(f"sparsity k must be in (0, 1], got {k}")
 
         d, n_classes = model_dimension(w)
-        facts = workload_facts(self.catalog, w)
+        facts = self._workload_facts(w)
         alpha, alpha_source, privacy_eps = heterogeneity(facts, w)
         rows = self.catalog.current_calibration(est_name)
         constants, cal_ids = resolve_constants(estimator, rows, w.dataset)
@@ -211,26 +223,46 @@ class Optimizer:
                 family_ctx[family] = attrs.evolve(ctx, constants=consts, calibration_ids=ids_f,
                                                   fitted_range=recorded_range(rows, ids_f))
         pruning = Pruning(request, fc_accuracy, budgets, round_budget, tuple(unanalysed))
-        operators = operator_choices(request, lambda plan: refusal(estimator, plan))
-        candidates: list[Candidate] = []
-        for i, spec in enumerate(specs, 1):
-            self._step(f"costing {i}/{len(specs)}: {spec.label()} [{spec.weights}] x "
-                       f"{len(sparsity)} values of k")
-            st, tid = stats_of[spec]
-            details = clique_details(spec, labels) if spec.family == "d_cliques" else {}
-            for k in sparsity:
-                for plan in operators.for_plan(st.spec, k, channel):
-                    cand = self._cost(estimator, family_ctx.get(spec.family, ctx), plan, st, d,
-                                      startup, objective, target, request.pilot)
-                    if st.spec != spec:  # costed on the placeholder: recorded as requested
-                        cand = attrs.evolve(cand, plan=attrs.evolve(plan, topology=spec),
-                                            stats=attrs.evolve(st, spec=spec))
-                    cand = attrs.evolve(cand, topology_id=tid, topology_details=details)
-                    candidates.append(attrs.evolve(cand,
-                                                   pruned_reason=pruned_reason(cand, pruning)))
+        operators = operator_choices(request, refuser(estimator))
+        # the plans of consecutive topologies costed in one context are costed in one batch
+        # (an estimator that costs many at once computes what they share once: estimate_many),
+        # enumerated as the batch consumes them
+        plans: list[tuple[PhysicalPlan, TopologyStats, TopologySpec, Any, dict]] = []
+
+        def enumerated(run):
+            for i, spec in run:
+                self._step(f"costing {i}/{len(specs)}: {spec.label()} [{spec.weights}] x "
+                           f"{len(sparsity)} values of k")
+                st, tid = stats_of[spec]
+                details = clique_details(spec, labels) if spec.family == "d_cliques" else {}
+                for k in sparsity:
+                    for plan in operators.for_plan(st.spec, k, channel):
+                        plans.append((plan, st, spec, tid, details))
+                        yield plan, st
+
+        estimates: list[Any] = []
+        for used, run in itertools.groupby(enumerate(specs, 1),
+                                           key=lambda t: family_ctx.get(t[1].family, ctx)):
+            items = enumerated(run)
+            estimates += estimate_many(estimator, used, items, target)
+            if next(items, None) is not None or len(estimates) != len(plans):
+                raise PlanningError(f"estimator {est_name} did not return one estimate for "
+                                    f"each plan it was given (estimate_many)")
         operators.check()
-        candidates.sort(key=lambda c: (not c.feasible,) + c.cost.sort_key(c.plan.label()))
-        candidates = [attrs.evolve(c, rank=rank) for rank, c in enumerate(candidates, 1)]
+        ranked = []
+        for (plan, st, spec, tid, details), est in zip(plans, estimates):
+            cost = Cost(est, round_cost(plan, st, d), startup, objective, request.pilot)
+            if st.spec != spec:  # costed on the placeholder: recorded as requested
+                plan, st = attrs.evolve(plan, topology=spec), attrs.evolve(st, spec=spec)
+            cand = Candidate(plan=plan, stats=st, cost=cost, topology_id=tid,
+                             topology_details=details)
+            reason = pruned_reason(cand, pruning)
+            ranked.append(((reason is not None,) + cost.sort_key(plan.label()), cand, reason))
+        ranked.sort(key=lambda r: r[0])
+        candidates: list[Candidate] = [
+            Candidate(plan=c.plan, stats=c.stats, cost=c.cost, pruned_reason=reason, rank=rank,
+                      topology_id=c.topology_id, topology_details=c.topology_details)
+            for rank, (_, c, reason) in enumerate(ranked, 1)]
         feasible = [c for c in candidates if c.feasible]
         warnings: list[str] = list(too_big)
         fallback = not feasible

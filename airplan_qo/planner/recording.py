@@ -60,13 +60,17 @@ def record(catalog: Catalog, result: PlanResult, workload_id: int | None,
                 c.cost.reaches_target, e.accuracy, e.accuracy_lo, e.accuracy_hi,
                 bd["channel_uses"], bd["slots"], bd["airtime_s"], bd["energy_j"], bd["bits"],
                 bd["privacy_epsilon"], c.cost.total(), c.pruned_reason,
-                list(e.calibration_ids), json.dumps(finite(e.terms), sort_keys=True)))
+                list(e.calibration_ids), _terms_json(finite(e.terms))))
         cols: dict[str, Any] = dict(zip(names, (list(col) for col in zip(*rows))))
         cols["plan_id"] = [int(pid) for pid in ids]
         catalog.insert_rows("plans", cols)
     recorded = tuple(attrs.evolve(c, plan_id=int(pid)) for c, pid in zip(cands, ids))
     chosen = next(r for c, r in zip(cands, recorded) if c is result.chosen)
     return attrs.evolve(result, candidates=recorded, chosen=chosen, planning_run_id=int(run_id))
+
+
+#: ``json.dumps(terms, sort_keys=True)`` with its encoder built once (one per candidate).
+_terms_json = json.JSONEncoder(sort_keys=True).encode
 
 
 def pilot_columns(result: PlanResult) -> dict[str, Any]:
