@@ -40,13 +40,7 @@ _SCOPE_WORDS = {"global": "globally", "dataset": "per dataset",
 
 
 def _curve_fitted(estimator: str) -> CurveFitted:
-    est = ESTIMATORS.get(estimator)
-    if not isinstance(est, CurveFitted):
-        names = ", ".join(sorted(n for n in ESTIMATORS.names()
-                                 if isinstance(ESTIMATORS.get(n), CurveFitted)))
-        raise ValidationError(f"no calibration procedure for estimator '{est.name}'; "
-                              f"calibratable: {names}")
-    return est
+    return calibratable(ESTIMATORS.get(estimator), CurveFitted)
 
 
 def evaluate(observations: Sequence[Observation], constants: Mapping[str, float],

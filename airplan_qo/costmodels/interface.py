@@ -132,12 +132,13 @@ def open_prefixes(estimator: CostEstimator) -> tuple[str, ...]:
     return tuple(estimator.open_prefixes) if isinstance(estimator, OpenConstants) else ()
 
 
-def calibratable(estimator: CostEstimator) -> Calibratable:
-    """``estimator`` when ``airplan calibrate`` can refit it, else a ValidationError naming the
-    ones it can."""
-    if not isinstance(estimator, Calibratable):
+def calibratable(estimator: CostEstimator, kind: type = Calibratable) -> Any:
+    """``estimator`` when ``airplan calibrate`` can refit it (as a ``kind``: Calibratable, or
+    CurveFitted for the fits on its own predictions), else a ValidationError naming the ones it
+    can."""
+    if not isinstance(estimator, kind):
         names = ", ".join(sorted(n for n in ESTIMATORS.names()
-                                 if isinstance(ESTIMATORS.get(n), Calibratable)))
+                                 if isinstance(ESTIMATORS.get(n), kind)))
         raise ValidationError(f"no calibration procedure for estimator '{estimator.name}'; "
                               f"calibratable: {names}")
     return estimator

@@ -8,7 +8,6 @@ estimator reads from its plan's terms is its own (its ``observation_reader``,
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import numpy as np
 

@@ -391,7 +391,7 @@ def render(analysis, *, figures: list[Path], wall_s: float, command: str,
 
     if a.scalability:
         lines += ["## Scalability extrapolation", "",
-                  f"The reference workload planned at other client counts in a scratch catalog; "
+                  "The reference workload planned at other client counts in a scratch catalog; "
                   "rounds and channel uses are the cost model's predictions (calibrated: "
                   "constants fitted on all runs of this grid), not measurements. The broadcast "
                   "share is the statistics broadcast over the predicted total.", ""]

@@ -33,8 +33,10 @@ def _kind(_inst: Any, _attr: Any, value: Any) -> None:
         raise ValidationError(f"channel must be one of {', '.join(CHANNELS)}, got {value!r}")
 
 
-def _number(lo: float | None = None, hi: float | None = None, *, lo_open: bool = False,
-            hi_open: bool = False):
+def number_in(lo: float | None = None, hi: float | None = None, *, lo_open: bool = False,
+              hi_open: bool = False):
+    """An attrs validator: a finite number in the interval (bounds open or closed), else a
+    ValidationError naming the field and the interval."""
     def check(_inst: Any, attr: attrs.Attribute, value: Any) -> None:
         try:
             v = float(value)
@@ -61,11 +63,11 @@ class ChannelConfig:
     AWGN) or ``ideal``."""
 
     kind: str = attrs.field(default="ota", validator=_kind)
-    snr_db: float = attrs.field(default=10.0, validator=_number())
-    g_th: float = attrs.field(default=0.1, validator=_number(0.0, lo_open=True))
-    tx_power_dbm: float = attrs.field(default=23.0, validator=_number())
-    bandwidth_hz: float = attrs.field(default=1e6, validator=_number(0.0, lo_open=True))
-    dropout: float = attrs.field(default=0.0, validator=_number(0.0, 1.0, hi_open=True))
+    snr_db: float = attrs.field(default=10.0, validator=number_in())
+    g_th: float = attrs.field(default=0.1, validator=number_in(0.0, lo_open=True))
+    tx_power_dbm: float = attrs.field(default=23.0, validator=number_in())
+    bandwidth_hz: float = attrs.field(default=1e6, validator=number_in(0.0, lo_open=True))
+    dropout: float = attrs.field(default=0.0, validator=number_in(0.0, 1.0, hi_open=True))
 
     @property
     def active_probability(self) -> float:

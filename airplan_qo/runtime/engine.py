@@ -16,7 +16,6 @@ one stream leaves the others untouched; all of their states are checkpointed.
 from __future__ import annotations
 
 import contextlib
-import math
 import signal
 import tempfile
 import threading
@@ -44,7 +43,7 @@ from .matcha import Matcha
 from .push_sum import PushSum
 from .gossip import ALGORITHMS, DSGD, OTA_PAYLOADS, Choco, PaperLiteral, \
     check_schedule, difference_decay, link_schedule, round_traffic
-from ..plans.channel_config import CHANNEL_PARAMS, IDEAL_CHANNEL, ChannelConfig
+from ..plans.channel_config import CHANNEL_PARAMS, IDEAL_CHANNEL, ChannelConfig, number_in
 from ..plans.operators import MATCHA_BUDGET
 from ..plans.sla import TARGET_METRICS, first_crossing
 from .metrics import consensus_distance, consensus_exploded, diverged, jain_index, \
@@ -124,25 +123,13 @@ def _choice(options: tuple[str, ...]):
 
 def _finite(lo: float | None = None, hi: float | None = None, *, lo_open: bool = False,
             hi_open: bool = False):
-    def check(_inst: Any, attr: attrs.Attribute, value: Any) -> None:
+    """:func:`~..plans.channel_config.number_in`, and None where the field's default is None."""
+    number = number_in(lo, hi, lo_open=lo_open, hi_open=hi_open)
+
+    def check(inst: Any, attr: attrs.Attribute, value: Any) -> None:
         if value is None and attr.default is None:
             return
-        try:
-            v = float(value)
-        except (TypeError, ValueError):
-            raise ValidationError(f"{attr.name} must be a number, got {value!r}") from None
-        bad = not math.isfinite(v)
-        if lo is not None:
-            bad |= v <= lo if lo_open else v < lo
-        if hi is not None:
-            bad |= v >= hi if hi_open else v > hi
-        if bad:
-            left = "(" if lo_open else "["
-            right = ")" if hi_open else "]"
-            raise ValidationError(
-                f"{attr.name} must be finite and in {left}{lo if lo is not None else '-inf'}, "
-                f"{hi if hi is not None else 'inf'}{right}, got {value!r}"
-            )
+        number(inst, attr, value)
     return check
 
 
