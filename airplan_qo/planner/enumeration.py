@@ -20,7 +20,7 @@ from ..errors import PlanningError, ValidationError
 from ..plans.families import FAMILIES
 from ..plans.mixing import WEIGHTS
 from ..plans.operators import (AUTO_ALGORITHMS, AUTO_TRANSPORTS, DEFAULT_DIGITAL_BITS,
-                               EXACT_BITS, PLAN_ALGORITHMS, canonical, exclusion)
+                               EXACT_BITS, PLAN_ALGORITHMS, PRESETS, canonical, exclusion)
 from ..plans.plan import PhysicalPlan
 from ..plans.request import PlanRequest
 from ..plans.topology import TopologySpec
@@ -87,8 +87,13 @@ def candidate_specs(catalog: Catalog, request: PlanRequest,
     weights = request.weights or PLANNED_WEIGHTS
     for rule in weights:
         WEIGHTS.get(rule)
+    presets = [PRESETS[a] for a in request.algorithms or () if a in PRESETS]
     if request.topologies:
         topo = [(FAMILIES.get(f).name, [dict(p)]) for f, p in request.topologies]
+    elif presets and len(presets) == len(request.algorithms):
+        # only presets named: each plans exactly its own topology
+        topo = [(f, [dict(p)]) for f, p in dict.fromkeys(
+            (f, tuple(sorted(p.items()))) for f, p in presets)]
     else:
         topo = [(f, parameter_variants(f, w.clients)) for f in DEFAULT_FAMILIES]
         if labels is not None and labels.counts.shape[0] == w.clients \
@@ -96,6 +101,8 @@ def candidate_specs(catalog: Catalog, request: PlanRequest,
             # the workload's statistics allow D-Cliques (with Clique Averaging) of more
             # than one clique; with one clique it is the complete graph
             topo.append(("d_cliques", [{}]))
+        # a preset named beside other algorithms: its topology joins the default ones
+        topo += [(f, [dict(p)]) for f, p in presets]
     specs: list[TopologySpec] = []
     for family, variants in topo:
         # every registered rule gives W = 11^T/N on the complete graph, and periodic families

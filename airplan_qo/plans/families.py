@@ -559,6 +559,23 @@ def base_k(n: int, *, seed: int = 0, k: int = 1) -> tuple:
     return rounds
 
 
+def _period(v, n):
+    return None if 1 <= v <= 100_000 else "must be in [1, 100000]"
+
+
+@family("resample_er", Param("p", float, 0.5, "edge probability of each round", _prob),
+        Param("period", int, 200, "rounds drawn before the sequence repeats", _period),
+        periodic=True)
+def resample_er(n: int, *, seed: int = 0, p: float = 0.5, period: int = 200) -> tuple:
+    """Time-varying G(n, p) redrawn every round with Metropolis weights 1/max(deg_i+1, deg_j+1)
+    (DLLR-OA's topology, p = 1/2); ``period`` rounds drawn from the seed, then repeated."""
+    from .periodic import check_doubly_stochastic, resample_er_rounds
+
+    rounds = resample_er_rounds(n, p, period, seed)
+    check_doubly_stochastic(rounds, f"resample_er(p={p}) with n={n}")
+    return rounds
+
+
 @family("from_edges", Param("edges", object, None, "edge-list file path or networkx graph"))
 def from_edges(n: int, *, seed: int = 0, edges: Any = None) -> nx.Graph:
     """A user-supplied graph: an edge-list file ("u v" per line, '#' comments) or a networkx graph.

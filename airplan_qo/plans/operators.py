@@ -29,7 +29,16 @@ MIN_BITS, MAX_BITS = 1, 32
 #: Algorithms a plan may name. ``auto`` is the default rule: D-SGD for dense payloads (k = 1),
 #: CHOCO gossip for compressed ones (k < 1).
 PLAN_ALGORITHMS = ("auto", "dsgd", "choco", "gradient_tracking", "push_sum", "matcha", "fedavg",
-                   "fedprox")
+                   "fedprox", "dllr_oa")
+
+#: Named presets: algorithms that reproduce a published system's configuration as a whole. They
+#: are planned only when asked for by name (not under AUTO), on their own topology when the
+#: request names none.
+PRESETS: dict[str, tuple[str, dict]] = {
+    # DLLR-OA (Qiao et al., MobiHoc 2023), as its published code runs: G_t ~ G(n, 1/2) redrawn
+    # every round with Metropolis weights, receivers mixing a mask of k of the model's tensors
+    "dllr_oa": ("resample_er", {"p": 0.5}),
+}
 
 
 #: Algorithms that run through a server (a star with an access point), not over a topology.
@@ -40,6 +49,9 @@ SERVER_ALGORITHMS = ("fedavg", "fedprox")
 #: server without an access point).
 AUTO_ALGORITHMS: tuple[str, ...] = ("dsgd", "choco", "gradient_tracking", "push_sum", "matcha",
                                     "fedavg", "fedprox")
+
+#: DLLR-OA's topology: a fresh G(n, 1/2) every round (:data:`PRESETS`).
+DLLR_OA_FAMILY = PRESETS["dllr_oa"][0]
 
 #: MATCHA's communication budget C_b: the expected share of the graph's matchings (so, in
 #: expectation, of its links) active in a round (Wang et al. 2019; plans/matcha.py).
@@ -231,6 +243,21 @@ def _clique_averaging(c: Combination) -> str | None:
     return None
 
 
+def _dllr_oa_over_the_air(c: Combination) -> str | None:
+    if c.algorithm == "dllr_oa" and c.transport != "ota":
+        return ("dllr_oa aggregates over the air (its neighbours' masked tensors superpose at "
+                "the receiver, inverted by the power-limited rule); it has no packet form: plan "
+                "it with TRANSPORT ota")
+    return None
+
+
+def _dllr_oa_schedule(c: Combination) -> str | None:
+    if c.algorithm == "dllr_oa" and c.family not in (None, DLLR_OA_FAMILY):
+        return (f"dllr_oa is reproduced on its own schedule, a fresh G(n, 1/2) every round "
+                f"(topology {DLLR_OA_FAMILY}), not on {c.family}")
+    return None
+
+
 #: The exclusion rules, in the order they are checked; the first that applies gives the reason.
 EXCLUSIONS: tuple[tuple[str, Rule], ...] = (
     ("needs an access point", _server_needs_access_point),
@@ -243,6 +270,8 @@ EXCLUSIONS: tuple[tuple[str, Rule], ...] = (
     ("exact packets", _push_sum_exact),
     ("static graph", _matcha_static),
     ("clique averaging", _clique_averaging),
+    ("over the air only", _dllr_oa_over_the_air),
+    ("its own schedule", _dllr_oa_schedule),
 )
 
 
@@ -287,7 +316,7 @@ def extra_reals(algorithm: str, transport: str = "ota", noisy: bool = True) -> i
     return WEIGHT_REPEATS if transport == "ota" and noisy else 1
 
 
-__all__ = ["AUTO_ALGORITHMS", "AUTO_TRANSPORTS", "Combination", "MATCHA_BUDGET", "activation",
+__all__ = ["DLLR_OA_FAMILY", "PRESETS", "AUTO_ALGORITHMS", "AUTO_TRANSPORTS", "Combination", "MATCHA_BUDGET", "activation",
            "DEFAULT_DIGITAL_BITS", "EXACT_BITS", "EXCLUSIONS", "MAX_BITS", "MIN_BITS", "WEIGHT_REPEATS",
            "PLAN_ALGORITHMS", "SERVER_ALGORITHMS", "TRANSPORTS", "auto_rule", "canonical",
            "check_algorithm", "check_bits", "check_transport", "exclusion", "extra_reals",

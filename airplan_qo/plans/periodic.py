@@ -42,7 +42,16 @@ for Decentralized Learning via Finite-time Convergence"): the Base-(k+1) graph
       across the blocks (the i-th node of every block); the shorter period is used (the second
       on ties).
 
-Every built period is checked numerically (:func:`check_exact`): the product of the period's
+``resample_er`` (the topology of DLLR-OA's published code, Qiao et al. 2023)
+    A fresh G_t ~ G(n, p) every round (p = 1/2 there), with Metropolis weights
+    W_ij = 1 / max(deg_i + 1, deg_j + 1) and W_ii = 1 - sum_j W_ij on that round's graph. A
+    redrawn-every-round sequence is a periodic family whose period is long (``period`` rounds,
+    drawn once from the topology seed): the runtime, the accounting and the spectra already
+    follow one graph and W_t per round, and a run of at most ``period`` rounds never repeats a
+    draw. A round's graph need not be connected (the code does not ask it to); the union of
+    the period's graphs must be. Its period does not average exactly (``period_rho`` > 0).
+
+Every built period of the exact families is checked numerically (:func:`check_exact`): the product of the period's
 matrices applied to random vectors must give their mean; a construction that does not is refused
 with a :class:`~airplan_qo.errors.PlanningError` rather than used.
 """
@@ -226,6 +235,25 @@ def base_k_rounds(n: int, k: int) -> tuple[Round, ...]:
     for entries in best:
         rows, cols, vals = zip(*entries) if entries else ((), (), ())
         out.append(_round(n, rows, cols, vals))
+    return tuple(out)
+
+
+# ------------------------------------------------------------------------------------ resample er
+
+
+def resample_er_rounds(n: int, p: float, period: int, seed: int) -> tuple[Round, ...]:
+    """``period`` independent G(n, p) rounds with Metropolis weights (module docstring), drawn
+    from ``seed``: the upper triangle of an n x n uniform draw below p per round."""
+    rng = np.random.default_rng(seed)
+    iu, ju = np.triu_indices(n, k=1)
+    out = []
+    for _ in range(period):
+        keep = rng.random(iu.size) < p
+        i, j = iu[keep], ju[keep]
+        deg = np.bincount(np.concatenate([i, j]), minlength=n)
+        w = 1.0 / np.maximum(deg[i] + 1, deg[j] + 1)
+        out.append(_round(n, np.concatenate([i, j]), np.concatenate([j, i]),
+                          np.concatenate([w, w])))
     return tuple(out)
 
 

@@ -39,6 +39,7 @@ from .flat import STRATEGIES, GradientEngine, ParamLayout, chunks, client_logits
 from .digital import TRANSPORTS, Digital
 from .federated import FEDERATED, Federated
 from .gradient_tracking import OTA_REFUSAL, GradientTracking
+from .dllr_oa import DLLR_BETA_NOISE, DLLR_SIGMA, DLLROA, LAYER_MASKS, ORDERS
 from .matcha import Matcha
 from .push_sum import PushSum
 from .gossip import ALGORITHMS, DSGD, OTA_PAYLOADS, Choco, PaperLiteral, \
@@ -187,6 +188,13 @@ class RunConfig:
     prox_mu: float | None = attrs.field(default=None, validator=_finite(0.0))
     matcha_budget: float = attrs.field(default=MATCHA_BUDGET,
                                        validator=_finite(0.0, 1.0, lo_open=True))
+    #: DLLR-OA (:mod:`.dllr_oa`): how a receiver picks its tensors, the fixed noise standard
+    #: deviation (None: the plan's channel), the receivers' order and the power-estimate noise
+    dllr_mask: str = attrs.field(default="random", validator=_choice(LAYER_MASKS))
+    dllr_sigma: float | None = attrs.field(
+        default=DLLR_SIGMA, validator=attrs.validators.optional(number_in(0.0)))
+    dllr_order: str = attrs.field(default="gauss_seidel", validator=_choice(ORDERS))
+    dllr_beta_noise: float = attrs.field(default=DLLR_BETA_NOISE, validator=_finite(0.0))
 
     def __attrs_post_init__(self) -> None:
         if self.client_eval_samples is not None:
@@ -215,6 +223,9 @@ class RunConfig:
             raise ValidationError(
                 f"prox_mu = {self.prox_mu} is FedProx's proximal weight; algorithm {algorithm} "
                 f"has no proximal term (use algorithm 'fedprox')")
+        if algorithm == "dllr_oa" and self.transport != "ota":
+            raise ValidationError("dllr_oa aggregates over the air; it has no digital form: use "
+                                  "transport 'ota'")
         if self.transport == "digital" and algorithm in ("choco", "paper_literal"):
             raise ValidationError(
                 f"the digital transport sends whole (quantised) models; {algorithm} "
@@ -448,6 +459,10 @@ class Trainer:
             self.rule = Matcha(inner, topology, config.matcha_budget, self.device)
             self.link_schedule = (self.rule.links,)
             self.links = self.rule.links
+        elif self.algorithm == "dllr_oa":
+            self.rule = DLLROA(n, self.layout.offsets, self.layout.numels, config.k_ratio,
+                               config.dllr_mask, config.dllr_sigma, config.dllr_order,
+                               beta_noise=config.dllr_beta_noise)
         elif self.algorithm == "push_sum":
             self.rule = PushSum(n, self.d, config.transport, device=self.device)
         elif self.algorithm == "gradient_tracking":

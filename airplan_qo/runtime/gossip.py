@@ -85,7 +85,7 @@ __all__ = ["ALGORITHMS", "Choco", "DSGD", "Exchange", "LinkSet", "OTA_PAYLOADS",
            "link_schedule"]
 
 ALGORITHMS = ("auto", "dsgd", "choco", "paper_literal", "gradient_tracking", "push_sum",
-              "matcha", "fedavg", "fedprox")
+              "matcha", "fedavg", "fedprox", "dllr_oa")
 
 #: Largest N for a dense N x N mixing matrix.
 DENSE_MAX_N = 2000
