@@ -738,7 +738,8 @@ class TimeToTargetEstimator:
         if alg not in FITTED_ALGORITHMS:
             what = {"gradient_tracking": "rounds without the heterogeneity term",
                     "fedavg": "rounds of the complete graph's averaging",
-                    "fedprox": "rounds of the complete graph's averaging"}.get(
+                    "fedprox": "rounds of the complete graph's averaging",
+                    "dllr_oa": "rounds of D-SGD on the same graph sequence at k"}.get(
                         alg, "rounds of D-SGD on the same graph")
             out.append(f"algorithm {alg} not in the fitted runs (dsgd, choco): {what}")
         n = stats.spectra.n_nodes

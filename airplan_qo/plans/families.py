@@ -47,6 +47,9 @@ class Family:
     #: A periodic family builds one graph and mixing matrix per round of its period
     #: (:mod:`.periodic`) instead of one graph; its weights are its own (``prescribed``).
     periodic: bool = False
+    #: A periodic family whose rounds are independent draws of one random graph (not a fixed
+    #: cycle): its per-round mixing is the expected one-round contraction (:mod:`.spectra`).
+    drawn: bool = False
 
     def resolve(self, n: int, params: dict[str, Any] | None = None) -> dict[str, Any]:
         """Fill defaults, coerce types and validate ranges; unknown keys are an error."""
@@ -90,13 +93,13 @@ def _coerce(family: str, p: Param, value: Any) -> Any:
 FAMILIES: Registry[Family] = Registry("topology family")
 
 
-def family(name: str, *params: Param, periodic: bool = False):
+def family(name: str, *params: Param, periodic: bool = False, drawn: bool = False):
     """Register a generator function as a family with declared parameters; a ``periodic``
     family's generator returns the rounds of its period (:class:`.periodic.Round` values)."""
 
     def wrap(fn: Callable[..., nx.Graph]) -> Callable[..., nx.Graph]:
         FAMILIES.register(name, Family(name, fn, params, (fn.__doc__ or "").strip().split("\n")[0],
-                                       periodic))
+                                       periodic, drawn))
         return fn
 
     return wrap
@@ -565,7 +568,7 @@ def _period(v, n):
 
 @family("resample_er", Param("p", float, 0.5, "edge probability of each round", _prob),
         Param("period", int, 200, "rounds drawn before the sequence repeats", _period),
-        periodic=True)
+        periodic=True, drawn=True)
 def resample_er(n: int, *, seed: int = 0, p: float = 0.5, period: int = 200) -> tuple:
     """Time-varying G(n, p) redrawn every round with Metropolis weights 1/max(deg_i+1, deg_j+1)
     (DLLR-OA's topology, p = 1/2); ``period`` rounds drawn from the seed, then repeated."""

@@ -58,7 +58,12 @@ Cost accounting (shared by every estimator; estimators only predict rounds and a
   times over a noisy over-the-air channel, counted once in bits); FedAvg/FedProx run through
   an access point (:func:`server_round_cost`: one uplink slot over the air or one per client
   digitally, and the exact average broadcast to the worst client); MATCHA uses a share
-  :data:`~.operators.MATCHA_BUDGET` of the links.
+  :data:`~.operators.MATCHA_BUDGET` of the links. DLLR-OA (``dllr_oa``, on ``resample_er``):
+  each receiver of G_t takes one slot of the round's colouring of G_t^2 (about N slots on the
+  dense G(n, 1/2); its code processes the receivers one by one), listening on
+  ``ceil(sum_{l in M_i} d_l / 2)`` channel uses for its mask M_i of tensors; the plan knows d,
+  not the tensors, and costs the random mask's expectation ``k d`` coordinates (the runtime
+  counts the tensors each receiver actually masked).
 * periodic topologies (one graph and W_t per round, :mod:`.periodic`): every figure above is
   computed for each round of the period from that round's own links, slots and receivers (a
   round's links are the directions its W_t weights; only clients that receive occupy slots), and

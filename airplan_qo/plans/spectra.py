@@ -482,7 +482,7 @@ def _amg_lobpcg(m: sp.spmatrix, null: np.ndarray) -> float | None:
 AMG_MAX_ITER = 300
 
 
-def periodic_spectral_stats(rounds) -> SpectralStats:
+def periodic_spectral_stats(rounds, drawn: bool = False) -> SpectralStats:
     """Spectra of a periodic topology (rounds with ``graph`` and ``weights``, W_t doubly
     stochastic, possibly asymmetric), as per-round figures the cost models read like a static
     topology's:
@@ -501,6 +501,12 @@ def periodic_spectral_stats(rounds) -> SpectralStats:
       one-peer round has n links, in-degree 1).
     * ``lambda2_laplacian`` / ``lambda2_normalized``: of the period's average graph (each edge
       weighted by the fraction of rounds that use it).
+
+    ``drawn``: the rounds are independent draws of one random graph (``resample_er``), not a
+    fixed cycle. Then Koloskova et al.'s assumption holds with tau = 1 in expectation,
+    E||W_t x - xbar||^2 <= (1 - p) ||x - xbar||^2 with p = 1 - lambda_max(E[W_t^T W_t] - 11^T/n)
+    (the expectation estimated by the period's mean), and that p is the per-round figure: the
+    period product's would divide it by the (arbitrary, long) period.
     """
     from .graphs import directed_links
     from .periodic import is_exact
@@ -522,6 +528,8 @@ def periodic_spectral_stats(rounds) -> SpectralStats:
     lam2, lam2n, method = _weighted_lambda2(avg)
     rho_period = 0.0 if is_exact(rounds) else _product_norm(rounds)
     p = (1.0 - rho_period ** 2) / tau
+    if drawn:
+        p = max(p, _expected_contraction(rounds))
     rho = math.sqrt(max(0.0, 1.0 - p))
     mean_links = float(np.mean(links))
     return SpectralStats(
@@ -529,6 +537,33 @@ def periodic_spectral_stats(rounds) -> SpectralStats:
         mean_degree=mean_links / n, lambda2_laplacian=lam2, lambda2_normalized=lam2n,
         mixing_rho=rho, mixing_gap=1.0 - rho, mixing_p=p, method=f"periodic+{method}",
         period=tau, period_rho=rho_period)
+
+
+def _expected_contraction(rounds) -> float:
+    """1 - lambda_max(mean_t W_t^T W_t - 11^T/n): the expected one-round contraction of the
+    disagreement when each round is an independent draw from the period's rounds."""
+    n = rounds[0].weights.shape[0]
+    if n <= PRODUCT_DENSE_MAX_N:
+        m = np.zeros((n, n))
+        for r in rounds:
+            w = r.weights.toarray()
+            m += w.T @ w
+        m = m / len(rounds) - 1.0 / n
+        return float(max(0.0, 1.0 - np.linalg.eigvalsh((m + m.T) / 2).max()))
+
+    def apply(x):
+        x = np.asarray(x, dtype=np.float64).reshape(n, -1)
+        x = x - x.mean(axis=0)
+        out = np.zeros_like(x)
+        for r in rounds:
+            out += r.weights.T @ (r.weights @ x)
+        out /= len(rounds)
+        return out - out.mean(axis=0)
+
+    op = sla.LinearOperator((n, n), matvec=apply, matmat=apply, dtype=np.float64)
+    lam = sla.eigsh(op, k=1, which="LA", return_eigenvectors=False, tol=1e-8,
+                    v0=np.random.default_rng(0).standard_normal(n))
+    return float(max(0.0, 1.0 - lam[0]))
 
 
 def _weighted_lambda2(adj: sp.csr_matrix) -> tuple[float, float, str]:

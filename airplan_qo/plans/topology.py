@@ -270,7 +270,7 @@ def phase_stats(r: RoundTopology) -> PhaseStats:
 
 def _periodic_stats(spec: TopologySpec, topo: Topology, start: float) -> TopologyStats:
     phases = tuple(phase_stats(r) for r in topo.rounds)
-    spectra = periodic_spectral_stats(topo.rounds)
+    spectra = periodic_spectral_stats(topo.rounds, drawn=FAMILIES.get(spec.family).drawn)
     slots = float(np.mean([ph.slots for ph in phases]))
     return TopologyStats(spec, spectra, int(slots) if slots.is_integer() else slots,
                          min(r.schedule.lower_bound for r in topo.rounds),

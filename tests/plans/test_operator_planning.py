@@ -157,3 +157,51 @@ def test_estimators_model_quantisation_and_gradient_tracking(db):
         # gradient tracking drops the heterogeneity term: fewer rounds / a lower floor
         assert by[("gradient_tracking", 32)].terms[key] < by[("dsgd", 32)].terms[key]
         assert any("gradient_tracking" in n for n in by[("gradient_tracking", 32)].notes)
+
+
+def test_dllr_oa_preset_plans_its_own_er_half_sequence(db):
+    """USING ALGORITHM dllr_oa alone plans exactly the preset: a fresh G(n, 1/2) every round,
+    over the air, the mask fraction as k; AUTO does not enumerate it."""
+    w = aq.Workload(dataset="digits", clients=12, alpha=0.5, snr_db=10)
+    r = db.plan(w, algorithms=["dllr_oa"], sparsity=[1.0, 0.5], fallback="complete")
+    mine = [c for c in r.candidates if c.plan.algorithm == "dllr_oa"]
+    assert {(c.plan.topology.family, c.plan.topology.param_dict["p"], c.plan.transport,
+             c.plan.k_ratio) for c in mine} == {("resample_er", 0.5, "ota", 1.0),
+                                                ("resample_er", 0.5, "ota", 0.5)}
+    full = next(c for c in mine if c.plan.k_ratio == 1.0)
+    half = next(c for c in mine if c.plan.k_ratio == 0.5)
+    # chi(G_t^2) slots, about N on the dense G(n, 1/2); half the tensors, half the uses
+    assert 10 <= full.cost.per_round.slots <= 12
+    assert half.cost.per_round.channel_uses == pytest.approx(
+        full.cost.per_round.channel_uses / 2, rel=1e-3)
+    assert any("dllr_oa not in the fitted runs" in n for n in full.cost.estimate.notes)
+    # the per-round mixing of independent draws is their expected contraction, not p / period
+    assert full.stats.spectra.mixing_p > 0.5
+    auto = db.plan(w, topologies=["resample_er"], sparsity=[1.0], fallback="complete")
+    assert "dllr_oa" not in {c.plan.algorithm for c in auto.candidates}
+
+
+def test_dllr_oa_beside_another_algorithm_adds_its_topology(db):
+    w = aq.Workload(dataset="digits", clients=12, alpha=0.5, snr_db=10)
+    r = db.plan(w, algorithms=["dsgd", "dllr_oa"], sparsity=[1.0], transports=["ota"],
+                fallback="complete")
+    got = {(c.plan.topology.family, c.plan.effective_algorithm) for c in r.candidates}
+    assert ("resample_er", "dllr_oa") in got and ("resample_er", "dsgd") in got
+    assert ("ring", "dsgd") in got and ("ring", "dllr_oa") not in got
+
+
+@pytest.mark.parametrize("sql, message", [
+    ("USING TRANSPORT digital USING ALGORITHM dllr_oa", "has no packet form"),
+    ("USING TOPOLOGY ring USING ALGORITHM dllr_oa", "its own schedule"),
+])
+def test_dllr_oa_exclusions_from_sql(db, sql, message):
+    before = db.catalog.query("SELECT count(*) AS n FROM airplan.plans")[0]["n"]
+    with pytest.raises(aq.AirPlanError, match=message):
+        db.sql(f"EXPLAIN TRAIN digits ON 12 CLIENTS {sql}")
+    assert db.catalog.query("SELECT count(*) AS n FROM airplan.plans")[0]["n"] == before
+
+
+def test_dllr_oa_explains_from_sql(db):
+    out = db.sql("EXPLAIN TRAIN digits ON 12 CLIENTS WITH (alpha = 0.5) USING ALGORITHM dllr_oa "
+                 "SLA accuracy >= 0.5")[0].text
+    assert "resample_er" in out and "algorithm=dllr_oa" in out
