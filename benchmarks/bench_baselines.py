@@ -5,9 +5,16 @@ takes one gradient per round), over the complete graph and a ring, one seed. Eac
 the channel named in its row (``ota``: Rayleigh fading with truncation at g_th, receiver noise
 at ``--snr-db`` for the over-the-air transport; digital runs use the same fading draws and
 lose truncated packets, with no noise). Prints one table row per (rule, topology): the
-clients' mean accuracy at the end, and the run's total channel uses and bits.
+clients' mean accuracy at the end, and the run's total channel uses and bits. A rule that an
+exclusion rule refuses on a topology (``plans/operators.py``) is skipped there.
+
+DLLR-OA runs on its own schedule, ``resample_er`` (a fresh G(n, 1/2) every round, Metropolis
+weights; the same draws for every rule of the table): ``faithful`` is its code's channel (exact
+inversion, fixed noise sigma = 0.01, power-estimate noise 0.01), ``snr`` our channel (fading,
+truncation, noise at ``--snr-db``); k is the fraction of the model's tensors each receiver mixes.
 
     python benchmarks/bench_baselines.py [--clients 20 --alpha 0.5 --rounds 40 --seed 0]
+    python benchmarks/bench_baselines.py --clients 12 --topologies resample_er --only dsgd dllr
 """
 
 from __future__ import annotations
@@ -18,6 +25,8 @@ import time
 import torch
 
 from airplan_qo.data import load, partition
+from airplan_qo.plans.families import FAMILIES
+from airplan_qo.plans.operators import exclusion
 from airplan_qo.plans.topology import TopologySpec, build
 from airplan_qo.runtime import RunConfig, Trainer
 
@@ -35,7 +44,20 @@ RULES = (
                                         bits=8)),
     ("push_sum, ota", dict(algorithm="push_sum", channel="ota")),
     ("matcha C_b=0.5, ota", dict(algorithm="matcha", matcha_budget=0.5, channel="ota")),
+    ("dllr_oa faithful k=1", dict(algorithm="dllr_oa", channel="ideal", dllr_sigma=0.01)),
+    ("dllr_oa faithful k=0.5", dict(algorithm="dllr_oa", k_ratio=0.5, channel="ideal",
+                                    dllr_sigma=0.01)),
+    ("dllr_oa snr k=1", dict(algorithm="dllr_oa", channel="ota", dllr_sigma=None)),
+    ("dllr_oa snr k=0.5", dict(algorithm="dllr_oa", k_ratio=0.5, channel="ota",
+                               dllr_sigma=None)),
 )
+
+
+def _excluded(kw: dict, family: str, local_steps: int) -> str | None:
+    return exclusion(kw["algorithm"], kw.get("transport", "ota"), bits=kw.get("bits", 32),
+                     k_ratio=kw.get("k_ratio", 1.0), family=family, access_point=True,
+                     local_steps=local_steps if kw["algorithm"] != "gradient_tracking" else 1,
+                     periodic=FAMILIES.get(family).periodic)
 
 
 def main() -> None:
@@ -46,24 +68,33 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--snr-db", type=float, default=10.0)
     ap.add_argument("--topologies", nargs="+", default=["complete", "ring"])
+    ap.add_argument("--local-steps", type=int, default=1,
+                    help="local steps of every rule but gradient tracking (one gradient)")
+    ap.add_argument("--only", nargs="+", default=None,
+                    help="run only the rules whose label contains one of these words")
     args = ap.parse_args()
     torch.set_num_threads(1)
     ds = load("digits", seed=args.seed)
     part = partition("dirichlet", ds.y_train, args.clients, seed=args.seed, alpha=args.alpha)
     print(f"digits, N = {args.clients}, alpha = {args.alpha}, {args.rounds} rounds, seed "
-          f"{args.seed}, {args.snr_db:g} dB, mlp, 1 local step")
-    print(f"{'rule':34s} {'topology':9s} {'acc':>6s} {'channel uses':>13s} {'bits':>10s} "
+          f"{args.seed}, {args.snr_db:g} dB, mlp, {args.local_steps} local step(s)")
+    print(f"{'rule':34s} {'topology':11s} {'acc':>6s} {'channel uses':>13s} {'bits':>10s} "
           f"{'s':>5s}")
     for family in args.topologies:
-        topo = build(TopologySpec.create(family, args.clients))
+        topo = build(TopologySpec.create(family, args.clients, seed=args.seed))
         for label, kw in RULES:
-            cfg = RunConfig.from_dict(dict(model="mlp", rounds=args.rounds, local_steps=1, lr=0.05,
-                            snr_db=args.snr_db, eval_every=args.rounds, data_seed=args.seed,
-                            train_seed=args.seed, channel_seed=args.seed, **kw))
+            if args.only and not any(w in label for w in args.only) \
+                    or _excluded(kw, family, args.local_steps):
+                continue
+            steps = 1 if kw["algorithm"] == "gradient_tracking" else args.local_steps
+            cfg = RunConfig.from_dict(dict(
+                model="mlp", rounds=args.rounds, local_steps=steps, lr=0.05,
+                snr_db=args.snr_db, eval_every=args.rounds, data_seed=args.seed,
+                train_seed=args.seed, channel_seed=args.seed, **kw))
             start = time.perf_counter()
             res = Trainer(cfg, ds, part, topo).run()
             acc = res.client_acc_mean if res.client_acc_mean is not None else float("nan")
-            print(f"{label:34s} {family:9s} {acc:6.3f} {res.total_channel_uses:13.4g} "
+            print(f"{label:34s} {family:11s} {acc:6.3f} {res.total_channel_uses:13.4g} "
                   f"{res.total_bits:10.3g} {time.perf_counter() - start:5.1f}"
                   + ("" if res.status == "succeeded" else f"  {res.status}: {res.reason}"))
 
