@@ -72,6 +72,8 @@ def printed() -> set[str]:
                 transports=["digital(bits=8)"], fallback="complete"),
         db.plan(aq.Workload(dataset="digits", clients=16), topologies=["ring"], sparsity=[1.0],
                 algorithms=["push_sum"], fallback="complete"),
+        db.plan(aq.Workload(dataset="digits", clients=12), algorithms=["dllr_oa"],
+                sparsity=[0.5], sla="accuracy >= 0.5", fallback="complete"),
         planned_with_pilot(db)]
     names: set[str] = set()
 

@@ -89,7 +89,15 @@ def build_tree(result, analyze: dict[str, Any] | None = None) -> Node:
         "model": w.model, "d": result.context.d, "local_steps": w.local_steps, "lr": w.lr,
         "momentum": w.momentum, "batch_size": w.batch_size})
     children = [local]
-    if plan.k_ratio < 1:
+    if plan.effective_algorithm == "dllr_oa":
+        children.append(Node("Layer Mask", {
+            "k": plan.k_ratio, "coords": pr.coords,
+            "mask": "each receiver draws its own k of the model's tensors (layers) every round "
+                    "and mixes only them; its neighbours send those tensors, two coordinates "
+                    "per channel use",
+            "order": "receivers one after the other, in place (later ones hear mixed models)",
+            "residual": "unmasked tensors are not mixed that round"}))
+    elif plan.k_ratio < 1:
         children.append(Node("Rand-k Sparsify", {
             "k": plan.k_ratio, "coords": pr.coords,
             "mask": "the same random coordinates for every client (shared seed), new each round; "
@@ -211,6 +219,10 @@ def operator_difference(chosen, other) -> str | None:
     return text + (": " + ", ".join(ratios) if ratios else "")
 
 
+#: The rounds of a period whose slots EXPLAIN lists (a drawn sequence has hundreds).
+SHOWN_ROUNDS = 32
+
+
 def _period(stats) -> dict[str, Any]:
     """The period of a time-varying topology (nothing for a static one): its rounds, how much
     one period contracts the disagreement, and the slots of each round."""
@@ -220,7 +232,8 @@ def _period(stats) -> dict[str, Any]:
     return {"period": stats.period,
             "period_contraction": ("exact averaging" if rho is not None and rho < 1e-12
                                    else rho),
-            "slots_by_round": " ".join(str(ph.slots) for ph in stats.phases)}
+            "slots_by_round": " ".join(str(ph.slots) for ph in stats.phases[:SHOWN_ROUNDS])
+            + (f" ... ({stats.period} rounds)" if stats.period > SHOWN_ROUNDS else "")}
 
 
 def _interval(lo, hi):

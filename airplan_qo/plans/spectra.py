@@ -526,7 +526,8 @@ def periodic_spectral_stats(rounds, drawn: bool = False) -> SpectralStats:
                                   shape=(n, n)).tocsr()
     avg = (avg / tau).tocsr()
     lam2, lam2n, method = _weighted_lambda2(avg)
-    rho_period = 0.0 if is_exact(rounds) else _product_norm(rounds)
+    # a drawn sequence's long product is near 11^T/n without averaging exactly: its norm is shown
+    rho_period = 0.0 if not drawn and is_exact(rounds) else _product_norm(rounds)
     p = (1.0 - rho_period ** 2) / tau
     if drawn:
         p = max(p, _expected_contraction(rounds))
