@@ -224,3 +224,19 @@ def test_planning_memory_counts_every_rounds_graph(family, n, params):
     held = sum(r.graph.number_of_edges() for r in topo.rounds) + topo.graph.number_of_edges()
     expected = footprint.expected_edges(family, n, FAMILIES.get(family).resolve(n, params))
     assert held <= expected <= 3 * held
+
+
+@pytest.mark.parametrize("n, period", [(12, 60), (320, 4)])
+def test_resample_er_per_round_p_is_the_expected_one_round_contraction(n, period):
+    """Independent draws: p = 1 - lambda_max(mean W_t^T W_t - J), dense below 300 nodes and by
+    ARPACK above, and far above the period product's p / period."""
+    from airplan_qo.plans.families import build_rounds
+    from airplan_qo.plans.spectra import periodic_spectral_stats
+
+    rounds = build_rounds("resample_er", n, seed=1, period=period)
+    m = sum(r.weights.toarray().T @ r.weights.toarray() for r in rounds) / period - 1.0 / n
+    expected = 1.0 - np.linalg.eigvalsh(m).max()
+    drawn = periodic_spectral_stats(rounds, drawn=True)
+    assert drawn.mixing_p == pytest.approx(expected, rel=1e-6)
+    assert drawn.mixing_p > periodic_spectral_stats(rounds).mixing_p
+    assert drawn.period == period and drawn.max_degree > n / 4
