@@ -40,7 +40,9 @@ FORMAT = 1
 RESUMABLE_CHANGES = frozenset({"rounds", "threads", "target_accuracy", "eval_every", "device"})
 #: Config fields added after checkpoints were first written, with the value an older
 #: checkpoint (which does not record them) ran with.
-ADDED_FIELDS = {"transport": "ota", "bits": 32, "prox_mu": None, "matcha_budget": 0.5}
+ADDED_FIELDS = {"transport": "ota", "bits": 32, "prox_mu": None, "matcha_budget": 0.5,
+                "dllr_mask": "random", "dllr_sigma": 0.01, "dllr_order": "gauss_seidel",
+                "dllr_beta_noise": 0.01}
 
 
 def _link_dict(links: Any) -> dict[str, torch.Tensor]:

@@ -194,7 +194,9 @@ def test_a_flat_run_config_resumes(tmp_path, digits, digits_iid, ring10):
     assert cfg.channel == ChannelConfig(kind="ota", snr_db=5.0, g_th=0.2, dropout=0.1)
     # the fields added since (transport, bits, ...) take their defaults
     assert cfg.as_dict() == {**FLAT_RUN_CONFIG, "transport": "ota", "bits": 32,
-                             "prox_mu": None, "matcha_budget": 0.5}
+                             "prox_mu": None, "matcha_budget": 0.5, "dllr_mask": "random",
+                             "dllr_sigma": 0.01, "dllr_order": "gauss_seidel",
+                             "dllr_beta_noise": 0.01}
     first = Trainer(cfg, digits, digits_iid, ring10)
     for _ in range(3):
         first.step()
