@@ -316,7 +316,8 @@ def extra_reals(algorithm: str, transport: str = "ota", noisy: bool = True) -> i
     return WEIGHT_REPEATS if transport == "ota" and noisy else 1
 
 
-__all__ = ["DLLR_OA_FAMILY", "PRESETS", "AUTO_ALGORITHMS", "AUTO_TRANSPORTS", "Combination", "MATCHA_BUDGET", "activation",
+__all__ = ["DLLR_OA_FAMILY", "PRESETS",
+           "AUTO_ALGORITHMS", "AUTO_TRANSPORTS", "Combination", "MATCHA_BUDGET", "activation",
            "DEFAULT_DIGITAL_BITS", "EXACT_BITS", "EXCLUSIONS", "MAX_BITS", "MIN_BITS", "WEIGHT_REPEATS",
            "PLAN_ALGORITHMS", "SERVER_ALGORITHMS", "TRANSPORTS", "auto_rule", "canonical",
            "check_algorithm", "check_bits", "check_transport", "exclusion", "extra_reals",

@@ -51,9 +51,9 @@ for Decentralized Learning via Finite-time Convergence"): the Base-(k+1) graph
     draw. A round's graph need not be connected (the code does not ask it to); the union of
     the period's graphs must be. Its period does not average exactly (``period_rho`` > 0).
 
-Every built period of the exact families is checked numerically (:func:`check_exact`): the product of the period's
-matrices applied to random vectors must give their mean; a construction that does not is refused
-with a :class:`~airplan_qo.errors.PlanningError` rather than used.
+Every built period of the exact families is checked numerically (:func:`check_exact`): the
+product of the period's matrices applied to random vectors must give their mean; a construction
+that does not is refused with a :class:`~airplan_qo.errors.PlanningError` rather than used.
 """
 
 from __future__ import annotations
