@@ -23,6 +23,8 @@ import platform
 import re
 import time
 
+import numpy as np
+
 
 def _timed(module, name: str, spent: dict[str, float], label: str) -> None:
     """Wrap ``module.name`` so that its wall time adds to ``spent[label]`` (outermost call
@@ -63,8 +65,9 @@ def main() -> None:
 
     n = args.clients
     t0 = time.perf_counter()
-    data = load("synthetic", seed=0, n_samples=n * args.samples_per_client + 1000,
-                n_features=20)
+    test_fraction = 0.2  # the training side must still hold samples_per_client per client
+    data = load("synthetic", seed=0, n_features=20, test_fraction=test_fraction,
+                n_samples=int(np.ceil(n * args.samples_per_client / (1 - test_fraction))) + 1000)
     aq.register_dataset("synthetic_large", data, replace=True)
     data_s = time.perf_counter() - t0
 

@@ -149,3 +149,31 @@ def test_iterated_greedy_stops_at_the_first_pass_without_a_gain_on_a_large_squar
     monkeypatch.setattr(schedule, "ITERATED_GREEDY_FULL_NNZ", a2.nnz)       # not large
     assert np.array_equal(_iterated_greedy(a2, first), full)
     assert len(counts) == schedule.ITERATED_GREEDY_PASSES
+
+
+@pytest.mark.parametrize("family,n,params", [("erdos_renyi", 400, {"p": 0.05}),
+                                             ("small_world", 300, {"k": 6}),
+                                             ("clustered", 200, {})])
+def test_schedule_without_the_square_is_valid_above_the_walk_limit(monkeypatch, family, n,
+                                                                   params):
+    from airplan_qo.plans import schedule
+    from airplan_qo.plans.graphs import adjacency
+
+    g = build_graph(family, n, seed=2, **params)
+    exact = ota_schedule(g)
+    squared = []
+    monkeypatch.setattr(schedule, "square_adjacency",
+                        lambda graph: squared.append(1) or square_adjacency(graph))
+    walks = int((np.diff(adjacency(g).indptr).astype(np.int64) ** 2).sum())
+    monkeypatch.setattr(schedule, "SQUARE_WALK_LIMIT", walks)       # at the limit: G^2 built
+    assert ota_schedule(g) == exact and squared
+    squared.clear()
+    monkeypatch.setattr(schedule, "SQUARE_WALK_LIMIT", walks - 1)   # above it: never built
+    fast = ota_schedule(g)
+    assert not squared
+    assert is_valid(g, fast) and _distance_ok(g, fast)
+    assert fast.lower_bound == exact.lower_bound
+    assert exact.slots_per_round <= fast.slots_per_round
+    # the same pass as the greedy over G^2 in the order of walks: a colouring of G^2
+    colour = schedule._distance2_greedy(adjacency(g))
+    assert np.array_equal(colour, fast.slot_of())
