@@ -15,7 +15,7 @@ Colouring is NP-hard, so the schedule is the best of several colourings, cheapes
 3. on small graphs, an exact DSATUR branch and bound (networkx has no exact colouring) that looks
    for a colouring with fewer colours, within a budget of search steps.
 
-On a very large G^2 (more than :data:`SQUARE_WALK_LIMIT` walks of length 2, e.g. G(n, 4 ln n / n)
+On a very large G^2 (more than :data:`SQUARE_ENTRY_LIMIT` entries, e.g. G(n, 4 ln n / n)
 at N = 1e5, whose G^2 has 1e8 edges) G^2 is not formed: the schedule is one greedy pass that reads
 each node's neighbours of neighbours from G's arrays (a valid schedule, a few slots more than the
 stages would find: 321 against 319 there, in a quarter of the time and without ~1.7 GiB).
@@ -96,7 +96,7 @@ def ota_schedule(graph: nx.Graph) -> Schedule:
     lower = int(deg.max()) + 1 if n else 0
     if lower == n:  # a node sees everyone (star, complete): every receiver needs its own slot
         return Schedule(slots=tuple((i,) for i in range(n)), lower_bound=lower)
-    if int((deg.astype(np.int64) ** 2).sum()) > SQUARE_WALK_LIMIT:
+    if _square_entries(a) > SQUARE_ENTRY_LIMIT:
         best = _distance2_greedy(a)
     else:
         a2 = square_adjacency(graph)
@@ -106,11 +106,32 @@ def ota_schedule(graph: nx.Graph) -> Schedule:
     return Schedule(slots=slots, lower_bound=lower)
 
 
-#: Above this many walks of length 2 (sum of squared degrees, an upper bound of G^2's entries)
-#: the schedule is one greedy pass over G's own arrays (:func:`_distance2_greedy`): G^2 is not
-#: formed. G(n, 4 ln n / n) at N = 1e5 has 2.2e8 such walks; its G^2 product took ~9 s and
-#: ~1.7 GiB, and the iterated-greedy passes over it ~9 s more to save 1 slot of 320.
-SQUARE_WALK_LIMIT = 150_000_000
+#: Above this many entries of G^2 (estimated: :func:`_square_entries`) the schedule is one
+#: greedy pass over G's own arrays (:func:`_distance2_greedy`): G^2 is not formed. G(n, 4 ln n / n)
+#: at N = 1e5 has 2.15e8; its G^2 product took ~9 s and ~1.7 GiB, and the iterated-greedy passes
+#: over it ~9 s more to save 1 slot of 320. The exponential graph there (5.2e7) stays below.
+SQUARE_ENTRY_LIMIT = 100_000_000
+#: Nodes (evenly spaced ids) whose G^2 degree :func:`_square_entries` counts.
+SQUARE_SAMPLE = 512
+
+
+def _square_entries(a: sp.csr_matrix) -> float:
+    """The entries of G^2 (both directions, no diagonal), without forming it: the walks of
+    length 2 (sum of squared degrees) when they are at most :data:`SQUARE_ENTRY_LIMIT` (they
+    bound the entries from above), else n times the mean G^2 degree of :data:`SQUARE_SAMPLE`
+    evenly spaced nodes (dense communities repeat many walks: clustered graphs have ~10x fewer
+    entries than walks)."""
+    n = a.shape[0]
+    deg = np.diff(a.indptr).astype(np.int64)
+    walks = int((deg ** 2).sum())
+    if walks <= SQUARE_ENTRY_LIMIT or n == 0:
+        return float(walks)
+    sizes = []
+    for node in np.unique(np.linspace(0, n - 1, min(n, SQUARE_SAMPLE)).astype(np.int64)):
+        nb = a.indices[a.indptr[node]:a.indptr[node + 1]]
+        hood = np.concatenate([nb, *(a.indices[a.indptr[u]:a.indptr[u + 1]] for u in nb)])
+        sizes.append(np.unique(hood).size - (1 if nb.size else 0))   # less the node itself
+    return float(sum(sizes)) * n / len(sizes)
 
 
 def _distance2_greedy(a: sp.csr_matrix) -> np.ndarray:

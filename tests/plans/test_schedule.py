@@ -154,7 +154,7 @@ def test_iterated_greedy_stops_at_the_first_pass_without_a_gain_on_a_large_squar
 @pytest.mark.parametrize("family,n,params", [("erdos_renyi", 400, {"p": 0.05}),
                                              ("small_world", 300, {"k": 6}),
                                              ("clustered", 200, {})])
-def test_schedule_without_the_square_is_valid_above_the_walk_limit(monkeypatch, family, n,
+def test_schedule_without_the_square_is_valid_above_the_entry_limit(monkeypatch, family, n,
                                                                    params):
     from airplan_qo.plans import schedule
     from airplan_qo.plans.graphs import adjacency
@@ -164,11 +164,11 @@ def test_schedule_without_the_square_is_valid_above_the_walk_limit(monkeypatch, 
     squared = []
     monkeypatch.setattr(schedule, "square_adjacency",
                         lambda graph: squared.append(1) or square_adjacency(graph))
-    walks = int((np.diff(adjacency(g).indptr).astype(np.int64) ** 2).sum())
-    monkeypatch.setattr(schedule, "SQUARE_WALK_LIMIT", walks)       # at the limit: G^2 built
+    entries = square_adjacency(g).nnz
+    monkeypatch.setattr(schedule, "SQUARE_ENTRY_LIMIT", entries)       # at the limit: G^2 built
     assert ota_schedule(g) == exact and squared
     squared.clear()
-    monkeypatch.setattr(schedule, "SQUARE_WALK_LIMIT", walks - 1)   # above it: never built
+    monkeypatch.setattr(schedule, "SQUARE_ENTRY_LIMIT", entries - 1)   # above it: never built
     fast = ota_schedule(g)
     assert not squared
     assert is_valid(g, fast) and _distance_ok(g, fast)
@@ -177,3 +177,21 @@ def test_schedule_without_the_square_is_valid_above_the_walk_limit(monkeypatch, 
     # the same pass as the greedy over G^2 in the order of walks: a colouring of G^2
     colour = schedule._distance2_greedy(adjacency(g))
     assert np.array_equal(colour, fast.slot_of())
+
+
+def test_square_entries_are_counted_or_bounded_without_the_square(monkeypatch):
+    from airplan_qo.plans import schedule
+    from airplan_qo.plans.graphs import adjacency
+
+    for g in (build_graph("clustered", 600, seed=1, c=12),
+              build_graph("erdos_renyi", 600, seed=1, p=0.03)):
+        a = adjacency(g)
+        entries = square_adjacency(g).nnz
+        walks = int((np.diff(a.indptr).astype(np.int64) ** 2).sum())
+        assert entries <= walks == schedule._square_entries(a)          # the bound, below it
+        monkeypatch.setattr(schedule, "SQUARE_ENTRY_LIMIT", 0)
+        monkeypatch.setattr(schedule, "SQUARE_SAMPLE", 600)             # every node counted
+        assert schedule._square_entries(a) == entries
+        monkeypatch.setattr(schedule, "SQUARE_SAMPLE", 100)             # an estimate
+        assert schedule._square_entries(a) == pytest.approx(entries, rel=0.15)
+        monkeypatch.undo()
