@@ -1,8 +1,9 @@
 """A whole ``EXPLAIN TRAIN ... ON N CLIENTS`` at large N (default 100 000), cold: every
 candidate topology built, coloured and analysed in this run.
 
-The dataset is the generated ``synthetic`` one with enough samples for every client
-(``--samples-per-client``, default 10, so 10^6 samples at N = 1e5), registered before the timed
+The dataset is the generated ``synthetic`` one with enough training samples for every client
+(``--samples-per-client``, default 10, so 10^6 training samples at N = 1e5 and a fifth more for
+the test split), registered before the timed
 statement as the user's own data would be (``aq.register_dataset``). The statement runs on a
 fresh in-memory catalog with the default plan space. Prints one JSON document: the wall time
 of the statement, the planner's own ``Planning Time``, the candidates, and where the time went

@@ -101,7 +101,10 @@ def ota_schedule(graph: nx.Graph) -> Schedule:
     else:
         a2 = square_adjacency(graph)
         hub = int(np.argmax(deg))
-        best = _staged_colouring(a2, [hub, *a.indices[a.indptr[hub]:a.indptr[hub + 1]].tolist()])
+        # the first greedy pass reads G itself: the same colouring as over G^2's rows, faster
+        first = _distance2_greedy(a, np.argsort(-np.diff(a2.indptr), kind="stable"))
+        best = _staged_colouring(a2, [hub, *a.indices[a.indptr[hub]:a.indptr[hub + 1]].tolist()],
+                                 first=first)
     slots = tuple(tuple(np.flatnonzero(best == k).tolist()) for k in range(_colours(best)))
     return Schedule(slots=slots, lower_bound=lower)
 
@@ -137,10 +140,11 @@ def _square_entries(a: sp.csr_matrix) -> float:
     return float(sum(sizes)) * n / len(sizes)
 
 
-def _distance2_greedy(a: sp.csr_matrix) -> np.ndarray:
-    """Greedy colouring of G^2 read from G's adjacency ``a``: each node, in decreasing order of
-    its walks of length 2 (an upper bound of its G^2 degree), takes the smallest colour that no
-    node within distance 2 has. A proper colouring of G^2, so a valid slot schedule.
+def _distance2_greedy(a: sp.csr_matrix, order: np.ndarray | None = None) -> np.ndarray:
+    """Greedy colouring of G^2 read from G's adjacency ``a``: each node, in ``order`` (default:
+    decreasing walks of length 2, an upper bound of its G^2 degree), takes the smallest colour
+    that no node within distance 2 has. A proper colouring of G^2, so a valid slot schedule, and
+    the one :func:`_greedy` finds over G^2's rows in the same order.
 
     G^2 is never stored: a table ``near[u, c]`` (a neighbour of u has colour c; N x colours
     booleans, widened as colours are added) holds what it is needed for. The colours within
@@ -149,11 +153,13 @@ def _distance2_greedy(a: sp.csr_matrix) -> np.ndarray:
     n = a.shape[0]
     indptr, indices = a.indptr.astype(np.int64), a.indices.astype(np.int64)
     deg = np.diff(indptr)
-    walks = np.bincount(np.repeat(np.arange(n), deg), weights=deg[indices], minlength=n)
+    if order is None:
+        walks = np.bincount(np.repeat(np.arange(n), deg), weights=deg[indices], minlength=n)
+        order = np.argsort(-walks, kind="stable")
     colour = np.full(n, -1, dtype=np.int64)
     width = 64
     near = np.zeros((n, width), dtype=bool)
-    for node in np.argsort(-walks, kind="stable").tolist():
+    for node in np.asarray(order).tolist():
         nb = indices[indptr[node]:indptr[node + 1]]
         taken = near[nb].any(axis=0)
         taken |= near[node]
@@ -206,12 +212,15 @@ def directed_schedule(n: int, recv: np.ndarray, send: np.ndarray) -> Schedule:
     return Schedule(slots=slots, lower_bound=len(_clique(conflicts, seed)))
 
 
-def _staged_colouring(a2: sp.csr_matrix, seed: list[int]) -> np.ndarray:
+def _staged_colouring(a2: sp.csr_matrix, seed: list[int], first: np.ndarray | None = None
+                      ) -> np.ndarray:
     """The staged colouring (module doc) of the conflict graph ``a2``, stopping at the size of a
-    clique grown from ``seed`` (a clique of ``a2``)."""
+    clique grown from ``seed`` (a clique of ``a2``). ``first``: the greedy colouring in
+    decreasing ``a2``-degree order when the caller has it."""
     n = a2.shape[0]
     clique = _clique(a2, seed)
-    best = _greedy(a2, np.argsort(-np.diff(a2.indptr), kind="stable"))
+    best = (_greedy(a2, np.argsort(-np.diff(a2.indptr), kind="stable")) if first is None
+            else first)
     if _colours(best) > len(clique):
         best = _iterated_greedy(a2, best)
     if (_colours(best) > len(clique) and n <= INTERCHANGE_NODE_LIMIT

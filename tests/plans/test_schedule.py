@@ -195,3 +195,17 @@ def test_square_entries_are_counted_or_bounded_without_the_square(monkeypatch):
         monkeypatch.setattr(schedule, "SQUARE_SAMPLE", 100)             # an estimate
         assert schedule._square_entries(a) == pytest.approx(entries, rel=0.15)
         monkeypatch.undo()
+
+
+@pytest.mark.parametrize("family,n,params", [("erdos_renyi", 300, {"p": 0.05}),
+                                             ("small_world", 500, {"k": 6}),
+                                             ("torus", 64, {}), ("star", 20, {})])
+def test_greedy_over_g_is_the_greedy_over_its_square(family, n, params):
+    from airplan_qo.plans import schedule
+    from airplan_qo.plans.graphs import adjacency
+
+    g = build_graph(family, n, seed=4, **params)
+    a2 = square_adjacency(g)
+    for order in (np.argsort(-np.diff(a2.indptr), kind="stable"),
+                  np.random.default_rng(0).permutation(n)):
+        assert np.array_equal(schedule._distance2_greedy(adjacency(g), order), _greedy(a2, order))
