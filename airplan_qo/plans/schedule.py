@@ -8,16 +8,17 @@ so max degree + 1 is a lower bound.
 
 Colouring is NP-hard, so the schedule is the best of several colourings, cheapest first:
 
-1. greedy in decreasing G^2-degree order, then iterated-greedy passes (Culberson): recolour the
-   colour classes one after another, which never adds a colour (every size; vectorised);
+1. greedy in decreasing G^2-degree order (read from G itself when G^2 is G's square), then
+   iterated-greedy passes (Culberson): recolour the colour classes one after another, which
+   never adds a colour (every size; vectorised);
 2. networkx ``greedy_color``: smallest-last and largest-first with colour interchange, and
    DSATUR on the smaller graphs (their cost grows quickly with the size of G^2);
 3. on small graphs, an exact DSATUR branch and bound (networkx has no exact colouring) that looks
    for a colouring with fewer colours, within a budget of search steps.
 
 On a very large G^2 (more than :data:`SQUARE_ENTRY_LIMIT` entries, e.g. G(n, 4 ln n / n)
-at N = 1e5, whose G^2 has 1e8 edges) G^2 is not formed: the schedule is one greedy pass that reads
-each node's neighbours of neighbours from G's arrays (a valid schedule, a few slots more than the
+at N = 1e5, whose G^2 has 1e8 edges) G^2 is not formed: the schedule is one greedy pass over G's
+arrays, in decreasing order of walks of length 2 (a valid schedule, a few slots more than the
 stages would find: 321 against 319 there, in 1 s against 21 s and without ~1.7 GiB).
 
 Each stage is skipped once the colouring meets a lower bound (a clique of G^2 grown from the
