@@ -8,12 +8,18 @@ so max degree + 1 is a lower bound.
 
 Colouring is NP-hard, so the schedule is the best of several colourings, cheapest first:
 
-1. greedy in decreasing G^2-degree order, then iterated-greedy passes (Culberson): recolour the
-   colour classes one after another, which never adds a colour (every size; vectorised);
+1. greedy in decreasing G^2-degree order (read from G itself when G^2 is G's square), then
+   iterated-greedy passes (Culberson): recolour the colour classes one after another, which
+   never adds a colour (every size; vectorised);
 2. networkx ``greedy_color``: smallest-last and largest-first with colour interchange, and
    DSATUR on the smaller graphs (their cost grows quickly with the size of G^2);
 3. on small graphs, an exact DSATUR branch and bound (networkx has no exact colouring) that looks
    for a colouring with fewer colours, within a budget of search steps.
+
+On a very large G^2 (more than :data:`SQUARE_ENTRY_LIMIT` entries, e.g. G(n, 4 ln n / n)
+at N = 1e5, whose G^2 has 1e8 edges) G^2 is not formed: the schedule is one greedy pass over G's
+arrays, in decreasing order of walks of length 2 (a valid schedule, a few slots more than the
+stages would find: 321 against 319 there, in 1 s against 21 s and without ~1.7 GiB).
 
 Each stage is skipped once the colouring meets a lower bound (a clique of G^2 grown from the
 closed neighbourhood of a max-degree node), so paths, rings with 3 | n and some tori stop at
@@ -91,11 +97,81 @@ def ota_schedule(graph: nx.Graph) -> Schedule:
     lower = int(deg.max()) + 1 if n else 0
     if lower == n:  # a node sees everyone (star, complete): every receiver needs its own slot
         return Schedule(slots=tuple((i,) for i in range(n)), lower_bound=lower)
-    a2 = square_adjacency(graph)
-    hub = int(np.argmax(deg))
-    best = _staged_colouring(a2, [hub, *a.indices[a.indptr[hub]:a.indptr[hub + 1]].tolist()])
+    if _square_entries(a) > SQUARE_ENTRY_LIMIT:
+        best = _distance2_greedy(a)
+    else:
+        a2 = square_adjacency(graph)
+        hub = int(np.argmax(deg))
+        # the first greedy pass reads G itself: the same colouring as over G^2's rows, faster
+        first = _distance2_greedy(a, np.argsort(-np.diff(a2.indptr), kind="stable"))
+        best = _staged_colouring(a2, [hub, *a.indices[a.indptr[hub]:a.indptr[hub + 1]].tolist()],
+                                 first=first)
     slots = tuple(tuple(np.flatnonzero(best == k).tolist()) for k in range(_colours(best)))
     return Schedule(slots=slots, lower_bound=lower)
+
+
+#: Above this many entries of G^2 (estimated: :func:`_square_entries`) the schedule is one
+#: greedy pass over G's own arrays (:func:`_distance2_greedy`): G^2 is not formed. G(n, 4 ln n / n)
+#: at N = 1e5 has 2.15e8; its G^2 product took ~9 s and ~1.7 GiB, and the iterated-greedy passes
+#: over it ~9 s more to save 1 slot of 320 (the pass without G^2: about 1 s, 321 slots). The
+#: exponential graph there (5.2e7) stays below.
+SQUARE_ENTRY_LIMIT = 100_000_000
+#: Nodes (evenly spaced ids) whose G^2 degree :func:`_square_entries` counts.
+SQUARE_SAMPLE = 512
+
+
+def _square_entries(a: sp.csr_matrix) -> float:
+    """The entries of G^2 (both directions, no diagonal), without forming it: the walks of
+    length 2 (sum of squared degrees) when they are at most :data:`SQUARE_ENTRY_LIMIT` (they
+    bound the entries from above), else n times the mean G^2 degree of :data:`SQUARE_SAMPLE`
+    evenly spaced nodes (dense communities repeat many walks: clustered graphs have ~10x fewer
+    entries than walks)."""
+    n = a.shape[0]
+    deg = np.diff(a.indptr).astype(np.int64)
+    walks = int((deg ** 2).sum())
+    if walks <= SQUARE_ENTRY_LIMIT or n == 0:
+        return float(walks)
+    sizes = []
+    for node in np.unique(np.linspace(0, n - 1, min(n, SQUARE_SAMPLE)).astype(np.int64)):
+        nb = a.indices[a.indptr[node]:a.indptr[node + 1]]
+        hood = np.concatenate([nb, *(a.indices[a.indptr[u]:a.indptr[u + 1]] for u in nb)])
+        hood = np.sort(hood)
+        distinct = int(np.count_nonzero(hood[1:] != hood[:-1])) + 1 if hood.size else 0
+        sizes.append(distinct - (1 if nb.size else 0))   # less the node itself
+    return float(sum(sizes)) * n / len(sizes)
+
+
+def _distance2_greedy(a: sp.csr_matrix, order: np.ndarray | None = None) -> np.ndarray:
+    """Greedy colouring of G^2 read from G's adjacency ``a``: each node, in ``order`` (default:
+    decreasing walks of length 2, an upper bound of its G^2 degree), takes the smallest colour
+    that no node within distance 2 has. A proper colouring of G^2, so a valid slot schedule, and
+    the one :func:`_greedy` finds over G^2's rows in the same order.
+
+    G^2 is never stored: a table ``near[u, c]`` (a neighbour of u has colour c; N x colours
+    booleans, widened as colours are added) holds what it is needed for. The colours within
+    distance 2 of v are those of ``near`` over v and its neighbours, and colouring v marks its
+    neighbours' rows."""
+    n = a.shape[0]
+    indptr, indices = a.indptr.astype(np.int64), a.indices.astype(np.int64)
+    deg = np.diff(indptr)
+    if order is None:
+        walks = np.bincount(np.repeat(np.arange(n), deg), weights=deg[indices], minlength=n)
+        order = np.argsort(-walks, kind="stable")
+    colour = np.full(n, -1, dtype=np.int64)
+    width = 64
+    near = np.zeros((n, width), dtype=bool)
+    for node in np.asarray(order).tolist():
+        nb = indices[indptr[node]:indptr[node + 1]]
+        taken = near[nb].any(axis=0)
+        taken |= near[node]
+        c = int(taken.argmin())
+        if taken[c]:   # every colour so far is taken: a new one, in a wider table
+            c = width
+            near = np.concatenate([near, np.zeros((n, width), dtype=bool)], axis=1)
+            width *= 2
+        colour[node] = c
+        near[nb, c] = True
+    return colour
 
 
 def directed_conflicts(n: int, recv: np.ndarray, send: np.ndarray) -> sp.csr_matrix:
@@ -137,12 +213,15 @@ def directed_schedule(n: int, recv: np.ndarray, send: np.ndarray) -> Schedule:
     return Schedule(slots=slots, lower_bound=len(_clique(conflicts, seed)))
 
 
-def _staged_colouring(a2: sp.csr_matrix, seed: list[int]) -> np.ndarray:
+def _staged_colouring(a2: sp.csr_matrix, seed: list[int], first: np.ndarray | None = None
+                      ) -> np.ndarray:
     """The staged colouring (module doc) of the conflict graph ``a2``, stopping at the size of a
-    clique grown from ``seed`` (a clique of ``a2``)."""
+    clique grown from ``seed`` (a clique of ``a2``). ``first``: the greedy colouring in
+    decreasing ``a2``-degree order when the caller has it."""
     n = a2.shape[0]
     clique = _clique(a2, seed)
-    best = _greedy(a2, np.argsort(-np.diff(a2.indptr), kind="stable"))
+    best = (_greedy(a2, np.argsort(-np.diff(a2.indptr), kind="stable")) if first is None
+            else first)
     if _colours(best) > len(clique):
         best = _iterated_greedy(a2, best)
     if (_colours(best) > len(clique) and n <= INTERCHANGE_NODE_LIMIT
@@ -200,7 +279,7 @@ def _greedy(a2: sp.csr_matrix, order: np.ndarray) -> np.ndarray:
             continue
         taken = np.zeros(used.size + 1, dtype=bool)
         taken[used[used <= used.size]] = True
-        colour[node] = int(np.argmin(taken))
+        colour[node] = int(taken.argmin())
     return colour
 
 

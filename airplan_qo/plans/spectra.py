@@ -344,6 +344,27 @@ ILL_CONDITIONED = 1e-3
 def _lanczos_extremes(m: sp.spmatrix, null: np.ndarray | None, *, smallest: bool = True,
                       largest: bool = True, start: np.ndarray | None = None,
                       keep: dict | None = None) -> tuple[float | None, float | None, bool]:
+    """:func:`_lanczos_run` with BLAS on one thread (:func:`_one_blas_thread`)."""
+    with _one_blas_thread():
+        return _lanczos_run(m, null, smallest=smallest, largest=largest, start=start, keep=keep)
+
+
+def _one_blas_thread():
+    """A context in which BLAS runs on one thread. Lanczos makes a few vector operations per
+    matrix product (length N); threads gain nothing there, and on a busy machine each threaded
+    call can wait for a descheduled thread. A no-op without threadpoolctl."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        import contextlib
+
+        return contextlib.nullcontext()
+    return threadpool_limits(1, user_api="blas")
+
+
+def _lanczos_run(m: sp.spmatrix, null: np.ndarray | None, *, smallest: bool, largest: bool,
+                 start: np.ndarray | None, keep: dict | None
+                 ) -> tuple[float | None, float | None, bool]:
     """(lambda_min, lambda_max, ill_conditioned) of a symmetric M on the complement of ``null``.
 
     Plain Lanczos (three-term recurrence, no reorthogonalisation) on M + s q q^T with

@@ -130,3 +130,32 @@ def test_erdos_renyi_density_close_to_p():
 def test_k_regular_parity():
     with pytest.raises(ValidationError, match="must be even"):
         build_graph("k_regular", 51, d=3)
+
+
+def _reference_graph(n, u, v):
+    g = nx.empty_graph(n)
+    g.add_edges_from(zip(np.asarray(u).tolist(), np.asarray(v).tolist()))
+    return g
+
+
+def _same_graph(a, b):
+    assert list(a.nodes) == list(b.nodes)
+    # the same neighbours in the same order at every node, so the same edge order
+    assert [(x, list(d)) for x, d in a.adjacency()] == [(x, list(d)) for x, d in b.adjacency()]
+    assert list(a.edges) == list(b.edges)
+    for x, y in b.edges:
+        assert b[x][y] is b[y][x] and b[x][y] == {}
+    assert len({id(d) for _, _, d in b.edges(data=True)}) == b.number_of_edges()
+
+
+def test_graph_from_pairs_is_what_add_edges_from_builds():
+    from airplan_qo.plans.families import _gnp_arrays, _graph_from_pairs
+
+    rng = np.random.default_rng(0)
+    for _ in range(150):   # any pairs: repeats, both directions, self-loops
+        n, m = int(rng.integers(1, 30)), int(rng.integers(0, 80))
+        u, v = rng.integers(0, n, m), rng.integers(0, n, m)
+        _same_graph(_reference_graph(n, u, v), _graph_from_pairs(n, u, v))
+    for seed in range(20):  # sorted distinct pairs u < v (the G(n, p) path)
+        u, v = _gnp_arrays(60, 0.1, seed)
+        _same_graph(_reference_graph(60, u, v), _graph_from_pairs(60, u, v))

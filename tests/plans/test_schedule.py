@@ -149,3 +149,63 @@ def test_iterated_greedy_stops_at_the_first_pass_without_a_gain_on_a_large_squar
     monkeypatch.setattr(schedule, "ITERATED_GREEDY_FULL_NNZ", a2.nnz)       # not large
     assert np.array_equal(_iterated_greedy(a2, first), full)
     assert len(counts) == schedule.ITERATED_GREEDY_PASSES
+
+
+@pytest.mark.parametrize("family,n,params", [("erdos_renyi", 400, {"p": 0.05}),
+                                             ("small_world", 300, {"k": 6}),
+                                             ("clustered", 200, {})])
+def test_schedule_without_the_square_is_valid_above_the_entry_limit(monkeypatch, family, n,
+                                                                   params):
+    from airplan_qo.plans import schedule
+    from airplan_qo.plans.graphs import adjacency
+
+    g = build_graph(family, n, seed=2, **params)
+    exact = ota_schedule(g)
+    squared = []
+    monkeypatch.setattr(schedule, "square_adjacency",
+                        lambda graph: squared.append(1) or square_adjacency(graph))
+    entries = square_adjacency(g).nnz
+    monkeypatch.setattr(schedule, "SQUARE_ENTRY_LIMIT", entries)       # at the limit: G^2 built
+    assert ota_schedule(g) == exact and squared
+    squared.clear()
+    monkeypatch.setattr(schedule, "SQUARE_ENTRY_LIMIT", entries - 1)   # above it: never built
+    fast = ota_schedule(g)
+    assert not squared
+    assert is_valid(g, fast) and _distance_ok(g, fast)
+    assert fast.lower_bound == exact.lower_bound
+    assert exact.slots_per_round <= fast.slots_per_round
+    # the same pass as the greedy over G^2 in the order of walks: a colouring of G^2
+    colour = schedule._distance2_greedy(adjacency(g))
+    assert np.array_equal(colour, fast.slot_of())
+
+
+def test_square_entries_are_counted_or_bounded_without_the_square(monkeypatch):
+    from airplan_qo.plans import schedule
+    from airplan_qo.plans.graphs import adjacency
+
+    for g in (build_graph("clustered", 600, seed=1, c=12),
+              build_graph("erdos_renyi", 600, seed=1, p=0.03)):
+        a = adjacency(g)
+        entries = square_adjacency(g).nnz
+        walks = int((np.diff(a.indptr).astype(np.int64) ** 2).sum())
+        assert entries <= walks == schedule._square_entries(a)          # the bound, below it
+        monkeypatch.setattr(schedule, "SQUARE_ENTRY_LIMIT", 0)
+        monkeypatch.setattr(schedule, "SQUARE_SAMPLE", 600)             # every node counted
+        assert schedule._square_entries(a) == entries
+        monkeypatch.setattr(schedule, "SQUARE_SAMPLE", 100)             # an estimate
+        assert schedule._square_entries(a) == pytest.approx(entries, rel=0.15)
+        monkeypatch.undo()
+
+
+@pytest.mark.parametrize("family,n,params", [("erdos_renyi", 300, {"p": 0.05}),
+                                             ("small_world", 500, {"k": 6}),
+                                             ("torus", 64, {}), ("star", 20, {})])
+def test_greedy_over_g_is_the_greedy_over_its_square(family, n, params):
+    from airplan_qo.plans import schedule
+    from airplan_qo.plans.graphs import adjacency
+
+    g = build_graph(family, n, seed=4, **params)
+    a2 = square_adjacency(g)
+    for order in (np.argsort(-np.diff(a2.indptr), kind="stable"),
+                  np.random.default_rng(0).permutation(n)):
+        assert np.array_equal(schedule._distance2_greedy(adjacency(g), order), _greedy(a2, order))
