@@ -133,7 +133,8 @@ def slot_time(transmitters: float, links: float, bits: int, delivered: float, sn
     t = np.linspace(0.0, xs[-1] * worst, 2001)[1:]
 
     def inv_rate_cdf(u: np.ndarray) -> np.ndarray:    # P(1/R <= u)
-        need = (np.exp2(1.0 / u) - 1.0) / snr - g_th
+        with np.errstate(over="ignore"):              # 2^(1/u) = inf: that rate never occurs
+            need = (np.exp2(1.0 / u) - 1.0) / snr - g_th
         return np.exp(-g * np.maximum(need, 0.0))
 
     one = sum(p * inv_rate_cdf(t / x) for x, p in zip(xs, px))

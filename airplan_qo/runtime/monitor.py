@@ -260,9 +260,8 @@ def request_to_json(request: Any) -> dict[str, Any] | None:
            "weights": list(request.weights) if request.weights else None,
            "sparsity": list(request.sparsity) if request.sparsity else None,
            "transports": ([list(t) for t in request.transports]
-                          if getattr(request, "transports", None) else None),
-           "algorithms": (list(request.algorithms)
-                          if getattr(request, "algorithms", None) else None),
+                          if request.transports else None),
+           "algorithms": list(request.algorithms) if request.algorithms else None,
            "budgets": [[k, v] for k, v in request.budgets],
            "estimator": request.estimator, "objective": request.objective,
            "statement": request.statement, "confidence": request.confidence}
@@ -344,8 +343,7 @@ class Event:
 def _transport_of(config: Any) -> tuple[str, int | None]:
     """The (transport, bits) a running configuration uses, as a request names it (over the
     air without bits)."""
-    transport = getattr(config, "transport", "ota")
-    return (transport, getattr(config, "bits", 32) if transport == "digital" else None)
+    return (config.transport, config.bits if config.transport == "digital" else None)
 
 
 class Reoptimizer:
@@ -416,10 +414,10 @@ class Reoptimizer:
         self.events.append(event)
         return event
 
-    def _replan(self, trig: Trigger, observed: Mapping[str, Any], config: Any = None):
+    def _replan(self, trig: Trigger, observed: Mapping[str, Any], config: Any):
         """(candidate to rewire to or None, the planning result or None, a note). A run
         rewires its topology and k only: the new plan keeps the run's transport and algorithm
-        (``config``, the trainer's RunConfig; over the air with the default rule without)."""
+        (``config``, the trainer's RunConfig)."""
         cur = self.current
         if self.request is None or self.planner is None:
             return None, None, f"re-planning unavailable; kept {_label(cur.spec)}"
@@ -434,7 +432,7 @@ class Reoptimizer:
             self.request, workload=observed_workload(self.request.workload, observed),
             sparsity=ks or (cur.k_ratio,), min_mixing_p=cur.mixing_p,
             transports=(_transport_of(config),),
-            algorithms=(getattr(config, "algorithm", "auto"),),
+            algorithms=(config.algorithm,),
             # the current topology stays a candidate only where it can run with a larger k
             exclude_topologies=() if max(ks, default=0.0) > cur.k_ratio else (cur.spec,),
             statement=(f"re-optimisation of execution {self.exec_id} at round {trig.round} "

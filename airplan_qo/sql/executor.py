@@ -143,8 +143,8 @@ def run_training(session, bound: BoundTrain, fmt: str = "text", *, quiet: bool =
                         weights=bound.weights, sparsity=bound.sparsity, budgets=bound.budgets,
                         estimator=bound.estimator, statement=bound.text, progress=progress,
                         fallback=getattr(bound, "fallback", None),
-                        transports=getattr(bound, "transports", None),
-                        algorithms=getattr(bound, "algorithms", None), **bound.plan_options(),
+                        transports=bound.transports, algorithms=bound.algorithms,
+                        **bound.plan_options(),
                         **({"confidence": bound.confidence} if bound.confidence else {}))
     if not bound.explain:   # EXPLAIN ANALYZE prints them among its lines
         for warning in plan.warnings:
