@@ -794,3 +794,26 @@ def test_seed_run_figures_judge_picks_against_the_confident_oracle():
     fc = seed_run_figures({"w1": "complete k=1", "w2": "complete k=1", "w3": "x"}, summaries)
     assert fc["workloads"] == 2 and fc["picks_reached_every_seed"] == 1
     assert fc["gmean_ratio_to_confident_oracle"] == pytest.approx(1.0)
+
+
+def test_the_ttt_analysis_reports_per_task_and_fits_a_model_shift(tmp_path):
+    # two tasks on one dataset: the MLP (the datasets' levels) and logistic (a model shift)
+    text = TTT_GRID.replace("clients = 6\n", 'clients = 6\nmodel = ["mlp", "logistic"]\n')
+    grid = parse_grid(text, source="tasks.toml")
+    with aq.connect(str(tmp_path / "c.duckdb")) as db:
+        rep = run_evaluation(db, grid, out_dir=tmp_path / "o", figures=False)
+    ttt = rep.summary["time_to_target"]
+    tasks = {t["task"]: t for t in ttt["per_task"]}
+    assert set(tasks) == {"digits", "digits (logistic)"}
+    for t in tasks.values():
+        assert t["workloads"] == 2
+        assert t["best_fixed_policy"].split(" ")[0] in {"ring", "complete"}
+        for policy in ("advisor", "fully_connected"):
+            f = t[policy]
+            assert f["workloads"] == 2 and 0.0 <= (f["seed_runs_reached"] or 0.0) <= 1.0
+    ref = ttt["reference"]
+    assert "fc.model:logistic" in ref["constants"] and "ceil.model:logistic" in ref["constants"]
+    assert "fc.model:mlp" not in ref["constants"]
+    assert ref["range"]["models"] == ["logistic", "mlp"]
+    report = (tmp_path / "o" / "report.md").read_text()
+    assert "| digits (logistic) | 2 | advisor |" in report

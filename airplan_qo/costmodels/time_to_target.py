@@ -392,11 +392,34 @@ def ceiling_above(ceiling: float, target: float, logit_sd: float) -> float:
     return float(norm_sf(z))
 
 
+#: The model the datasets' levels are fitted for; another fitted model shifts them
+#: (``fc.model:NAME``, ``ceil.model:NAME``).
+REFERENCE_MODEL = "mlp"
+
+
+def model_features(model: str | None) -> dict[str, float]:
+    """The fully connected reference's model indicator: none for :data:`REFERENCE_MODEL`."""
+    return {} if not model or model == REFERENCE_MODEL else {f"model:{model}": 1.0}
+
+
+def task_level(constants: Mapping[str, float], prefix: str, dataset: str | None,
+               model: str | None) -> float:
+    """The fully connected reference's level (``fc``: log rounds; ``ceil``: accuracy logit) for
+    a dataset and model: the dataset's fitted level (the mean of the fitted ones for a dataset
+    the fit has not seen) plus the model's fitted shift (none for a model it has not seen)."""
+    level = constants.get(f"{prefix}.dataset:{dataset}")
+    if level is None:
+        levels = [v for k, v in constants.items() if k.startswith(f"{prefix}.dataset:")]
+        level = float(np.mean(levels)) if levels else 0.0
+    return level + sum(constants.get(f"{prefix}.{k}", 0.0) * v
+                       for k, v in model_features(model).items())
+
+
 def unseen_model(fitted_range: Mapping, model: str | None) -> bool:
-    """Whether ``model`` lies outside the models of the fitted grid (``range.models``). The fit
-    has no model term: a model it never saw moves the fully connected plan's accuracy and
-    rounds as much as a dataset it never saw, so it is widened the same way. False when the
-    range records no models or the workload names none."""
+    """Whether ``model`` lies outside the models of the fitted grid (``range.models``). A
+    fitted model shifts the datasets' levels (:func:`task_level`); a model it never saw moves
+    the fully connected plan's accuracy and rounds as much as a dataset it never saw, so it is
+    widened the same way. False when the range records no models or the workload names none."""
     models = fitted_range.get("models")
     return bool(models) and bool(model) and model not in models
 
@@ -417,7 +440,7 @@ def unseen_task(constants: Mapping[str, float], fitted_range: Mapping, dataset: 
 
 
 __all__ += ["unseen_dataset_spread", "level_spread", "ceiling_above", "unseen_model",
-            "unseen_task"]
+            "unseen_task", "REFERENCE_MODEL", "model_features", "task_level"]
 
 
 # ---- a pilot of the fully connected reference -------------------------------------------------
@@ -619,11 +642,8 @@ class TimeToTargetEstimator:
         c = ctx.constants
         w = fc_features(heterogeneity(ctx.alpha, ctx.n_classes), n,
                         channel_noise_at(channel, n - 1), channel.dropout)
-        level = c.get(f"ceil.dataset:{ctx.dataset}")
-        if level is None:
-            levels = [v for k, v in c.items() if k.startswith("ceil.dataset:")]
-            level = float(np.mean(levels)) if levels else 0.0
-        logit = level + sum(c.get(f"ceil.{k}", 0.0) * v for k, v in w.items())
+        logit = task_level(c, "ceil", ctx.dataset, ctx.model) + sum(
+            c.get(f"ceil.{k}", 0.0) * v for k, v in w.items())
         return float(1.0 / (1.0 + math.exp(-logit)))
 
     def reference(self, ctx) -> MeasuredReference:
@@ -644,11 +664,8 @@ class TimeToTargetEstimator:
         fc_noise = channel_noise_at(channel, n - 1)
         x_fc = plan_features(fc_p, 1.0, zeta2, fc_noise, channel.dropout, n, fc_error=fc_error)
         w = fc_features(zeta2, n, fc_noise, channel.dropout)
-        level = c.get(f"fc.dataset:{ctx.dataset}")
-        if level is None:       # an unseen dataset: the mean level of the fitted ones
-            levels = [v for k, v in c.items() if k.startswith("fc.dataset:")]
-            level = float(np.mean(levels)) if levels else 0.0
-        log_t_fc = level + sum(c.get(f"fc.{k}", 0.0) * v for k, v in w.items())
+        log_t_fc = task_level(c, "fc", ctx.dataset, ctx.model) + sum(
+            c.get(f"fc.{k}", 0.0) * v for k, v in w.items())
         sd = c.get("joint.sd") or math.hypot(c.get("plan.sd", 0.3), c.get("fc.sd", 0.0))
         unseen, what = unseen_task(c, self.fitted_range, ctx.dataset, ctx.model)
         used_log_t_fc, used_sd, pilot_terms = log_t_fc, sd, {}

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -628,6 +628,61 @@ def _time_to_target(measured, outcome_of, summaries, folds_of, notes: list[str],
     out["fit"] = {name: {"coef": f.coef, "sd": f.sd, "n_obs": f.n_obs,
                          "n_censored": f.n_censored} for name, f in fit.items()}
     out["reference"] = ttt_reference(fit, measured, source)
+    out["per_task"] = _per_task(measured, outcome_of, summaries, ev["comparisons"]["predicted_fc"])
+    return out
+
+
+def task_of(workload) -> str:
+    """A workload's task: its dataset, and its model where that is not the MLP."""
+    return workload.dataset if workload.model == "mlp" else f"{workload.dataset} ({workload.model})"
+
+
+def _policy_figures(keys: Sequence[str], picks: Mapping[str, str], outcome_of,
+                    summaries) -> dict[str, Any]:
+    """Within-noise match, SLA met, cost ratio to the oracle and the seed-run figures of
+    ``picks`` (workload -> plan label) over ``keys``."""
+    cmps = []
+    for key in keys:
+        label = picks.get(key)
+        if label is None or label not in summaries[key]:
+            continue
+        seed_costs: dict[str, dict[int, float]] = defaultdict(dict)
+        for (wk, plan, seed), o in outcome_of.items():
+            if wk == key:
+                seed_costs[plan][seed] = o.cost
+        cmps.append(compare(key, label, summaries[key], None, seed_costs))
+    ratios = [c.cost_ratio for c in cmps if c.cost_ratio is not None]
+    return {"workloads": len(cmps),
+            "within_noise_rate": rate(c.within_noise for c in cmps)[0],
+            "meets_sla_rate": rate(c.advisor_meets_sla for c in cmps)[0],
+            "median_cost_ratio": float(np.median(ratios)) if ratios else None,
+            "gmean_cost_ratio": geometric_mean(ratios),
+            **seed_run_figures({c.workload: c.advisor_plan for c in cmps}, summaries)}
+
+
+def _per_task(measured, outcome_of, summaries, cmps: Sequence[Comparison]
+              ) -> list[dict[str, Any]]:
+    """Per task (:func:`task_of`): the cross-validated time-to-target advisor beside the best
+    fixed single-plan policy on that task's workloads (chosen in hindsight: the one meeting the
+    SLA on most of them, then the cheapest by median cost ratio to the oracle) and beside
+    always the fully connected reference."""
+    picks = {c.workload: c.advisor_plan for c in cmps}
+    out = []
+    for task in sorted({task_of(m.spec.workload) for m in measured}):
+        ms = [m for m in measured if task_of(m.spec.workload) == task]
+        keys = [m.spec.key for m in ms]
+        oracles = {k: oracle(summaries[k].values()) for k in keys}
+        table = policy_table({k: (summaries[k], oracles[k]) for k in keys})
+        full = [r for r in table if r["workloads"] == len(keys)] or table
+        best = full[0]["policy"] if full else None
+        fc = {m.spec.key: m.seeds[min(m.seeds)].fc_candidate.plan.label() for m in ms}
+        out.append({
+            "task": task, "workloads": len(keys),
+            "advisor": _policy_figures(keys, picks, outcome_of, summaries),
+            "best_fixed_policy": best,
+            "best_fixed": _policy_figures(keys, {k: best for k in keys}, outcome_of, summaries)
+            if best else None,
+            "fully_connected": _policy_figures(keys, fc, outcome_of, summaries)})
     return out
 
 

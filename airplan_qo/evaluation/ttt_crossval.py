@@ -26,8 +26,9 @@ import numpy as np
 from ..costmodels.time_to_target import (PLAN_FEATURES, PLAN_INTERACTIONS, TARGET_RATIOS,
                                          ChooserPlan, choose, expected_rounds, fc_features,
                                          fit_ceiling, fit_target_shift, fit_tobit,
-                                         meets_probability, norm_cdf, pilot_update,
-                                         plan_features, target_level, with_fc_error)
+                                         meets_probability, model_features, norm_cdf,
+                                         pilot_update, plan_features, target_level,
+                                         with_fc_error)
 from ..plans.request import DEFAULT_CONFIDENCE
 from ..plans.plan import averaged_cliques
 from ..plans.sla import first_crossing
@@ -67,6 +68,7 @@ def _fc_row(m, sp) -> dict[str, float]:
     row = fc_features(zeta2, sp.fc_candidate.stats.spectra.n_nodes, sigma_c2,
                       sp.fc_candidate.plan.channel.dropout)
     row[f"dataset:{m.spec.workload.dataset}"] = 1.0
+    row.update(model_features(m.spec.workload.model))
     return row
 
 

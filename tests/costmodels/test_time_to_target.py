@@ -365,3 +365,14 @@ def test_an_unseen_model_widens_the_uncertainty_and_is_flagged(tmp_path):
     assert what == ("dataset mnist1d", "model cnn1d")
     assert spread == unseen_task(constants, fitted, "mnist1d", "mlp")[0]
     assert unseen_task(constants, fitted, "digits", "mlp") == (None, ())
+
+
+def test_a_fitted_model_shifts_its_datasets_level():
+    from airplan_qo.costmodels.time_to_target import model_features, task_level
+
+    c = {"fc.dataset:a": 2.0, "fc.dataset:b": 3.0, "fc.model:cnn1d": -0.5}
+    assert model_features("mlp") == {} and model_features("cnn1d") == {"model:cnn1d": 1.0}
+    assert task_level(c, "fc", "a", "mlp") == 2.0
+    assert task_level(c, "fc", "a", "cnn1d") == 1.5
+    assert task_level(c, "fc", "unseen", "cnn1d") == 2.0          # mean level, then the shift
+    assert task_level(c, "fc", "b", "resnet18") == 3.0           # an unseen model: no shift
