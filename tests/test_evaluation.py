@@ -230,7 +230,7 @@ def test_shipped_grids_load_and_unknown_names_are_clear(tmp_path):
     quick = load_grid("quick")
     assert quick.n_runs == 48 and quick.source == "builtin:quick"
     default = load_grid("default")
-    assert len(default.workloads) == 58 and default.n_runs == 4800
+    assert len(default.workloads) == 70 and default.n_runs == 5676
     assert default.workloads[default.reference].key.startswith("digits N=20 alpha=0.5 snr=10 ")
     holdout = load_grid("holdout")   # judges the shipped ttt fit on workloads outside default
     assert holdout.estimator == "ttt" and len(holdout.workloads) == 20

@@ -27,3 +27,15 @@ def test_the_default_grid_holds_workloads_where_collaboration_matters():
         assert d > 0 and classes == 10
     ref = grid.workloads[grid.reference].workload
     assert (ref.dataset, ref.clients, ref.alpha, ref.snr_db) == ("digits", 20, 0.5, 10)
+
+
+def test_the_default_grid_holds_the_physical_operators():
+    # the shipped ttt fit is made on this grid: it must see every transport and algorithm
+    grid = load_grid("default")
+    transports, algorithms = set(), set()
+    for ws in grid.workloads:
+        transports.update(ws.plan_transports() or ["ota"])
+        algorithms.update(ws.plan_algorithms() or ["auto"])
+    assert {"ota", "digital(bits=2)", "digital(bits=8)", "digital(bits=32)"} <= \
+        {str(t) for t in transports}
+    assert {"gradient_tracking", "push_sum", "matcha", "fedavg"} <= {str(a) for a in algorithms}
