@@ -251,7 +251,8 @@ class Optimizer:
         operators.check()
         ranked = []
         for (plan, st, spec, tid, details), est in zip(plans, estimates):
-            cost = Cost(est, round_cost(plan, st, d), startup, objective, request.pilot)
+            cost = Cost(est, round_cost(plan, st, d), startup, objective, request.pilot,
+                        continues_pilot=_continues(request.pilot, plan))
             if st.spec != spec:  # costed on the placeholder: recorded as requested
                 plan, st = attrs.evolve(plan, topology=spec), attrs.evolve(st, spec=spec)
             cand = Candidate(plan=plan, stats=st, cost=cost, topology_id=tid,
@@ -312,7 +313,13 @@ class Optimizer:
               pilot=None) -> Candidate:
         est = estimator.estimate(ctx, plan, stats, target)
         return Candidate(plan=plan, stats=stats,
-                         cost=Cost(est, round_cost(plan, stats, d), startup, objective, pilot))
+                         cost=Cost(est, round_cost(plan, stats, d), startup, objective, pilot,
+                                   continues_pilot=_continues(pilot, plan)))
+
+
+def _continues(pilot, plan) -> bool:
+    """Whether ``plan``'s run would continue from the reference pilot's last round."""
+    return pilot is not None and pilot.continues(plan)
 
 
 __all__ = ["MAX_CACHED_EDGES", "Optimizer", "PERIODIC_KEPT"]

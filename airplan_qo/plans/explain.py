@@ -166,7 +166,9 @@ def pilot_node(result) -> Node:
         "pilot_rounds": f"{pilot.rounds} of {pilot.budget}", "fc": result.fc_accuracy,
         "fc_rounds_to_target": None if log_t is None else math.exp(log_t),
         "measured": how, "channel_uses": pilot.channel_uses, "energy_j": pilot.energy_j,
-        "airtime_s": pilot.airtime_s, "bits": pilot.bits},
+        "airtime_s": pilot.airtime_s, "bits": pilot.bits,
+        **({"continued": "by the chosen plan, from its last round"}
+           if result.chosen.cost.continues_pilot else {})},
         startup_cost=0.0, total_cost=pilot.total(result.objective), rounds=pilot.rounds)
 
 

@@ -73,6 +73,23 @@ class ReferencePilot:
     bits: float
     slots: float
     planning_run_id: int | None = None
+    #: the pilot's state after its last round (a checkpoint file) and the plan it trained: when
+    #: the planner picks that plan, the run continues from it instead of training its first
+    #: ``rounds`` again (:attr:`continuation`)
+    checkpoint: str | None = None
+    plan_label: str | None = None
+    catalog_id: str | None = None
+
+    def continues(self, plan: Any) -> bool:
+        """Whether training ``plan`` can continue from this pilot's last round: it is the plan
+        the pilot trained, and the pilot's state was kept."""
+        return (self.checkpoint is not None and self.plan_label is not None
+                and plan.label() == self.plan_label)
+
+    @property
+    def owner(self) -> dict[str, Any]:
+        """The checkpoint's owner: the catalog and execution that wrote it."""
+        return {"catalog_id": self.catalog_id, "exec_id": int(self.exec_id)}
 
     def total(self, what: str) -> float:
         """The pilot's traffic in one resource (0 for resources a pilot does not spend)."""

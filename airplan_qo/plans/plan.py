@@ -487,6 +487,9 @@ class Cost:
     #: a pilot run before the choice (:class:`~airplan_qo.plans.pilot.ReferencePilot`), whose
     #: traffic is part of every total; None: no pilot
     pilot: Any = None
+    #: this plan is the one the pilot trained, and its run continues from the pilot's last
+    #: round: the pilot's rounds are not paid again (:meth:`total`)
+    continues_pilot: bool = False
 
     @property
     def rounds(self) -> float | None:
@@ -511,8 +514,17 @@ class Cost:
         if self.rounds is None:
             return None
         per = getattr(self.per_round, what)
-        return (per * self.rounds + (self.startup if what == "channel_uses" else 0.0)
+        return (per * self.paid_rounds() + (self.startup if what == "channel_uses" else 0.0)
                 + (self.pilot.total(what) if self.pilot is not None else 0.0))
+
+    def paid_rounds(self) -> float:
+        """The predicted rounds paid beyond the pilot: all of them, or for the plan that
+        continues the pilot only those after its last round."""
+        if self.rounds is None:
+            return math.inf
+        if self.continues_pilot:
+            return max(self.rounds - self.pilot.rounds, 0.0)
+        return self.rounds
 
     def breakdown(self) -> dict[str, Any]:
         r = self.rounds
@@ -521,7 +533,7 @@ class Cost:
         return {
             "rounds": r,
             "channel_uses": self.total("channel_uses"),
-            "slots": None if r is None else self.per_round.slots * r
+            "slots": None if r is None else self.per_round.slots * self.paid_rounds()
             + pilot.get("pilot_slots", 0.0),
             "airtime_s": self.total("airtime_s"),
             "energy_j": self.total("energy_j"),

@@ -741,9 +741,14 @@ class Trainer:
         status ``aborted``; a second Ctrl-C stops at once, without a checkpoint)."""
         cfg = self.config
         status, reason, saved = "succeeded", None, None
+        self._judge_loaded_history()
         with _InterruptGuard() as guard:
             try:
                 while self.round < cfg.rounds:
+                    if self.rounds_to_target is not None:   # reached before this run went on
+                        reason = (f"target accuracy {cfg.target_accuracy} reached at round "
+                                  f"{self.rounds_to_target}")
+                        break
                     row = self.step()
                     if self.failure is not None:
                         status, reason = "failed", self.failure
@@ -758,7 +763,10 @@ class Trainer:
                     if self._interrupted(guard.interrupted):
                         raise KeyboardInterrupt
                 else:
-                    if cfg.target_accuracy is not None:
+                    if self.rounds_to_target is not None:   # on rounds loaded, at the budget
+                        reason = (f"target accuracy {cfg.target_accuracy} reached at round "
+                                  f"{self.rounds_to_target}")
+                    elif cfg.target_accuracy is not None:
                         reason = f"target accuracy {cfg.target_accuracy} not reached"
             except KeyboardInterrupt:
                 status = "aborted"
@@ -770,6 +778,19 @@ class Trainer:
                     saved = self._abort_checkpoint(checkpoint_path)
                     reason = f"interrupted after round {self.round}; checkpoint at {saved}"
         return self._result(status, reason, saved)
+
+    def _judge_loaded_history(self) -> None:
+        """Judge the target on rounds loaded from a run that trained without it (a reference
+        pilot continued by its plan's run): where they already reach it, the run ends at once.
+        A run that judged the target itself finds what it found (the last evaluation is judged
+        only once its successor is known or the budget is spent, as while running)."""
+        cfg = self.config
+        if cfg.target_accuracy is None or self.rounds_to_target is not None or not self.history:
+            return
+        key = TARGET_METRICS[cfg.target_metric]
+        self.rounds_to_target = first_crossing([(h["round"], h[key]) for h in self.history],
+                                               cfg.target_accuracy,
+                                               complete=self.round >= cfg.rounds)
 
     def _abort_checkpoint(self, path: str | Path | None) -> str:
         if path is None:

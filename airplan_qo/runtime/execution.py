@@ -169,7 +169,8 @@ def _finite(v: Any) -> Any:
 def execute(catalog: Catalog, result, *, quiet: bool = False, stop_at_target: bool = True,
             reoptimize: bool | None = None, monitor: MonitorConfig | None = None,
             device: str = DEFAULT_DEVICE,
-            planner: Callable[[Any], Any] | None = None) -> ExecutionReport:
+            planner: Callable[[Any], Any] | None = None, keep_state: bool = False,
+            continue_pilot: bool = True) -> ExecutionReport:
     """Train the chosen plan of a PlanResult and record everything in the catalog.
 
     By default training stops once the average model reaches the SLA's accuracy target (the
@@ -184,9 +185,22 @@ def execute(catalog: Catalog, result, *, quiet: bool = False, stop_at_target: bo
 
     ``device``: where to train (``cpu``, ``cuda``, ``cuda:N`` or ``auto``; :mod:`.device`); the
     device it resolves to is recorded in the execution's ``options`` (``$.device``).
+
+    ``keep_state``: write a checkpoint after the last round too (a reference pilot keeps the
+    state its plan's run may continue from). When the chosen plan is the one a reference pilot
+    of the request trained (:meth:`~airplan_qo.plans.pilot.ReferencePilot.continues`), the run
+    starts from the pilot's last round (``continue_pilot=False``: from round 0): its history
+    holds the pilot's rounds, so its totals count them once, and a target the pilot already
+    reached ends it at once. ``options.continues_pilot`` records the pilot's execution.
     """
     job, options, reopt_request = prepare(catalog, result, stop_at_target=stop_at_target,
                                           reoptimize=reoptimize, monitor=monitor, device=device)
+    pilot = result.request.pilot
+    start = None
+    if continue_pilot and pilot is not None and pilot.continues(result.chosen.plan) \
+            and os.path.exists(pilot.checkpoint) and pilot.rounds <= job.config.rounds:
+        start = pilot
+        options["continues_pilot"] = int(pilot.exec_id)
     monitor = monitor or MonitorConfig()
     exec_id = _insert_execution(catalog, job, options)
     reopt = None
@@ -197,7 +211,9 @@ def execute(catalog: Catalog, result, *, quiet: bool = False, stop_at_target: bo
                             mixing_p=chosen.stats.spectra.mixing_p,
                             basis=options["feedback_basis"], config=monitor, planner=planner)
     return _run(catalog, exec_id, job.plan_id, job.workload, job.spec, job.config,
-                options["feedback_basis"], quiet=quiet, reopt=reopt)
+                options["feedback_basis"], quiet=quiet, reopt=reopt,
+                resume_from=start.checkpoint if start is not None else None,
+                load_owner=start.owner if start is not None else None, keep_state=keep_state)
 
 
 @attrs.frozen
@@ -333,7 +349,8 @@ def _check_training_memory(n: int, d: int, config: RunConfig, device=None) -> No
 def _run(catalog: Catalog, exec_id: int, plan_id: int, w, spec: TopologySpec, config: RunConfig,
          basis: dict[str, Any], *, quiet: bool, resume_from: str | None = None,
          reopt: Reoptimizer | None = None, bases: dict[str, Any] | None = None,
-         load_owner: dict[str, Any] | None = None) -> ExecutionReport:
+         load_owner: dict[str, Any] | None = None, keep_state: bool = False
+         ) -> ExecutionReport:
     start = time.perf_counter()
     ckpt = checkpoint_dir(catalog) / f"exec-{exec_id}.pt"
     owner = {"catalog_id": catalog.catalog_id, "exec_id": int(exec_id)}
@@ -402,6 +419,12 @@ def _run(catalog: Catalog, exec_id: int, plan_id: int, w, spec: TopologySpec, co
         _finish_failed(catalog, exec_id, exc)
         raise
     progress.close()
+    if keep_state and run.status == "succeeded":
+        try:
+            trainer.save(ckpt)
+        except BaseException as exc:
+            _finish_failed(catalog, exec_id, exc)
+            raise
     elapsed_ms = (time.perf_counter() - start) * 1e3
     rewired = reopt is not None and reopt.rewired
     catalog.reacquire(max(RECORD_WAIT, catalog.wait), quiet=False)

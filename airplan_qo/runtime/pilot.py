@@ -35,6 +35,7 @@ from ..errors import ExecutionError
 from ..plans.pilot import ReferencePilot, pilot_rounds
 from ..plans.sla import TARGET_METRICS
 from ..plans.workload import Workload
+from .execution import execute
 
 PILOT_TOPOLOGIES = (("ring", ()), ("small_world", (("k", 4),)), ("complete", ()))
 PILOT_ALPHAS = (0.1, 1.0)
@@ -126,8 +127,8 @@ def run_reference_pilot(session, workload: Workload, *, rounds: int | None = Non
                         weights=["metropolis_hastings"], estimator="ttt", fallback="complete",
                         transports=["ota"], algorithms=["auto"],   # the reference: OTA D-SGD
                         statement=f"pilot fc ({r} of {budget} rounds) for: {what}")
-    report = session.execute(plan, quiet=quiet, stop_at_target=False, reoptimize=False,
-                             device=device)
+    report = execute(session.catalog, plan, quiet=quiet, stop_at_target=False,
+                     reoptimize=False, device=device, keep_state=True)
     result = report.result
     if result.status != "succeeded":
         raise ExecutionError(f"the pilot of the fully connected reference (execution "
@@ -142,4 +143,13 @@ def run_reference_pilot(session, workload: Workload, *, rounds: int | None = Non
         metric=tuple(h.get(key) for h in history), n_classes=int(plan.context.n_classes),
         channel_uses=float(result.total_channel_uses), energy_j=float(result.total_energy_j),
         airtime_s=float(result.total_channel_uses) / bandwidth, bits=float(result.total_bits),
-        slots=float(result.total_slots), planning_run_id=plan.planning_run_id)
+        slots=float(result.total_slots), planning_run_id=plan.planning_run_id,
+        checkpoint=result.checkpoint_path or _kept_state(session.catalog, report.exec_id),
+        plan_label=plan.chosen.plan.label(), catalog_id=session.catalog.catalog_id)
+
+
+def _kept_state(catalog, exec_id: int) -> str | None:
+    """The checkpoint the pilot's execution kept after its last round (None: none)."""
+    rows = catalog.query("SELECT checkpoint_path FROM airplan.executions WHERE exec_id = ?",
+                         [int(exec_id)])
+    return rows[0]["checkpoint_path"] if rows else None

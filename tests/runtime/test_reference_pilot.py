@@ -152,7 +152,10 @@ def test_pilot_from_python_and_sql_trains_records_and_explains(tmp_path):
         assert ex["statement"].startswith("pilot fc (5 of 10 rounds)")
         chosen = result.chosen.cost
         assert chosen.total("channel_uses") == pytest.approx(
-            chosen.per_round.channel_uses * chosen.rounds + chosen.startup + p.channel_uses)
+            chosen.per_round.channel_uses * chosen.paid_rounds() + chosen.startup
+            + p.channel_uses)
+        assert chosen.paid_rounds() == (max(chosen.rounds - 5, 0) if chosen.continues_pilot
+                                        else chosen.rounds)
         assert "Reference Pilot" in result.explain()
 
         (res,) = db.sql("EXPLAIN ANALYZE TRAIN digits ON 10 CLIENTS WITH (alpha = 0.5, "
@@ -209,3 +212,56 @@ def test_a_pilot_that_fails_plans_nothing(tmp_path):
             db.plan(w, pilot="fc", pilot_rounds=5)
         assert db.catalog.query("SELECT count(*) AS n FROM airplan.planning_runs "
                                 "WHERE pilot_exec_id IS NOT NULL")[0]["n"] == 0
+
+
+def _rounds(db, exec_id: int) -> list[dict]:
+    return db.catalog.query(
+        "SELECT round, train_loss, consensus_distance, channel_uses, energy_j, test_accuracy "
+        "FROM airplan.round_stats WHERE exec_id = ? ORDER BY round", [exec_id])
+
+
+def test_the_reference_plan_continues_from_the_pilot(tmp_path):
+    """When the planner picks the plan the pilot trained, its run starts from the pilot's last
+    round: the same rounds as a run from round 0, the pilot's rounds paid once."""
+    from airplan_qo.runtime.execution import execute
+
+    w = aq.Workload(dataset="digits", clients=10, alpha=0.5, rounds=12)
+    with aq.connect(tmp_path / "c.duckdb") as db:
+        result = db.plan(w, pilot="fc", pilot_rounds=6, topologies=["complete"], sparsity=[1.0],
+                         fallback="complete")
+        p = result.request.pilot
+        assert p.checkpoint and p.plan_label == result.chosen.plan.label()
+        cost = result.chosen.cost
+        assert cost.continues_pilot and cost.rounds is not None
+        assert cost.total("channel_uses") == pytest.approx(
+            cost.per_round.channel_uses * max(cost.rounds - 6, 0) + cost.startup
+            + p.channel_uses)
+        went_on = execute(db.catalog, result, quiet=True, stop_at_target=False)
+        fresh = execute(db.catalog, result, quiet=True, stop_at_target=False,
+                        continue_pilot=False)
+        opts = db.catalog.query("SELECT options->>'continues_pilot' AS c FROM airplan.executions "
+                                "WHERE exec_id = ?", [went_on.exec_id])[0]["c"]
+        assert int(opts) == p.exec_id
+        a, b = _rounds(db, went_on.exec_id), _rounds(db, fresh.exec_id)
+        assert [r["round"] for r in a] == list(range(1, 13)) == [r["round"] for r in b]
+        for x, y in zip(a, b):      # the same training, bit for bit
+            for k in ("train_loss", "consensus_distance", "channel_uses", "energy_j"):
+                assert x[k] == y[k], (x["round"], k)
+        assert a[-1]["test_accuracy"] == b[-1]["test_accuracy"]
+        assert went_on.result.final_accuracy == fresh.result.final_accuracy
+        # the pilot's six rounds are the execution's first six
+        assert a[:6] == _rounds(db, p.exec_id)
+
+
+def test_a_target_the_pilot_reached_ends_the_continued_run_at_once(tmp_path):
+    w = aq.Workload(dataset="digits", clients=10, alpha=0.5, rounds=10)
+    with aq.connect(tmp_path / "c.duckdb") as db:
+        result = db.plan(w, pilot="fc", pilot_rounds=10, topologies=["complete"],
+                         sparsity=[1.0], fallback="complete")
+        p = result.request.pilot
+        report = db.execute(result)            # a TRAIN: stops at the target
+        r = report.result
+        assert r.rounds_to_target is not None and r.rounds_to_target <= 10
+        assert r.rounds == 10 and "reached at round" in r.reason
+        # nothing trained beyond the pilot: the execution's rounds are the pilot's
+        assert _rounds(db, report.exec_id) == _rounds(db, p.exec_id)
