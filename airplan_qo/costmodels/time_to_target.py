@@ -410,8 +410,9 @@ def choose(candidates: Sequence[ChooserPlan], sd: float, budget: float,
     return c, p, False
 
 
-__all__ = ["PLAN_FEATURES", "PLAN_INTERACTIONS", "PLAN_PRIORS", "FC_FEATURES", "FC_ERROR_TERMS", "plan_features",
-           "with_fc_error", "fc_features", "PlanInputs", "plan_inputs", "plan_inputs_features",
+__all__ = ["PLAN_FEATURES", "PLAN_INTERACTIONS", "PLAN_PRIORS", "FC_FEATURES", "FC_ERROR_TERMS",
+           "plan_features", "with_fc_error", "fc_features", "PlanInputs", "plan_inputs",
+           "plan_inputs_features",
            "TobitFit", "fit_tobit", "fit_ceiling", "meets_probability", "expected_rounds",
            "pilot_update", "PILOT_SD", "ChooserPlan", "choose", "TARGET_RATIOS", "BASE_RATIO",
            "target_level", "target_shift", "fit_target_shift"]
