@@ -16,7 +16,7 @@ from ..errors import PlanningError
 from ..plans.families import build_graph
 from ..plans.graphs import edge_arrays
 from ..plans.mixing import WEIGHTS
-from ..plans.operators import activation
+from ..plans.operators import SERVER_ALGORITHMS, activation
 from ..plans.plan import PhysicalPlan
 from ..plans.topology import TopologySpec, TopologyStats
 
@@ -107,6 +107,33 @@ def quantisation_noise(bits: int, mean_degree: float, d: int | None = None) -> f
     crest2 = 2.0 * math.log(max(int(d or DEFAULT_DIMENSION), 2))
     omega = crest2 / (2.0 ** bits - 1.0) ** 2
     return mean_degree * omega / (mean_degree + 1.0) ** 2
+
+
+def quantisation_omega(bits: int, d: int | None = None) -> float:
+    """The variance bound of the runtime's unbiased b-bit quantiser of a ``d``-coordinate
+    vector, ``E||Q(v) - v||^2 <= omega ||v||^2`` with ``omega = d / (2^b - 1)^2`` (0 for
+    b = 32), the same as ``airplan_qo.runtime.compression.quantization_omega``."""
+    if bits >= 32:
+        return 0.0
+    return float(d or DEFAULT_DIMENSION) / float(2 ** int(bits) - 1) ** 2
+
+
+def quantisation_slowdown(plan: PhysicalPlan, stats: TopologyStats, d: int | None = None
+                          ) -> float:
+    """log of the factor by which a digital plan's b-bit quantiser slows training, from the
+    runtime's protocol (docs/runtime.md). Gossip (D-SGD, gradient tracking, MATCHA) sends
+    quantised differences against a shared copy, CHOCO-style, and mixes with the consensus
+    step ``gamma = 1 / (1 + omega)`` (:func:`quantisation_omega`): consensus is ``1 / gamma``
+    times slower, ``log(1 + omega)`` (the quantisation error itself shrinks as the models
+    converge, so it is no noise floor). A server (FedAvg, FedProx) averages the N clients'
+    independently quantised updates, whose variance grows by ``1 + omega / N``:
+    ``log(1 + omega / N)``. 0 over the air and for exact (b = 32) packets."""
+    if plan.transport != "digital" or plan.bits >= 32:
+        return 0.0
+    omega = quantisation_omega(plan.bits, d)
+    if plan.effective_algorithm in SERVER_ALGORITHMS:
+        return math.log1p(omega / max(stats.spectra.n_nodes, 1))
+    return math.log1p(omega)
 
 
 def channel_noise(plan: PhysicalPlan, stats: TopologyStats, d: int | None = None) -> float:

@@ -20,10 +20,14 @@ within its budget B is right-censored, log T > log B, and contributes log(1 - Ph
 to the likelihood instead of being dropped or read as "never". Coefficients of interactions get a
 ridge penalty; main effects a weak one.
 
-Plans outside the fitted runs' operators (a digital transport: its quantisation enters as the
-noise feature in place of the channel noise; an algorithm other than D-SGD/CHOCO: gradient
-tracking without the heterogeneity terms) are flagged in ``notes`` and their log-T spread is
-widened (:meth:`TimeToTargetEstimator.operator_spread`), as for an unseen dataset.
+Every transport and algorithm enters through the same features (:func:`plan_inputs`, used by
+the estimator and by the grid fit alike): a digital plan has no channel noise and its b-bit
+quantiser's slowdown as the ``quant`` feature, gradient tracking no heterogeneity terms, MATCHA
+its activation budget in p, a server (FedAvg, FedProx) no topology term. Plans whose transport
+(or digital width) or algorithm the fitted runs did not use (the fitted range's
+``transports``, ``bits`` and ``algorithms``; :func:`fitted_operators`) are flagged in
+``notes`` and their log-T spread is widened (:meth:`TimeToTargetEstimator.operator_spread`),
+as for an unseen dataset.
 
 A prediction is a normal distribution of log T, so P(meets the SLA) = P(T <= B) =
 Phi((log B - mu) / s), which the chance-constrained planner compares with a confidence level.
@@ -40,8 +44,10 @@ import numpy as np
 
 from ..errors import ValidationError
 from ..plans.plan import Estimate, averaged_cliques
+from ..plans.operators import SERVER_ALGORITHMS
 from .features import (approximate_survival_factor, channel_noise, channel_noise_at,
-                       heterogeneity, plan_heterogeneity, survival_factor)
+                       heterogeneity, plan_heterogeneity, quantisation_slowdown,
+                       survival_factor)
 
 #: Plan features, relative to the FC reference of the same workload.
 PLAN_FEATURES = (
@@ -58,18 +64,27 @@ PLAN_FEATURES = (
     "averaged",             # [Clique Averaging]: its own level, as CHOCO has
     "fc_error_log_inv_p",   # the task's difficulty (1 - fc) x topology
     "fc_error_log_inv_k",   # the task's difficulty (1 - fc) x compression
+    "quant",                # log slowdown of a digital plan's b-bit quantiser (0 over the air)
 )
 #: Features whose coefficients are shrunk harder (interactions). The difficulty terms are not:
 #: they carry a difference between tasks (the target sits closer to a slowly reached plateau on
 #: a hard task) that no other feature holds.
 PLAN_INTERACTIONS = frozenset(PLAN_FEATURES[4:11])
 
+#: Plan features with a coefficient from theory, used where a fit has none for them: a fit
+#: fits them only when its runs exercise them (``ttt_crossval.fit``). ``quant``: a quantiser
+#: that slows consensus 1/gamma times acts as a mixing rate gamma p, log T one for one with
+#: log 1/gamma in the consensus-limited regime (Koloskova et al. 2019, CHOCO-SGD's rate in
+#: delta p).
+PLAN_PRIORS = {"quant": 1.0}
+
 #: Workload features of the FC reference's log T (plus one offset per dataset).
 FC_FEATURES = ("zeta2", "log_n", "noise", "dropout")
 
 
 def plan_features(p_random: float, k: float, zeta2: float, sigma_c2: float, dropout: float,
-                  n: int, averaged: bool = False, fc_error: float = 0.0) -> dict[str, float]:
+                  n: int, averaged: bool = False, fc_error: float = 0.0,
+                  quant: float = 0.0) -> dict[str, float]:
     """The plan features of :data:`PLAN_FEATURES` (absolute; subtract the FC's to use them).
     ``zeta2`` is the heterogeneity the clients train on (scaled for Clique Averaging,
     :func:`airplan_qo.costmodels.features.plan_heterogeneity`); ``averaged``: the plan runs
@@ -77,7 +92,8 @@ def plan_features(p_random: float, k: float, zeta2: float, sigma_c2: float, drop
     less than a graph's p alone says; ``fc_error``: 1 - the fully connected plan's final
     accuracy (predicted by the ceiling model), the task's difficulty. A target at a fixed
     ratio of fc sits closer to a slowly reached plateau on a hard task, where a sparser or more
-    compressed plan loses more."""
+    compressed plan loses more; ``quant``: the digital quantiser's slowdown
+    (:func:`airplan_qo.costmodels.features.quantisation_slowdown`)."""
     lp = math.log(1.0 / max(p_random, 1e-12))
     lk = math.log(1.0 / max(min(k, 1.0), 1e-12))
     return with_fc_error({
@@ -88,6 +104,7 @@ def plan_features(p_random: float, k: float, zeta2: float, sigma_c2: float, drop
         "log_n_log_inv_p": math.log(max(n, 1)) * lp,
         "averaged_log_inv_p": float(averaged) * lp,
         "averaged": float(averaged),
+        "quant": float(quant),
     }, fc_error)
 
 
@@ -106,6 +123,59 @@ def fc_features(zeta2: float, n: int, sigma_c2: float, dropout: float) -> dict[s
     """The workload features of :data:`FC_FEATURES` (FC's own sigma_c^2 as the noise)."""
     return {"zeta2": zeta2, "log_n": math.log(max(n, 1)), "noise": sigma_c2,
             "dropout": dropout}
+
+
+@attrs.frozen
+class PlanInputs:
+    """The statistics a plan's features are made of (:func:`plan_inputs`)."""
+
+    p_random: float     # p of the random mixing matrix (1 through a server)
+    zeta2: float        # the heterogeneity its clients train on (0 for gradient tracking)
+    noise: float        # channel noise after one aggregation (0 for a digital plan)
+    quant: float        # log slowdown of a digital plan's quantiser (0 over the air)
+    averaged: bool      # Clique Averaging
+
+
+def plan_inputs(plan, stats, alpha: float, n_classes: int, d: int | None,
+                cache: dict | None = None) -> PlanInputs:
+    """What :func:`plan_features` takes of a plan, the one definition the estimator (when
+    planning) and the grid fit (evaluation/ttt_crossval.py) both use, per operator:
+
+    * p of the random mixing matrix: the topology's p times the survival factor of dropout,
+      truncation and MATCHA's activation budget
+      (:func:`~airplan_qo.costmodels.features.survival_factor`); 1 through a server
+      (FedAvg, FedProx: every delivered update enters one exact average, no topology term);
+    * the heterogeneity (:func:`~airplan_qo.costmodels.features.plan_heterogeneity`: none for
+      gradient tracking, the cliques' residual for Clique Averaging);
+    * over the air, the channel noise (:func:`~airplan_qo.costmodels.features.channel_noise`);
+      a digital plan has none (a delivered packet arrives intact) and its quantiser enters as
+      ``quant`` (:func:`~airplan_qo.costmodels.features.quantisation_slowdown`, of the
+      model dimension ``d``).
+
+    ``cache`` (optional) keeps the transport terms, which repeat across a workload's plans."""
+    if plan.effective_algorithm in SERVER_ALGORITHMS:
+        p_random = 1.0
+    else:
+        p_random = max(max(stats.spectra.mixing_p, 1e-12) * survival_factor(plan, stats),
+                       1e-12)
+    key = (plan.transport, plan.bits, plan.effective_algorithm in SERVER_ALGORITHMS,
+           stats.spectra.mean_degree, stats.spectra.n_nodes)
+    terms = None if cache is None else cache.get(key)
+    if terms is None:
+        terms = ((0.0 if plan.transport == "digital" else channel_noise(plan, stats, d)),
+                 quantisation_slowdown(plan, stats, d))
+        if cache is not None:
+            cache[key] = terms
+    return PlanInputs(p_random, plan_heterogeneity(alpha, n_classes, plan), terms[0], terms[1],
+                      bool(averaged_cliques(plan.topology)))
+
+
+def plan_inputs_features(inputs: PlanInputs, plan, n: int, fc_error: float = 0.0
+                         ) -> dict[str, float]:
+    """:func:`plan_features` of a plan from its :func:`plan_inputs`."""
+    return plan_features(inputs.p_random, plan.k_ratio, inputs.zeta2, inputs.noise,
+                         plan.channel.dropout, n, averaged=inputs.averaged, fc_error=fc_error,
+                         quant=inputs.quant)
 
 
 @attrs.frozen
@@ -340,8 +410,9 @@ def choose(candidates: Sequence[ChooserPlan], sd: float, budget: float,
     return c, p, False
 
 
-__all__ = ["PLAN_FEATURES", "PLAN_INTERACTIONS", "FC_FEATURES", "FC_ERROR_TERMS", "plan_features",
-           "with_fc_error", "fc_features",
+__all__ = ["PLAN_FEATURES", "PLAN_INTERACTIONS", "PLAN_PRIORS", "FC_FEATURES", "FC_ERROR_TERMS",
+           "plan_features", "with_fc_error", "fc_features", "PlanInputs", "plan_inputs",
+           "plan_inputs_features",
            "TobitFit", "fit_tobit", "fit_ceiling", "meets_probability", "expected_rounds",
            "pilot_update", "PILOT_SD", "ChooserPlan", "choose", "TARGET_RATIOS", "BASE_RATIO",
            "target_level", "target_shift", "fit_target_shift"]
@@ -588,12 +659,65 @@ def flatten(plan_fit: "TobitFit", fc_fit: "TobitFit",
     return out
 
 
-#: The transports and algorithms the shipped fit's runs used; a plan with another is flagged
-#: and its rounds interval widened (:meth:`TimeToTargetEstimator.operator_spread`).
-FITTED_TRANSPORTS = ("ota",)
-FITTED_ALGORITHMS = ("dsgd", "choco")
+#: The transports and algorithms of a fit whose range does not list them (``range.transports``,
+#: ``range.algorithms``, written by ``evaluation/ttt_crossval.reference`` since they were
+#: recorded): such fits were made on over-the-air D-SGD and CHOCO runs.
+DEFAULT_FITTED_TRANSPORTS = ("ota",)
+DEFAULT_FITTED_ALGORITHMS = ("dsgd", "choco")
 #: Log-rounds spread added for each operator outside the fit (a factor e^0.5 ~ 1.65 at one sd).
 OPERATOR_SD = 0.5
+
+
+@attrs.frozen
+class FittedOperators:
+    """The transports, digital widths and algorithms a fit's runs used
+    (:func:`fitted_operators`). Transports are recorded by name and the digital widths as
+    one interval (``bits``: the quantiser enters the model through a continuous feature,
+    ``quant``, so a width between fitted ones is interpolated, one outside them extrapolated
+    and treated as an unseen transport); algorithms by the name that runs
+    (``effective_algorithm``: ``auto`` resolved, presets by their own name)."""
+
+    transports: tuple[str, ...]
+    algorithms: tuple[str, ...]
+    bits: tuple[int, int] | None = None
+
+    def transport_fitted(self, plan) -> bool:
+        if plan.transport not in self.transports:
+            return False
+        return (plan.transport != "digital" or self.bits is None
+                or self.bits[0] <= plan.bits <= self.bits[1])
+
+    def algorithm_fitted(self, plan) -> bool:
+        return plan.effective_algorithm in self.algorithms
+
+    def fitted(self, plan) -> bool:
+        return self.transport_fitted(plan) and self.algorithm_fitted(plan)
+
+    def transports_text(self) -> str:
+        """``over the air only``, or the fitted transports (digital with its widths)."""
+        if self.transports == ("ota",):
+            return "over the air only"
+        return ", ".join(f"digital ({self.bits[0]}..{self.bits[1]} bits)"
+                         if t == "digital" and self.bits else t for t in self.transports)
+
+
+def fitted_operators(fitted_range: Mapping) -> FittedOperators:
+    """The operators of a fit's ``range`` (``transports``, ``bits``, ``algorithms``); a range
+    that lists none of them (a fit made before they were recorded) was fitted on
+    :data:`DEFAULT_FITTED_TRANSPORTS` and :data:`DEFAULT_FITTED_ALGORITHMS`."""
+    transports = tuple(fitted_range.get("transports") or DEFAULT_FITTED_TRANSPORTS)
+    algorithms = tuple(fitted_range.get("algorithms") or DEFAULT_FITTED_ALGORITHMS)
+    bits = fitted_range.get("bits")
+    return FittedOperators(transports, algorithms,
+                           (int(bits[0]), int(bits[1])) if bits else None)
+
+
+def operator_fitted(fitted_range: Mapping, plan) -> bool:
+    """Whether a fit with this ``range`` saw runs of the plan's transport (and width) and
+    algorithm; the estimator widens a plan for which it did not
+    (:meth:`TimeToTargetEstimator.operator_spread`), and the evaluation's baselines table says
+    so."""
+    return fitted_operators(fitted_range).fitted(plan)
 
 
 @attrs.frozen
@@ -688,7 +812,8 @@ class TimeToTargetEstimator:
         return ReferenceTerms(
             n=n, channel=channel, ceiling=ceiling, zeta2=zeta2, fc_error=fc_error, x_fc=x_fc,
             log_t_fc=used_log_t_fc, sd=used_sd, pilot_terms=pilot_terms,
-            plan_coef=tuple((f, c.get(f"plan.{f}", 0.0)) for f in PLAN_FEATURES),
+            plan_coef=tuple((f, c.get(f"plan.{f}", PLAN_PRIORS.get(f, 0.0)))
+                            for f in PLAN_FEATURES),
             unseen=unseen, unseen_what=what)
 
     def accuracy_at(self, ctx, plan, stats, rounds):
@@ -699,17 +824,20 @@ class TimeToTargetEstimator:
         return self._terms(ctx, plan, stats,
                            self.reference_terms(ctx, stats.spectra.n_nodes, plan.channel))
 
+    def features(self, ctx, plan, stats) -> dict[str, float]:
+        """The plan's features (:data:`PLAN_FEATURES`, absolute, with its workload's
+        difficulty terms) as this estimator plans with them: :func:`plan_inputs`, the same
+        function the grid fit uses."""
+        ref = self.reference_terms(ctx, stats.spectra.n_nodes, plan.channel)
+        return plan_inputs_features(
+            plan_inputs(plan, stats, ctx.alpha, ctx.n_classes, ctx.d), plan,
+            stats.spectra.n_nodes, ref.fc_error)
+
     def _terms(self, ctx, plan, stats, ref: ReferenceTerms) -> dict[str, float]:
         n = stats.spectra.n_nodes
-        p_random = max(stats.spectra.mixing_p * survival_factor(plan, stats), 1e-12)
-        key = (plan.transport, plan.bits, stats.spectra.mean_degree)
-        noise = ref.noise.get(key)
-        if noise is None:
-            noise = ref.noise[key] = channel_noise(plan, stats, ctx.d)
-        x = plan_features(p_random, plan.k_ratio, plan_heterogeneity(ctx.alpha, ctx.n_classes,
-                                                                     plan),
-                          noise, plan.channel.dropout, n,
-                          averaged=bool(averaged_cliques(plan.topology)), fc_error=ref.fc_error)
+        inputs = plan_inputs(plan, stats, ctx.alpha, ctx.n_classes, ctx.d, ref.noise)
+        p_random = inputs.p_random
+        x = plan_inputs_features(inputs, plan, n, ref.fc_error)
         x_fc = ref.x_fc
         delta = sum(coef * (x[f] - x_fc[f]) for f, coef in ref.plan_coef)
         out = {"p_random": p_random, "zeta2": ref.zeta2, "log_t_fc": ref.log_t_fc,
@@ -718,23 +846,31 @@ class TimeToTargetEstimator:
             out.update(ref.pilot_terms)
         return out
 
+    @functools.cached_property
+    def operators(self) -> FittedOperators:
+        """The transports and algorithms of the fitted range (:func:`fitted_operators`)."""
+        return fitted_operators(self.fitted_range)
+
     def operator_spread(self, ctx, plan, stats) -> float:
-        """Extra log-rounds spread of a plan whose transport or algorithm the fit never saw
-        (:data:`FITTED_TRANSPORTS`, :data:`FITTED_ALGORITHMS`): :data:`OPERATOR_SD` for each,
-        plus the size of the term the model extrapolates (the channel noise a digital plan
-        drops, the heterogeneity gradient tracking drops), as uncertain as it is large. 0 for
-        a plan inside the fit."""
-        if plan.transport in FITTED_TRANSPORTS and \
-                plan.effective_algorithm in FITTED_ALGORITHMS:
+        """Extra log-rounds spread of a plan whose transport (or digital width) or algorithm
+        the fit never saw (the fitted range's ``transports``, ``bits`` and ``algorithms``,
+        :func:`fitted_operators`): :data:`OPERATOR_SD` for each, plus the size of the term
+        the model extrapolates (the channel noise a digital plan drops, the heterogeneity
+        gradient tracking drops), as uncertain as it is large. A quantiser's slowdown is not
+        widened further: where the fit has no coefficient for it, the theory's
+        (:data:`PLAN_PRIORS`) costs it, so a coarse quantiser stays out of reach instead of
+        being made possible by a wide interval. 0 for a plan inside the fit."""
+        ops = self.operators
+        if ops.fitted(plan):
             return 0.0
         c = ctx.constants
         spread = 0.0
-        if plan.transport not in FITTED_TRANSPORTS:
+        if not ops.transport_fitted(plan):
             x_ota = channel_noise_at(plan.channel, stats.spectra.mean_degree)
             p_random = max(stats.spectra.mixing_p, 1e-12)
             spread = math.hypot(spread, OPERATOR_SD,
                                 c.get("plan.noise", 0.0) * x_ota / p_random)
-        if plan.effective_algorithm not in FITTED_ALGORITHMS:
+        if not ops.algorithm_fitted(plan):
             lp = math.log(1.0 / max(stats.spectra.mixing_p, 1e-12))
             lk = math.log(1.0 / max(plan.k_ratio, 1e-12))
             dropped = (heterogeneity(ctx.alpha, ctx.n_classes)
@@ -746,19 +882,21 @@ class TimeToTargetEstimator:
 
     def notes(self, ctx, plan, stats) -> tuple[str, ...]:
         r = self.fitted_range
+        ops = self.operators
         out = []
-        if plan.transport not in FITTED_TRANSPORTS:
+        if not ops.transport_fitted(plan):
             out.append(f"transport {plan.transport} (b = {plan.bits}) not in the fitted runs "
-                       f"(over the air only): rounds without channel noise, with the "
-                       f"quantisation as noise")
+                       f"({ops.transports_text()}): rounds without channel noise, with the "
+                       f"quantiser's slowdown")
         alg = plan.effective_algorithm
-        if alg not in FITTED_ALGORITHMS:
+        if not ops.algorithm_fitted(plan):
             what = {"gradient_tracking": "rounds without the heterogeneity term",
                     "fedavg": "rounds of the complete graph's averaging",
                     "fedprox": "rounds of the complete graph's averaging",
                     "dllr_oa": "rounds of D-SGD on the same graph sequence at k"}.get(
                         alg, "rounds of D-SGD on the same graph")
-            out.append(f"algorithm {alg} not in the fitted runs (dsgd, choco): {what}")
+            out.append(f"algorithm {alg} not in the fitted runs ({', '.join(ops.algorithms)})"
+                       f": {what}")
         n = stats.spectra.n_nodes
         if r.get("clients") and not r["clients"][0] <= n <= r["clients"][1]:
             out.append(f"N = {n} outside the fitted {r['clients'][0]}..{r['clients'][1]}")
@@ -892,8 +1030,9 @@ class ReferenceTerms:
     reference at ``n`` clients on ``channel`` (its accuracy ``ceiling``, its log T after any
     pilot, its plan features ``x_fc``), the spread of log T, the plan model's coefficients in
     :data:`PLAN_FEATURES` order, and what of the workload the fit has not seen; ``noise`` and
-    ``notes`` keep the channel noise and extrapolation notes of the plans estimated so far
-    (they repeat across sparsity, transport and algorithm), ``targets`` what a target
+    ``notes`` keep the transport terms (:func:`plan_inputs`) and extrapolation notes of the
+    plans estimated so far (they repeat across sparsity, transport and algorithm), ``targets``
+    what a target
     accuracy makes of them all (:meth:`TimeToTargetEstimator._target_terms`)."""
 
     n: int
@@ -913,5 +1052,6 @@ class ReferenceTerms:
     targets: dict = attrs.field(factory=dict, eq=False)
 
 
-__all__ += ["FITTED_ALGORITHMS", "FITTED_TRANSPORTS", "OPERATOR_SD", "ReferenceTerms",
+__all__ += ["DEFAULT_FITTED_ALGORITHMS", "DEFAULT_FITTED_TRANSPORTS", "FittedOperators",
+            "fitted_operators", "operator_fitted", "OPERATOR_SD", "ReferenceTerms",
             "TimeToTargetEstimator", "load_reference", "flatten", "CONSTANTS_FILE"]

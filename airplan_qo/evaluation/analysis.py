@@ -614,6 +614,12 @@ def _time_to_target(measured, outcome_of, summaries, folds_of, notes: list[str],
     shares = list(by_key.values())
     with_pilot = [c.cost_ratio + by_key.get(c.workload, 0.0)
                   for c in ev["comparisons"]["raced"] if c.cost_ratio is not None]
+    # per workload: the predicted-reference advisor's pick, and the candidates it predicted
+    # to meet the SLA (P >= the confidence) out of how many
+    out["picks"] = {c.workload: c.advisor_plan for c in ev["comparisons"]["predicted_fc"]}
+    out["predicted_reachable"] = {
+        key: sorted(label for label, p in ps.items() if p >= ev["confidence"])
+        for key, ps in ev["p_meets"].items()}
     out["pilot_cost_over_oracle"] = {
         "median": float(np.median(shares)) if shares else None,
         "max": float(np.max(shares)) if shares else None,

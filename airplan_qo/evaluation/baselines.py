@@ -7,19 +7,22 @@ such plan label is a fixed single-plan policy ("always this plan"); this module 
 way the paper does, measures them per workload (accuracy, rounds, channel uses and energy to the
 target, with the min-max over the seeds) and over the grid (share of workloads whose SLA the
 policy meets, cost ratio to the oracle), and sets beside them the advisor choosing among all of
-them. The ``ttt`` model was fitted on over-the-air D-SGD and CHOCO runs only: every other plan
-is *widened* (its rounds interval and P(meets SLA)), and the table says which.
+them. A plan whose transport or algorithm the shipped ``ttt`` fit's runs did not use (its range's
+``transports``, ``bits`` and ``algorithms``; over-the-air D-SGD and CHOCO for a fit that lists
+none) is *widened* (its rounds interval and P(meets SLA)), and the table says which.
 """
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
-from ..costmodels.time_to_target import FITTED_ALGORITHMS, FITTED_TRANSPORTS
+from ..costmodels.time_to_target import fitted_operators, load_reference, operator_fitted
 from ..plans.plan import PhysicalPlan
 from .metrics import RunOutcome, geometric_mean
 
@@ -53,10 +56,19 @@ def names_operators(grid) -> bool:
     return any(ws.transports or ws.algorithms for ws in grid.workloads)
 
 
-def fitted(plan: PhysicalPlan) -> bool:
-    """Whether the shipped ``ttt`` fit saw runs of this plan's transport and algorithm (if not,
-    the model widens its prediction: ``TimeToTargetEstimator.operator_spread``)."""
-    return plan.transport in FITTED_TRANSPORTS and plan.effective_algorithm in FITTED_ALGORITHMS
+@functools.lru_cache(maxsize=1)
+def shipped_range() -> Mapping:
+    """The fitted range of the shipped ``ttt`` constants (what the advisor as shipped uses),
+    read once."""
+    return MappingProxyType(dict(load_reference().get("range", {})))
+
+
+def fitted(plan: PhysicalPlan, fitted_range: Mapping | None = None) -> bool:
+    """Whether the ``ttt`` fit of ``fitted_range`` (default: the shipped one) saw runs of this
+    plan's transport and algorithm (if not, the model widens its prediction:
+    ``TimeToTargetEstimator.operator_spread``; the same rule,
+    :func:`~airplan_qo.costmodels.time_to_target.operator_fitted`)."""
+    return operator_fitted(shipped_range() if fitted_range is None else fitted_range, plan)
 
 
 def transport_text(plan: PhysicalPlan) -> str:
@@ -213,15 +225,18 @@ def baselines_block(grid, measured, results, outcomes: Sequence[RunOutcome]
                "median_cost_ratio": float(np.median(ratios)) if ratios else None,
                "gmean_cost_ratio": geometric_mean(ratios),
                "widened_picks": sum(not p["fitted"] for p in picks), "picks": picks}
-    unseen = sorted(label for label, p in plans_of.items() if not fitted(p))
+    ops = fitted_operators(shipped_range())
+    unseen = sorted(label for label, p in plans_of.items() if not ops.fitted(p))
     settings = {ws.key: {"dataset": ws.workload.dataset, "clients": ws.workload.clients,
                          "alpha": ws.workload.alpha, "snr_db": ws.workload.snr_db,
                          "rounds": ws.workload.rounds} for ws in grid.workloads}
     return {"reference": grid.workloads[grid.reference].key, "workloads": settings,
             "per_workload": per_workload,
             "policies": policies, "advisor": advisor, "unseen": unseen,
-            "fitted_transports": list(FITTED_TRANSPORTS),
-            "fitted_algorithms": list(FITTED_ALGORITHMS)}
+            "fitted_transports": [
+                f"digital({ops.bits[0]}..{ops.bits[1]})" if t == "digital" and ops.bits else t
+                for t in ops.transports],
+            "fitted_algorithms": list(ops.algorithms)}
 
 
 __all__ = ["ALGORITHM_NAMES", "PAPER_TABLE3", "PAPER_AIRPLAN", "baseline_name", "baselines_block",

@@ -21,19 +21,19 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import attrs
 import numpy as np
 
-from ..costmodels.time_to_target import (PLAN_FEATURES, PLAN_INTERACTIONS, TARGET_RATIOS,
-                                         ChooserPlan, choose, expected_rounds, fc_features,
-                                         fit_ceiling, fit_target_shift, fit_tobit,
+from ..costmodels.time_to_target import (PLAN_FEATURES, PLAN_INTERACTIONS, PLAN_PRIORS,
+                                         TARGET_RATIOS,
+                                         ChooserPlan, PlanInputs, choose, expected_rounds,
+                                         fc_features, fit_ceiling, fit_target_shift, fit_tobit,
                                          meets_probability, model_features, norm_cdf,
-                                         pilot_update, plan_features, target_level,
-                                         with_fc_error)
+                                         pilot_update, plan_inputs, plan_inputs_features,
+                                         target_level, with_fc_error)
 from ..plans.request import DEFAULT_CONFIDENCE
-from ..plans.plan import averaged_cliques
 from ..plans.sla import first_crossing
 from ..errors import ValidationError
-from ..costmodels.features import channel_noise, plan_heterogeneity, survival_factor
 from .metrics import compare
 
 #: Ridge weights: interactions shrunk towards zero, main effects barely.
@@ -46,26 +46,23 @@ RACE_MIN_P = 0.2
 RACE_CONTENDERS = 3
 
 
-def _inputs(sp, cand) -> tuple[float, float, float]:
-    """A candidate's p of the random mixing matrix, the heterogeneity its clients train on and
-    its channel noise: statistics, not fitted constants, so whatever estimator planned it."""
-    plan, stats = cand.plan, cand.stats
-    p_random = max(max(stats.spectra.mixing_p, 1e-12) * survival_factor(plan, stats), 1e-12)
+def _inputs(sp, cand) -> PlanInputs:
+    """A candidate's :func:`~airplan_qo.costmodels.time_to_target.plan_inputs` (p of the random
+    mixing matrix, heterogeneity, channel noise, quantiser slowdown): statistics, not fitted
+    constants, so whatever estimator planned it, and the same as the estimator's at planning
+    time."""
     ctx = sp.result.context
-    return p_random, plan_heterogeneity(ctx.alpha, ctx.n_classes, plan), channel_noise(plan,
-                                                                                        stats)
+    return plan_inputs(cand.plan, cand.stats, ctx.alpha, ctx.n_classes, ctx.d)
 
 
 def _features(sp, cand) -> dict[str, float]:
-    p_random, zeta2, sigma_c2 = _inputs(sp, cand)
-    return plan_features(p_random, cand.plan.k_ratio, zeta2, sigma_c2,
-                         cand.plan.channel.dropout, cand.stats.spectra.n_nodes,
-                         averaged=bool(averaged_cliques(cand.plan.topology)))
+    """A candidate's plan features (without the difficulty terms: :func:`plan_x` adds them)."""
+    return plan_inputs_features(_inputs(sp, cand), cand.plan, cand.stats.spectra.n_nodes)
 
 
 def _fc_row(m, sp) -> dict[str, float]:
-    _, zeta2, sigma_c2 = _inputs(sp, sp.fc_candidate)
-    row = fc_features(zeta2, sp.fc_candidate.stats.spectra.n_nodes, sigma_c2,
+    inputs = _inputs(sp, sp.fc_candidate)
+    row = fc_features(inputs.zeta2, sp.fc_candidate.stats.spectra.n_nodes, inputs.noise,
                       sp.fc_candidate.plan.channel.dropout)
     row[f"dataset:{m.spec.workload.dataset}"] = 1.0
     row.update(model_features(m.spec.workload.model))
@@ -127,9 +124,15 @@ def fit(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     ceiling = fit_ceiling([r["fc_row"] for r in fc_rows],
                           [r["final_accuracy"] for r in fc_rows], names)
     xs = [plan_x(r, ceiling) for r in use]
+    # a feature with a prior coefficient (PLAN_PRIORS) is fitted only where some run exercises
+    # it; otherwise it keeps the prior (a fit without digital runs says nothing of quantisers)
+    plan_names = [f for f in PLAN_FEATURES
+                  if f not in PLAN_PRIORS or any(x.get(f, 0.0) != 0.0 for x in xs)]
     plan = fit_tobit(xs, [r["log_t"] for r in use],
-                     [r["censored"] for r in use], PLAN_FEATURES,
+                     [r["censored"] for r in use], plan_names,
                      offset=[offsets[r["workload"]] for r in use], penalty=PENALTY)
+    plan = attrs.evolve(plan, coef={**plan.coef, **{f: v for f, v in PLAN_PRIORS.items()
+                                                      if f not in plan_names}})
     fc = fit_tobit([r["fc_row"] for r in fc_rows], [r["log_t"] for r in fc_rows],
                    [r["censored"] for r in fc_rows], names,
                    penalty={n: 0.1 for n in names if not n.startswith("dataset:")})
@@ -194,6 +197,8 @@ def evaluate(measured, outcome_of, summaries: Mapping[str, Mapping[str, Any]],
     by_key = {m.spec.key: m for m in measured}
     comparisons: dict[str, list] = {"measured_fc": [], "predicted_fc": [], "raced": []}
     pilot_shares: dict[str, float] = {}
+    # the predicted-reference advisor's P(meets the SLA) of every held-out candidate
+    p_meets: dict[str, dict[str, float]] = {}
     held_errors = []
     ceiling_errors = []
     for fold in sorted(set(folds_of.values())):
@@ -232,6 +237,8 @@ def evaluate(measured, outcome_of, summaries: Mapping[str, Mapping[str, Any]],
                 comparisons[variant].append(
                     compare(key, pick.label, summaries[key], cand_labels, seed_costs))
                 if variant == "predicted_fc":
+                    p_meets[key] = {c.label: meets_probability(c.mu, sd, budget)
+                                    for c in cands}
                     raced, pilot_cost = _race(m, seed0, cands, pick, sd, budget, confidence,
                                               fc_pred)
                     cmp = compare(key, raced.label, summaries[key], cand_labels, seed_costs)
@@ -253,7 +260,7 @@ def evaluate(measured, outcome_of, summaries: Mapping[str, Mapping[str, Any]],
         full["target"] = shift
     return {"comparisons": comparisons, "errors": held_errors, "fit": full,
             "confidence": confidence, "ceiling_errors_pts": ceiling_errors,
-            "pilot_cost_over_oracle": pilot_shares}
+            "pilot_cost_over_oracle": pilot_shares, "p_meets": p_meets}
 
 
 def _race(m, seed: int, cands: Sequence[ChooserPlan], pick: ChooserPlan, sd: float, budget: int,
@@ -381,6 +388,7 @@ def reference(fit_pair: Mapping[str, Any], measured, source: str) -> dict[str, A
     specs = [m.spec for m in measured]
     seeds = [sp for m in measured for sp in m.seeds.values()]
     plans = [c.plan for sp in seeds for c in sp.candidates]
+    bits = [p.bits for p in plans if p.transport == "digital"]
     return {
         "version": 1, "source": source,
         "observations": {"plan": fit_pair["plan"].n_obs, "censored": fit_pair["plan"].n_censored,
@@ -391,6 +399,12 @@ def reference(fit_pair: Mapping[str, Any], measured, source: str) -> dict[str, A
             "clients": [min(s.workload.clients for s in specs),
                         max(s.workload.clients for s in specs)],
             "k": sorted({p.k_ratio for p in plans}),
+            # the operators (the estimator widens a plan outside them): transports by name,
+            # the digital widths as an interval (they enter through the continuous ``quant``
+            # feature), algorithms by the name that runs
+            "transports": sorted({p.transport for p in plans}),
+            **({"bits": [min(bits), max(bits)]} if bits else {}),
+            "algorithms": sorted({p.effective_algorithm for p in plans}),
             "families": sorted({p.topology.family for p in plans}),
             "datasets": sorted({s.workload.dataset for s in specs}),
             "models": sorted({s.workload.model for s in specs}),

@@ -376,3 +376,124 @@ def test_a_fitted_model_shifts_its_datasets_level():
     assert task_level(c, "fc", "a", "cnn1d") == 1.5
     assert task_level(c, "fc", "unseen", "cnn1d") == 2.0          # mean level, then the shift
     assert task_level(c, "fc", "b", "resnet18") == 3.0           # an unseen model: no shift
+
+
+def _operator_plans():
+    from airplan_qo.plans.plan import ChannelConfig, PhysicalPlan
+    from airplan_qo.plans.topology import TopologySpec
+
+    sw = TopologySpec.create("small_world", 20, k=4)
+    fc = TopologySpec.create("complete", 20)
+    ch = ChannelConfig()
+    return {"ota": PhysicalPlan(sw, 1.0, ch),
+            "choco": PhysicalPlan(sw, 0.1, ch),
+            "digital8": PhysicalPlan(sw, 1.0, ch, transport="digital", bits=8),
+            "digital2": PhysicalPlan(sw, 1.0, ch, transport="digital", bits=2),
+            "gt": PhysicalPlan(sw, 1.0, ch, transport="digital", bits=8,
+                               algorithm="gradient_tracking"),
+            "fedavg": PhysicalPlan(fc, 1.0, ch, algorithm="fedavg")}
+
+
+def test_fitted_operators_come_from_the_range_else_ota_dsgd_and_choco():
+    from airplan_qo.costmodels.time_to_target import (fitted_operators, load_reference,
+                                                      operator_fitted)
+    from airplan_qo.evaluation.baselines import fitted
+
+    p = _operator_plans()
+    # a range that lists no operators (a fit made before they were recorded)
+    old = {"k": [0.1, 1.0], "families": ["small_world"]}
+    assert [name for name, plan in p.items() if operator_fitted(old, plan)] == ["ota", "choco"]
+    assert fitted_operators(old).transports_text() == "over the air only"
+    new = {"transports": ["digital", "ota"], "bits": [8, 32],
+           "algorithms": ["dsgd", "fedavg", "gradient_tracking"]}
+    ops = fitted_operators(new)
+    # a width outside the fitted ones is an unseen transport; choco is not among the fitted
+    assert {n for n, plan in p.items() if ops.fitted(plan)} == {"ota", "digital8", "gt",
+                                                                 "fedavg"}
+    assert not ops.transport_fitted(p["digital2"]) and ops.algorithm_fitted(p["digital2"])
+    assert ops.transports_text() == "digital (8..32 bits), ota"
+    # the evaluation's baselines table follows the same rule, the shipped range by default
+    assert all(fitted(plan, new) == ops.fitted(plan) for plan in p.values())
+    shipped = load_reference().get("range", {})
+    assert all(fitted(plan) == operator_fitted(shipped, plan) for plan in p.values())
+
+
+def test_the_estimator_widens_only_plans_outside_the_fitted_operators():
+    import airplan_qo as aq
+    from airplan_qo.costmodels.time_to_target import TimeToTargetEstimator, load_reference
+
+    db = aq.connect(":memory:")
+    w = aq.Workload(dataset="digits", clients=20, alpha=0.5, snr_db=10, local_steps=1,
+                    access_point=True)
+    r = db.plan(w, topologies=["ring", "complete"], sparsity=[1.0],
+                weights=["metropolis_hastings"], transports=["ota", "digital(bits=8)"],
+                algorithms=["auto", "gradient_tracking", "fedavg", "matcha"],
+                fallback="complete")
+    ctx, target = r.context, r.target_accuracy
+    base = {k: v for k, v in load_reference().get("range", {}).items()
+            if k not in ("transports", "bits", "algorithms")}
+    old = TimeToTargetEstimator(fitted_range=base)
+    broad = TimeToTargetEstimator(fitted_range={
+        **base, "transports": ["digital", "ota"], "bits": [8, 32],
+        "algorithms": ["dsgd", "fedavg", "gradient_tracking", "matcha"]})
+    narrow = TimeToTargetEstimator(fitted_range={**base, "transports": ["digital", "ota"],
+                                                 "bits": [16, 32], "algorithms": ["dsgd"]})
+    kinds = set()
+    for c in r.candidates:
+        plan, stats = c.plan, c.stats
+        alg = plan.effective_algorithm
+        kinds.add((plan.transport, alg))
+        e_old, e_broad = (m.estimate(ctx, plan, stats, target) for m in (old, broad))
+        assert e_old.model_term == pytest.approx(e_broad.model_term)    # the same mean
+        assert broad.operator_spread(ctx, plan, stats) == 0.0
+        assert not any("not in the fitted runs" in n for n in e_broad.notes)
+        inside_old = plan.transport == "ota" and alg in ("dsgd", "choco")
+        assert (old.operator_spread(ctx, plan, stats) == 0.0) == inside_old
+        if not inside_old:
+            # widened: a wider interval, P(meets SLA) less sure either way
+            assert (math.log(e_old.rounds_hi / e_old.rounds_lo)
+                    > math.log(e_broad.rounds_hi / e_broad.rounds_lo))
+            assert abs(e_old.p_meets - 0.5) <= abs(e_broad.p_meets - 0.5) + 1e-12
+        notes = narrow.notes(ctx, plan, stats)
+        if plan.transport == "digital":         # 8 bits, outside the fitted 16..32
+            assert narrow.operator_spread(ctx, plan, stats) > 0
+            assert any("not in the fitted runs (digital (16..32 bits), ota)" in n
+                       for n in notes)
+        if alg != "dsgd":
+            assert any(f"algorithm {alg} not in the fitted runs (dsgd)" in n for n in notes)
+    assert kinds >= {("ota", "dsgd"), ("digital", "dsgd"), ("digital", "gradient_tracking"),
+                     ("ota", "fedavg"), ("ota", "matcha")}
+
+
+def test_plan_inputs_per_operator():
+    """The features every operator enters the model through: a server has no topology term,
+    gradient tracking no heterogeneity, MATCHA's budget lowers p, a digital plan has no
+    channel noise and its quantiser's slowdown (log(1 + omega) of the runtime's quantiser)."""
+    import airplan_qo as aq
+    from airplan_qo.costmodels.features import quantisation_omega
+    from airplan_qo.costmodels.time_to_target import plan_inputs
+    from airplan_qo.runtime.compression import quantization_omega
+
+    for bits, d in ((2, 4810), (4, 4810), (8, 100), (32, 4810)):
+        assert quantisation_omega(bits, d) == pytest.approx(quantization_omega(bits, d))
+    db = aq.connect(":memory:")
+    w = aq.Workload(dataset="digits", clients=20, alpha=0.5, snr_db=10, local_steps=1,
+                    access_point=True)
+    r = db.plan(w, topologies=["ring", "complete"], sparsity=[1.0],
+                weights=["metropolis_hastings"],
+                transports=["ota", "digital(bits=4)", "digital(bits=32)"],
+                algorithms=["auto", "gradient_tracking", "fedavg", "matcha"],
+                fallback="complete")
+    ctx = r.context
+    got = {(c.plan.topology.family, c.plan.effective_algorithm, c.plan.transport, c.plan.bits):
+           plan_inputs(c.plan, c.stats, ctx.alpha, ctx.n_classes, ctx.d) for c in r.candidates}
+    omega4 = quantisation_omega(4, ctx.d)
+    ring = got[("ring", "dsgd", "ota", 32)]
+    assert ring.noise > 0 and ring.quant == 0 and ring.zeta2 > 0 and ring.p_random < 0.5
+    assert got[("ring", "dsgd", "digital", 32)].noise == 0.0
+    assert got[("ring", "dsgd", "digital", 32)].quant == 0.0
+    assert got[("ring", "dsgd", "digital", 4)].quant == pytest.approx(math.log1p(omega4))
+    assert got[("ring", "gradient_tracking", "digital", 4)].zeta2 == 0.0
+    assert got[("ring", "matcha", "ota", 32)].p_random < ring.p_random
+    fed = got[("complete", "fedavg", "digital", 4)]
+    assert fed.p_random == 1.0 and fed.quant == pytest.approx(math.log1p(omega4 / 20))
