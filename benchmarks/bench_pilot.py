@@ -8,7 +8,8 @@ shipped fit; the dataset may be one it has never seen) and with ``pilot = 'fc'``
 ``--pilot-rounds`` rounds. Each pick trains the whole budget on the same seed, and is judged on
 its measured curve against the true target: reached or not, the round it reached it (smoothed
 crossing, as the SLA is judged), and its channel uses up to that round (plus the pilot's, for
-the pick made with it); and as a TRAIN of it would run: stopping one round after its *planned*
+the pick made with it, except where the pick is the pilot's own plan, which goes on from the
+pilot's last round: its rounds are then paid once); and as a TRAIN of it would run: stopping one round after its *planned*
 target (0.95 of the fc it was planned with) or at the budget, whether the clients' accuracy
 there meets the true target, and its channel uses to there. Costs are divided by the fully
 connected plan's own (run the same two ways). Prints one JSON line per seed and pick, then a
@@ -88,8 +89,15 @@ def measure(db, w, pilot_rounds: int) -> list[dict]:
         outcome = judged(curves[label], target)
         pilot = result.request.pilot
         pilot_uses = pilot.channel_uses if pilot is not None else 0.0
-        paid = outcome["channel_uses"] + pilot_uses
         run = as_run(curves[label], result.target_accuracy, target)
+        if result.chosen.cost.continues_pilot:
+            # the pick is the pilot's plan and goes on from the pilot's last round: its rounds
+            # up to there are the pilot's, paid once (the same run bit for bit)
+            paid = max(outcome["channel_uses"], pilot_uses)
+            run_paid = max(run["channel_uses"], pilot_uses)
+        else:
+            paid = outcome["channel_uses"] + pilot_uses
+            run_paid = run["channel_uses"] + pilot_uses
         fc_run = as_run(truth_history, target, target)
         est = result.chosen.cost.estimate
         rows.append({
@@ -105,8 +113,9 @@ def measure(db, w, pilot_rounds: int) -> list[dict]:
             "run_stop_round": run["stop_round"], "run_reached_planned": run["reached_planned"],
             "run_accuracy_at_stop": run["accuracy_at_stop"],
             "run_meets_true_target": run["meets_true_target"],
-            "run_channel_uses": run["channel_uses"] + pilot_uses,
-            "run_cost_over_fc": (run["channel_uses"] + pilot_uses) / fc_run["channel_uses"],
+            "continues_pilot": bool(result.chosen.cost.continues_pilot),
+            "run_channel_uses": run_paid,
+            "run_cost_over_fc": run_paid / fc_run["channel_uses"],
             "planning_s": round(plan_s, 2)})
     rows[-1]["seed_wall_s"] = round(time.perf_counter() - t0, 1)
     return rows
@@ -143,7 +152,7 @@ def main(argv=None) -> None:
               + f"; whole-budget curve reached the true target in "
               f"{sum(r['reached'] for r in mine)}/{len(mine)}, cost / fully connected's "
               + ", ".join(f"{x:.2f}" for x in ratios)
-              + f"; as a TRAIN would run (stop after the planned target): stopped at round "
+              + "; as a TRAIN would run (stop after the planned target): stopped at round "
               + ", ".join(str(r["run_stop_round"]) for r in mine)
               + f", met the true target {sum(r['run_meets_true_target'] for r in mine)}/"
               f"{len(mine)}, cost / fully connected's "
