@@ -2,8 +2,9 @@
 
 Parsing checks the shape of a statement; binding checks what it names: the dataset, workload
 parameters, topology families and their parameters, mixing-weights rules, sparsity ratios, the
-SLA, budgets, the objective (MINIMIZE), the cost estimator and EXPLAIN options. Every problem is a ``BindError`` pointing
-at the offending name or value in the original text, with a "did you mean" hint for names.
+SLA, budgets, the objective (MINIMIZE), the cost estimator and EXPLAIN options. Every problem is
+a ``BindError`` pointing at the offending name or value in the original text, with a "did you
+mean" hint for names.
 """
 
 from __future__ import annotations
