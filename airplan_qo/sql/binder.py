@@ -2,8 +2,9 @@
 
 Parsing checks the shape of a statement; binding checks what it names: the dataset, workload
 parameters, topology families and their parameters, mixing-weights rules, sparsity ratios, the
-SLA, budgets, the cost estimator and EXPLAIN options. Every problem is a ``BindError`` pointing
-at the offending name or value in the original text, with a "did you mean" hint for names.
+SLA, budgets, the objective (MINIMIZE), the cost estimator and EXPLAIN options. Every problem is
+a ``BindError`` pointing at the offending name or value in the original text, with a "did you
+mean" hint for names.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ..plans.families import FAMILIES
 from ..plans.mixing import WEIGHTS
 from ..plans.operators import (AUTO_TRANSPORTS, EXACT_BITS, check_algorithm, check_bits,
                                check_transport, exclusion)
+from ..plans.plan import OBJECTIVES
 from ..plans.sla import DEFAULT_SLA, SLA, SLAError, sla_from_expression, sla_with_target
 from ..plans.workload import NOT_SETTINGS, WORKLOAD_PARAMS, Workload, coerce_param
 from ..registry import suggest
@@ -80,6 +82,9 @@ class BoundTrain:
     #: ``WITH (pilot = 'fc', pilot_rounds = R)`` (None: no pilot; rounds None: the default).
     pilot: str | None = None
     pilot_rounds: int | None = None
+    #: ``MINIMIZE metric`` (None: the planner's default, channel uses; ``c_ours`` with
+    #: ``COST MODEL paper``)
+    objective: str | None = None
 
     def plan_options(self) -> dict[str, Any]:
         """The pilot keywords of ``Session.plan`` this statement asks for (the pilot trains
@@ -388,6 +393,24 @@ class _Binder:
         except UnknownNameError as e:
             raise self.error(str(e), clause.this) from None
 
+    def objective(self, stmt: Train, estimator: str | None) -> str | None:
+        """``MINIMIZE metric``: one of OBJECTIVES; ``c_ours`` is the paper estimator's
+        composite cost, so it needs ``COST MODEL paper``."""
+        clause = stmt.args.get("objective")
+        if clause is None:
+            return None
+        name = str(clause.this.this).lower()
+        if name not in OBJECTIVES:
+            raise self.error(f"unknown objective '{name}'{suggest(name, list(OBJECTIVES))}; "
+                             f"use one of {', '.join(OBJECTIVES)}", clause.this)
+        if name == "c_ours" and estimator != "paper":
+            used = (f"COST MODEL {estimator}" if estimator is not None
+                    else "the default COST MODEL ttt")
+            raise self.error(f"MINIMIZE c_ours needs COST MODEL paper: c_ours is the paper "
+                             f"estimator's composite cost, which {used} does not define",
+                             clause.this)
+        return name
+
     def options(self, stmt: ExplainTrain) -> ExplainOptions:
         values: dict[str, Any] = {}
         for option in stmt.args.get("options") or []:
@@ -454,4 +477,5 @@ def bind(statement: Statement) -> BoundTrain | BoundAnalyze:
                   if train.args.get("fallback") else None),
         pilot=pilot,
         pilot_rounds=pilot_rounds,
+        objective=binder.objective(train, estimator),
     )

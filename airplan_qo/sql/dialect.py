@@ -34,6 +34,7 @@ from .expressions import (
     ExplainOption,
     ExplainTrain,
     FallbackClause,
+    MinimizeClause,
     Setting,
     SlaClause,
     SparsityClause,
@@ -60,9 +61,9 @@ _NOT_WORDS = frozenset({
 
 _UNIT_WORDS = {"ROUNDS": "ROUNDS", "ROUND": "ROUNDS", "SECONDS": "SECONDS", "SECOND": "SECONDS",
                "JOULES": "JOULES", "JOULE": "JOULES"}
-_CLAUSE_WORDS = ("WITH", "USING", "SLA", "WITHIN", "COST", "FALLBACK")
+_CLAUSE_WORDS = ("WITH", "USING", "SLA", "WITHIN", "MINIMIZE", "COST", "FALLBACK")
 _CLAUSE_LIST = ("WITH, USING TOPOLOGY, USING WEIGHTS, USING SPARSITY, USING TRANSPORT, "
-                "USING ALGORITHM, SLA, WITHIN, COST MODEL or FALLBACK")
+                "USING ALGORITHM, SLA, WITHIN, MINIMIZE, COST MODEL or FALLBACK")
 _USING_WORDS = ("TOPOLOGY", "WEIGHTS", "SPARSITY", "TRANSPORT", "ALGORITHM")
 _FALLBACK_WORDS = ("AUTO", "COMPLETE", "ERROR")
 _TRUE_WORDS = {"TRUE": True, "ON": True, "FALSE": False, "OFF": False}
@@ -556,6 +557,15 @@ class AirPlanParser(DuckDBParser):
                         raise self._error(f"duplicate WITHIN ... {clause.args['unit']} clause",
                                           tok)
                 within.append(clause)
+            elif key == "MINIMIZE":
+                if word(self._curr) in _CLAUSE_WORDS:
+                    raise self._error(f"expected a metric after MINIMIZE (channel_uses, energy_j, "
+                                      f"airtime_s or c_ours), {self._found()}")
+                metric = self._name()
+                if metric is None:
+                    raise self._error(f"expected a metric after MINIMIZE (channel_uses, energy_j, "
+                                      f"airtime_s or c_ours), {self._found()}")
+                node.set("objective", MinimizeClause(this=metric).update_positions(tok))
             elif key == "FALLBACK":
                 choice = self._curr
                 if word(choice) not in _FALLBACK_WORDS:
@@ -795,6 +805,9 @@ class AirPlanGenerator(DuckDBGenerator):
                 parts.append(f"CONFIDENCE {self._value_sql(sla.args['confidence'])}")
         for clause in e.args.get("within") or []:
             parts.append(f"WITHIN {self._value_sql(clause.this)} {clause.args['unit']}")
+        objective = e.args.get("objective")
+        if objective:
+            parts.append(f"MINIMIZE {self._name_sql(objective.this)}")
         cost = e.args.get("cost_model")
         if cost:
             parts.append(f"COST MODEL {self._name_sql(cost.this)}")

@@ -120,10 +120,11 @@ def _run_train(session, bound: BoundTrain, fmt: str, quiet: bool = True,
     if bound.runs_training:
         return run_training(session, bound, out_fmt, quiet=quiet, progress=progress)
     result = session.plan(
-        bound.workload, progress=progress, sla=bound.sla, topologies=bound.topologies, weights=bound.weights,
-        sparsity=bound.sparsity, budgets=bound.budgets, estimator=bound.estimator,
-        statement=bound.text, fallback=bound.fallback, transports=bound.transports,
-        algorithms=bound.algorithms, **bound.plan_options(),
+        bound.workload, progress=progress, sla=bound.sla, topologies=bound.topologies,
+        weights=bound.weights, sparsity=bound.sparsity, budgets=bound.budgets,
+        estimator=bound.estimator, objective=bound.objective, statement=bound.text,
+        fallback=bound.fallback, transports=bound.transports, algorithms=bound.algorithms,
+        **bound.plan_options(),
         **({"confidence": bound.confidence} if bound.confidence else {}))
     rendered = result.explain(format=out_fmt, verbose=opts.verbose, costs=opts.costs,
                               alternatives=opts.alternatives)
@@ -141,7 +142,8 @@ def run_training(session, bound: BoundTrain, fmt: str = "text", *, quiet: bool =
     resolve_device(device)      # a device this machine lacks fails before planning
     plan = session.plan(bound.workload, sla=bound.sla, topologies=bound.topologies,
                         weights=bound.weights, sparsity=bound.sparsity, budgets=bound.budgets,
-                        estimator=bound.estimator, statement=bound.text, progress=progress,
+                        estimator=bound.estimator, objective=getattr(bound, "objective", None),
+                        statement=bound.text, progress=progress,
                         fallback=getattr(bound, "fallback", None),
                         transports=bound.transports, algorithms=bound.algorithms,
                         **bound.plan_options(),

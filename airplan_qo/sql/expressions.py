@@ -122,6 +122,14 @@ class FallbackClause(AirPlanNode):
     arg_types = {"this": True}
 
 
+class MinimizeClause(AirPlanNode):
+    """``MINIMIZE metric``: the resource the planner minimises among the feasible plans
+    (``channel_uses``, ``energy_j``, ``airtime_s``, or ``c_ours`` with ``COST MODEL paper``);
+    the binder checks the name against :data:`~airplan_qo.plans.plan.OBJECTIVES`."""
+
+    arg_types = {"this": True}
+
+
 class Train(Statement):
     """``TRAIN dataset ON n CLIENTS clause*``."""
 
@@ -138,6 +146,7 @@ class Train(Statement):
         "within": False,
         "cost_model": False,
         "fallback": False,
+        "objective": False,
     }
 
 

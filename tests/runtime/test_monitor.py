@@ -385,3 +385,15 @@ def test_a_resumed_run_replans_with_the_requested_confidence():
     assert back.sla.render() == req.sla.render()
     old = {k: v for k, v in doc.items() if k != "confidence"}
     assert request_from_json(old, w).confidence == DEFAULT_CONFIDENCE
+
+
+def test_a_resumed_run_replans_with_the_requested_objective():
+    # MINIMIZE energy_j must survive the stored request of a resumed run; a stored request
+    # without an objective re-plans with the planner's default (None)
+    from airplan_qo.runtime.monitor import request_from_json, request_to_json
+
+    w = aq.Workload(dataset="digits", clients=10)
+    doc = request_to_json(PlanRequest(workload=w, objective="energy_j"))
+    assert request_from_json(doc, w).objective == "energy_j"
+    old = {k: v for k, v in doc.items() if k != "objective"}
+    assert request_from_json(old, w).objective is None

@@ -130,3 +130,23 @@ def test_sla_confidence_binds_and_renders():
         "TRAIN digits ON 10 CLIENTS SLA accuracy >= 0.9 CONFIDENCE 0.95"
     with pytest.raises(BindError, match=r"CONFIDENCE must be a probability in \(0, 1\)"):
         bound("TRAIN digits ON 10 CLIENTS SLA accuracy >= 0.9 CONFIDENCE 1")
+
+
+def test_minimize_binds_the_objective():
+    assert bound("TRAIN digits ON 20 CLIENTS").objective is None   # the planner's default
+    for metric in ("channel_uses", "energy_j", "airtime_s"):
+        b = bound(f"EXPLAIN TRAIN digits ON 20 CLIENTS MINIMIZE {metric.upper()}")
+        assert b.objective == metric
+    b = bound("TRAIN digits ON 20 CLIENTS MINIMIZE c_ours COST MODEL paper")
+    assert (b.objective, b.estimator) == ("c_ours", "paper")
+
+
+def test_minimize_errors_name_the_metric_and_its_position():
+    with pytest.raises(BindError) as info:
+        bound("TRAIN digits ON 20 CLIENTS MINIMIZE airtime")
+    assert "unknown objective 'airtime' (did you mean 'airtime_s'?)" in str(info.value)
+    assert (info.value.line, info.value.col) == (1, 37)
+    # c_ours is the paper estimator's composite: the default estimator (ttt) has none
+    with pytest.raises(BindError, match="the default COST MODEL ttt does not define") as info:
+        bound("TRAIN digits ON 20 CLIENTS\nMINIMIZE c_ours")
+    assert (info.value.line, info.value.col) == (2, 10)

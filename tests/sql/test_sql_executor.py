@@ -69,6 +69,72 @@ def test_train_needs_runtime_or_runs(catalog):
             assert "not available" in str(exc)
 
 
+ENERGY_STATEMENT = ("TRAIN digits ON 20 CLIENTS WITH (snr_db = 20) USING TOPOLOGY complete "
+                    "USING TRANSPORT ota, digital(bits = 8)")
+
+
+def _candidates(s, run_id):
+    [t] = s.sql("SELECT chosen, pruned_reason, total_cost, energy_j, channel_uses "
+                f"FROM airplan.plans WHERE planning_run_id = {run_id}")
+    return [dict(zip(t.columns, row)) for row in t.rows]
+
+
+def test_minimize_energy_plans_with_the_energy_objective(tmp_path):
+    with aq.connect(tmp_path / "cat.duckdb") as s:
+        [res] = s.sql(f"EXPLAIN (FORMAT JSON) {ENERGY_STATEMENT} MINIMIZE energy_j")
+        doc = res.document[0]
+        assert doc["objective"] == "energy_j"
+        assert doc["why_chosen"].startswith("cheapest plan by energy_j")
+        [row] = s.sql("SELECT objective, statement FROM airplan.planning_runs "
+                      f"WHERE planning_run_id = {doc['planning_run_id']}")[0].rows
+        assert row[0] == "energy_j" and row[1].endswith("MINIMIZE energy_j")
+        energy = _candidates(s, doc["planning_run_id"])
+        feasible = [c for c in energy if c["pruned_reason"] is None]
+        [chosen] = [c for c in energy if c["chosen"]]
+        assert len(feasible) > 1 and len({c["channel_uses"] for c in feasible}) > 1
+        # the objective total of every candidate is its energy, and the chosen plan is the
+        # cheapest feasible one in energy
+        assert all(c["total_cost"] == pytest.approx(c["energy_j"]) for c in energy
+                   if c["energy_j"] is not None)
+        assert chosen["energy_j"] == pytest.approx(min(c["energy_j"] for c in feasible))
+        assert doc["cost_breakdown"]["energy_j"] == pytest.approx(chosen["energy_j"])
+
+        # the same statement without MINIMIZE minimises channel uses, as before
+        [res] = s.sql(f"EXPLAIN (FORMAT JSON) {ENERGY_STATEMENT}")
+        assert res.document[0]["objective"] == "channel_uses"
+        uses = _candidates(s, res.document[0]["planning_run_id"])
+        [default] = [c for c in uses if c["chosen"]]
+        assert default["channel_uses"] == pytest.approx(
+            min(c["channel_uses"] for c in uses if c["pruned_reason"] is None))
+        assert chosen["energy_j"] <= default["energy_j"] * (1 + 1e-9)
+        assert default["channel_uses"] <= chosen["channel_uses"] * (1 + 1e-9)
+
+        # text EXPLAIN names the objective of its figures
+        [res] = s.sql(f"EXPLAIN {ENERGY_STATEMENT} MINIMIZE energy_j")
+        assert "cost=startup..total energy_j" in res.text
+
+
+def test_training_statements_plan_with_their_objective():
+    # TRAIN and EXPLAIN ANALYZE TRAIN hand MINIMIZE to the planner (stopped before training)
+    from airplan_qo.sql import bind, parse_one
+    from airplan_qo.sql.executor import run_training
+
+    class Planned(Exception):
+        pass
+
+    class Session:
+        device = "cpu"
+
+        def plan(self, workload, **options):
+            raise Planned(options)
+
+    for text in ("TRAIN digits ON 10 CLIENTS MINIMIZE airtime_s",
+                 "EXPLAIN ANALYZE TRAIN digits ON 10 CLIENTS MINIMIZE airtime_s"):
+        with pytest.raises(Planned) as info:
+            run_training(Session(), bind(parse_one(text)))
+        assert info.value.args[0]["objective"] == "airtime_s"
+
+
 def test_catalog_queries_pass_through(catalog):
     with aq.connect(catalog) as s:
         [r] = s.sql("SELECT chosen, count(*) AS n FROM airplan.plans GROUP BY ALL ORDER BY 1")

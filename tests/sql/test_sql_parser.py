@@ -49,7 +49,8 @@ def test_fixture_is_large_enough():
     for piece in ("WITH (", "USING TOPOLOGY AUTO", "USING TOPOLOGY ring", "USING SPARSITY AUTO",
                   "USING SPARSITY IN", "USING SPARSITY 0.1", "USING WEIGHTS AUTO",
                   "USING WEIGHTS metropolis", "SLA ", "WITHIN 500 ROUNDS", "SECONDS", "JOULES",
-                  "COST MODEL", "EXPLAIN TRAIN", "EXPLAIN ANALYZE", "VERBOSE", "COSTS FALSE",
+                  "MINIMIZE energy_j", "COST MODEL", "EXPLAIN TRAIN", "EXPLAIN ANALYZE",
+                  "VERBOSE", "COSTS FALSE",
                   "FORMAT JSON", "FORMAT TEXT", "ALTERNATIVES", "CALIBRATE", "ANALYZE WORKLOAD"):
         assert piece in joined, piece
 
