@@ -255,7 +255,7 @@ def test_shipped_grids_load_and_unknown_names_are_clear(tmp_path):
 
 def test_recosting_with_the_planners_constants_reproduces_its_choice():
     with aq.connect(":memory:") as db:
-        for est, alpha, snr, ks in (("ttt", 0.1, 0.0, [0.1, 1.0]),
+        for est, alpha, snr, ks in (("ttt", 0.1, 10.0, [0.1, 1.0]),
                                     ("ttt", 1.0, 20.0, [0.05, 0.3, 1.0]),
                                     ("dsgd", 0.1, 0.0, [0.1, 1.0]),
                                     ("dsgd", 1.0, 20.0, [0.05, 0.3, 1.0])):

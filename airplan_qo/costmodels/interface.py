@@ -41,6 +41,8 @@ class EstimationContext:
     #: A measured pilot of the fully connected reference (:class:`~airplan_qo.plans.pilot.
     #: ReferencePilot`), or None: ``ttt`` then takes the reference from it.
     pilot: Any = None
+    #: The workload's learning rate times its local steps per round (None: not known).
+    step: float | None = None
 
 
 class CostEstimator(Protocol):

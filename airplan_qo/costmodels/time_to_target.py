@@ -79,7 +79,7 @@ PLAN_INTERACTIONS = frozenset(PLAN_FEATURES[4:11])
 PLAN_PRIORS = {"quant": 1.0}
 
 #: Workload features of the FC reference's log T (plus one offset per dataset).
-FC_FEATURES = ("zeta2", "log_n", "noise", "dropout")
+FC_FEATURES = ("zeta2", "log_n", "noise", "dropout", "log_step")
 
 
 def plan_features(p_random: float, k: float, zeta2: float, sigma_c2: float, dropout: float,
@@ -119,10 +119,20 @@ def with_fc_error(x: Mapping[str, float], fc_error: float) -> dict[str, float]:
     return {**x, **{name: fc_error * x.get(base, 0.0) for name, base in FC_ERROR_TERMS.items()}}
 
 
-def fc_features(zeta2: float, n: int, sigma_c2: float, dropout: float) -> dict[str, float]:
-    """The workload features of :data:`FC_FEATURES` (FC's own sigma_c^2 as the noise)."""
+#: lr x local steps of the workloads the datasets' levels are fitted at (0.05 x 5): the
+#: ``log_step`` feature is 0 there.
+REFERENCE_STEP = 0.25
+
+
+def fc_features(zeta2: float, n: int, sigma_c2: float, dropout: float,
+                step: float | None = None) -> dict[str, float]:
+    """The workload features of :data:`FC_FEATURES` (FC's own sigma_c^2 as the noise).
+    ``step``: the learning rate times the local steps per round (what one round of local
+    training moves a model; None: the reference's): ``log_step`` is its log relative to
+    :data:`REFERENCE_STEP`, so halving it moves the rounds the reference needs as the fit says."""
     return {"zeta2": zeta2, "log_n": math.log(max(n, 1)), "noise": sigma_c2,
-            "dropout": dropout}
+            "dropout": dropout,
+            "log_step": math.log(step / REFERENCE_STEP) if step and step > 0 else 0.0}
 
 
 @attrs.frozen
@@ -411,6 +421,7 @@ def choose(candidates: Sequence[ChooserPlan], sd: float, budget: float,
 
 
 __all__ = ["PLAN_FEATURES", "PLAN_INTERACTIONS", "PLAN_PRIORS", "FC_FEATURES", "FC_ERROR_TERMS",
+           "REFERENCE_STEP",
            "plan_features", "with_fc_error", "fc_features", "PlanInputs", "plan_inputs",
            "plan_inputs_features",
            "TobitFit", "fit_tobit", "fit_ceiling", "meets_probability", "expected_rounds",
@@ -765,7 +776,7 @@ class TimeToTargetEstimator:
         """:meth:`ceiling` from the ceiling model, for ``n`` clients on ``channel``."""
         c = ctx.constants
         w = fc_features(heterogeneity(ctx.alpha, ctx.n_classes), n,
-                        channel_noise_at(channel, n - 1), channel.dropout)
+                        channel_noise_at(channel, n - 1), channel.dropout, ctx.step)
         logit = task_level(c, "ceil", ctx.dataset, ctx.model) + sum(
             c.get(f"ceil.{k}", 0.0) * v for k, v in w.items())
         return float(1.0 / (1.0 + math.exp(-logit)))
@@ -787,7 +798,7 @@ class TimeToTargetEstimator:
                                            channel.active_probability)
         fc_noise = channel_noise_at(channel, n - 1)
         x_fc = plan_features(fc_p, 1.0, zeta2, fc_noise, channel.dropout, n, fc_error=fc_error)
-        w = fc_features(zeta2, n, fc_noise, channel.dropout)
+        w = fc_features(zeta2, n, fc_noise, channel.dropout, ctx.step)
         log_t_fc = task_level(c, "fc", ctx.dataset, ctx.model) + sum(
             c.get(f"fc.{k}", 0.0) * v for k, v in w.items())
         sd = c.get("joint.sd") or math.hypot(c.get("plan.sd", 0.3), c.get("fc.sd", 0.0))

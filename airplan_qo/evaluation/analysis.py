@@ -635,6 +635,13 @@ def _time_to_target(measured, outcome_of, summaries, folds_of, notes: list[str],
                          "n_censored": f.n_censored} for name, f in fit.items()}
     out["reference"] = ttt_reference(fit, measured, source)
     out["per_task"] = _per_task(measured, outcome_of, summaries, ev["comparisons"]["predicted_fc"])
+    out["per_workload"] = [
+        {"workload": c.workload, "pick": c.advisor_plan, "oracle": c.oracle_plan,
+         "meets_sla": c.advisor_meets_sla, "within_noise": c.within_noise,
+         "cost_ratio": c.cost_ratio,
+         "seeds_reached": summaries[c.workload][c.advisor_plan].n_reached,
+         "seeds": summaries[c.workload][c.advisor_plan].n_seeds}
+        for c in ev["comparisons"]["predicted_fc"]]
     return out
 
 

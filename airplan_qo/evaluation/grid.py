@@ -542,13 +542,16 @@ _KEY_PARAMS = (("alpha", "alpha"), ("snr_db", "snr"), ("dropout", "dropout"))
 
 def _name_workloads(specs: list[WorkloadSpec], where: _Where) -> list[WorkloadSpec]:
     """Readable unique keys: dataset, N, alpha, SNR, dropout, plus any parameter that varies
-    across the grid's workloads; explicit names are kept. Identical workloads are an error."""
+    across the grid's workloads, and the SLA of a workload judged at several; explicit names
+    are kept. Identical workloads are an error."""
     varying = [name for name in WORKLOAD_PARAMS
                if name not in ("alpha", "snr_db", "dropout", "seed")
                and len({getattr(s.workload, name) for s in specs}) > 1]
     out: list[WorkloadSpec] = []
     seen: dict[str, int] = {}
     identity: dict[tuple, int] = {}
+    judged_at = {w: len({x.sla for x in specs if x.workload == w})
+                 for w in {x.workload for x in specs}}
     for s in specs:
         ident = (s.workload, s.topologies, s.sparsity, s.weights, s.sla, s.transports,
                  s.algorithms)
@@ -563,6 +566,8 @@ def _name_workloads(specs: list[WorkloadSpec], where: _Where) -> list[WorkloadSp
             parts += [f"{short}={getattr(w, name):g}" for name, short in _KEY_PARAMS
                       if not (name == "dropout" and w.dropout == 0)]
             parts += [f"{name}={getattr(w, name)}" for name in varying]
+            if judged_at[w] > 1:            # the same workload judged at several SLAs
+                parts.append(f"sla={s.sla.replace(' ', '')}")
             key = " ".join(parts)
         if key in seen:
             key = f"{key} #{s.index}"

@@ -58,8 +58,9 @@ def _rate(block: dict[str, Any] | None, key: str) -> str:
 
 def in_short(analysis) -> list[str]:
     """Three lines a newcomer can read first: the shipped advisor (the planner's default ``ttt``
-    model) against the best fixed single-plan policy, on the share of workloads whose SLA the
-    pick met and the geometric-mean cost ratio to the cheapest plan that met it."""
+    model) against the best fixed single-plan policy (among those measured on at least half as
+    many workloads as the widest), on the share of workloads whose SLA the pick met and the
+    geometric-mean cost ratio to the cheapest plan that met it."""
     g, s = analysis.grid, analysis.summary
     ttt = s.get("time_to_target") or {}
     if g.estimator == "ttt":
@@ -70,6 +71,10 @@ def in_short(analysis) -> list[str]:
     else:
         block, who = s["uncalibrated"], f"the `{g.estimator}` cost model"
     policies = [p for p in s["policies"] if p.get("sla_met_rate") is not None]
+    # a policy is a rule for the grid: one measured on a few workloads only (a plan that exists
+    # in one corner of the grid) does not compete
+    most = max((p["workloads"] for p in policies), default=0)
+    policies = [p for p in policies if p["workloads"] >= 0.5 * most]
     best = max(policies, key=lambda p: (p["sla_met_rate"], -(p.get("gmean_cost_ratio")
                                                               or math.inf)), default=None)
     lines = [f"- **Advisor** ({who}): its pick met the SLA on "

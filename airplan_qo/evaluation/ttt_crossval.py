@@ -37,7 +37,9 @@ from ..errors import ValidationError
 from .metrics import compare
 
 #: Ridge weights: interactions shrunk towards zero, main effects barely.
-PENALTY = {**{f: 0.1 for f in PLAN_FEATURES}, **{f: 5.0 for f in PLAN_INTERACTIONS}}
+PENALTY = {**{f: 0.1 for f in PLAN_FEATURES}, **{f: 5.0 for f in PLAN_INTERACTIONS},
+           # the quantiser's coefficient is shrunk towards its theoretical value (PLAN_PRIORS)
+           "quant": 2.0}
 CONFIDENCE = DEFAULT_CONFIDENCE
 Z90 = 1.6448536269514722
 #: Racing: contenders are cheaper candidates with at least this P(meets SLA) (at most
@@ -62,8 +64,9 @@ def _features(sp, cand) -> dict[str, float]:
 
 def _fc_row(m, sp) -> dict[str, float]:
     inputs = _inputs(sp, sp.fc_candidate)
+    w = m.spec.workload
     row = fc_features(inputs.zeta2, sp.fc_candidate.stats.spectra.n_nodes, inputs.noise,
-                      sp.fc_candidate.plan.channel.dropout)
+                      sp.fc_candidate.plan.channel.dropout, float(w.lr) * int(w.local_steps))
     row[f"dataset:{m.spec.workload.dataset}"] = 1.0
     row.update(model_features(m.spec.workload.model))
     return row
@@ -125,14 +128,22 @@ def fit(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                           [r["final_accuracy"] for r in fc_rows], names)
     xs = [plan_x(r, ceiling) for r in use]
     # a feature with a prior coefficient (PLAN_PRIORS) is fitted only where some run exercises
-    # it; otherwise it keeps the prior (a fit without digital runs says nothing of quantisers)
+    # it; otherwise it keeps the prior (a fit without digital runs says nothing of quantisers).
+    # Where it is fitted, its ridge shrinks it towards the prior, not towards 0: runs of one
+    # width (8 bits, a small slowdown) barely identify it, and a coefficient near 0 would then
+    # call a 2-bit quantiser harmless
     plan_names = [f for f in PLAN_FEATURES
                   if f not in PLAN_PRIORS or any(x.get(f, 0.0) != 0.0 for x in xs)]
+    prior = {f: v for f, v in PLAN_PRIORS.items() if f in plan_names}
     plan = fit_tobit(xs, [r["log_t"] for r in use],
                      [r["censored"] for r in use], plan_names,
-                     offset=[offsets[r["workload"]] for r in use], penalty=PENALTY)
-    plan = attrs.evolve(plan, coef={**plan.coef, **{f: v for f, v in PLAN_PRIORS.items()
-                                                      if f not in plan_names}})
+                     offset=[offsets[r["workload"]] + sum(v * x.get(f, 0.0)
+                                                          for f, v in prior.items())
+                             for r, x in zip(use, xs)], penalty=PENALTY)
+    plan = attrs.evolve(plan, coef={**plan.coef,
+                                    **{f: plan.coef.get(f, 0.0) + v for f, v in prior.items()},
+                                    **{f: v for f, v in PLAN_PRIORS.items()
+                                       if f not in plan_names}})
     fc = fit_tobit([r["fc_row"] for r in fc_rows], [r["log_t"] for r in fc_rows],
                    [r["censored"] for r in fc_rows], names,
                    penalty={n: 0.1 for n in names if not n.startswith("dataset:")})

@@ -187,7 +187,8 @@ class Optimizer:
                                 round_budget=round_budget, constants=constants,
                                 calibration_ids=cal_ids, privacy_epsilon=privacy_eps,
                                 dataset=w.dataset, fitted_range=recorded_range(rows, cal_ids),
-                                model=w.model, pilot=request.pilot)
+                                model=w.model, pilot=request.pilot,
+                                step=float(w.lr) * int(w.local_steps))
         channel = w.channel_config
         depth, width = dimensions(w.sketch_eps, w.sketch_delta)
         release = choose_release(n_classes, depth, width, w.dp_epsilon,

@@ -320,15 +320,22 @@ def test_an_unseen_dataset_widens_the_uncertainty_and_is_flagged(tmp_path):
     import airplan_qo as aq
     from airplan_qo.costmodels.time_to_target import ceiling_above, unseen_dataset_spread
 
-    with aq.connect(tmp_path / "c.duckdb") as db:
-        seen = db.plan(aq.Workload(dataset="digits", clients=20, alpha=0.3))
-        unseen = db.plan(aq.Workload(dataset="mnist1d", clients=20, alpha=0.3),
-                         topologies=["complete"], fallback="complete")
+    from airplan_qo.data import DATASETS, load
+
+    # a user's own data, which the shipped fit has never seen (the digits arrays renamed)
+    aq.register_dataset("my_digits", load("digits"))
+    try:
+        with aq.connect(tmp_path / "c.duckdb") as db:
+            seen = db.plan(aq.Workload(dataset="digits", clients=20, alpha=0.3))
+            unseen = db.plan(aq.Workload(dataset="my_digits", clients=20, alpha=0.3),
+                             topologies=["complete"], fallback="complete")
+    finally:
+        DATASETS._items.pop("my_digits", None)
     e_seen, e_unseen = seen.chosen.cost.estimate, unseen.chosen.cost.estimate
-    assert e_seen.p_meets > 0.99 and "unseen" not in seen.explain()
+    assert e_seen.p_meets > 0.95 and "unseen" not in seen.explain()
     assert e_unseen.p_meets < 0.9
     assert 0 < e_unseen.terms["p_ceiling_above_target"] < 1
-    assert "dataset mnist1d unseen" in unseen.explain()
+    assert "dataset my_digits unseen" in unseen.explain()
     # the widening: the fitted datasets' spread of levels, at least each fit's residual sd
     constants = {"fc.dataset:a": 1.0, "fc.dataset:b": 3.0, "fc.sd": 0.5,
                  "ceil.dataset:a": 0.0, "ceil.dataset:b": 0.1, "ceil.sd": 0.4}
@@ -344,15 +351,16 @@ def test_an_unseen_model_widens_the_uncertainty_and_is_flagged(tmp_path):
     from airplan_qo.costmodels.time_to_target import load_reference, unseen_model, unseen_task
 
     fitted = load_reference()["range"]
-    assert fitted["models"] == ["mlp"]
+    assert fitted["models"] == ["cnn1d", "mlp"]
     assert unseen_model(fitted, "logistic") and not unseen_model(fitted, "mlp")
+    assert not unseen_model(fitted, "cnn1d")
     assert not unseen_model({}, "logistic")        # a range that records no models
     with aq.connect(tmp_path / "c.duckdb") as db:
         seen = db.plan(aq.Workload(dataset="digits", clients=20, alpha=0.5))
         unseen = db.plan(aq.Workload(dataset="digits", clients=20, alpha=0.5, model="logistic"),
                          topologies=["complete"], fallback="complete")
     e_seen, e_unseen = seen.chosen.cost.estimate, unseen.chosen.cost.estimate
-    assert e_seen.p_meets > 0.99 and "unseen" not in seen.explain()
+    assert e_seen.p_meets > 0.95 and "unseen" not in seen.explain()
     assert e_unseen.p_meets < 0.9
     assert 0 < e_unseen.terms["p_ceiling_above_target"] < 1
     assert e_unseen.terms["sd"] > e_seen.terms["sd"]
@@ -361,10 +369,11 @@ def test_an_unseen_model_widens_the_uncertainty_and_is_flagged(tmp_path):
     assert "model logistic unseen" in text and "CALIBRATE" not in text.split("unseen")[1]
     # a dataset and a model both unseen: one reference is unknown, widened once
     constants = load_reference()["constants"]
-    spread, what = unseen_task(constants, fitted, "mnist1d", "cnn1d")
-    assert what == ("dataset mnist1d", "model cnn1d")
-    assert spread == unseen_task(constants, fitted, "mnist1d", "mlp")[0]
+    spread, what = unseen_task(constants, fitted, "my_data", "logistic")
+    assert what == ("dataset my_data", "model logistic")
+    assert spread == unseen_task(constants, fitted, "my_data", "mlp")[0]
     assert unseen_task(constants, fitted, "digits", "mlp") == (None, ())
+    assert unseen_task(constants, fitted, "mnist1d", "cnn1d") == (None, ())
 
 
 def test_a_fitted_model_shifts_its_datasets_level():

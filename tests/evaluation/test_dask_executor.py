@@ -135,7 +135,7 @@ def test_the_dataset_is_loaded_on_the_worker_once_not_shipped_with_each_run(monk
 
     with aq.connect(":memory:") as db:
         w = aq.Workload("digits", clients=6, rounds=2, alpha=0.5)
-        result = db.plan(w, topologies=["ring"], sparsity=[1.0])
+        result = db.plan(w, topologies=["ring"], sparsity=[1.0], fallback="complete")
         job, _, _ = execution.prepare(db.catalog, result, stop_at_target=False,
                                       reoptimize=False)
     dataset = load("digits", seed=w.seed)

@@ -130,3 +130,32 @@ def test_a_fit_without_digital_runs_keeps_the_quantisers_prior():
     fits = ttt_crossval.fit(_quantiser_rows((32,)))
     # no run exercised the quantiser: its theory coefficient, not a fitted 0
     assert fits["plan"].coef["quant"] == 1.0
+
+
+def test_a_barely_exercised_quantiser_keeps_its_theoretical_coefficient():
+    """Runs of one fine width (a slowdown of about 0.01) cannot identify the quantiser's
+    coefficient: the fit keeps it near the theory's 1 instead of shrinking it to 0, so a coarse
+    quantiser is not called harmless."""
+    import numpy as np
+
+    from airplan_qo.costmodels.time_to_target import PLAN_FEATURES
+    from airplan_qo.evaluation.ttt_crossval import fit
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for w in range(6):
+        fc_row = {"zeta2": 0.1 * w, "log_n": 3.0, "noise": 0.0, "dropout": 0.0,
+                  "dataset:digits": 1.0}
+        base = 3.0 + 0.05 * w
+        for seed in range(3):
+            rows.append({"workload": f"w{w}", "is_fc": True, "fc_row": fc_row,
+                         "x": {f: 0.0 for f in PLAN_FEATURES}, "log_t": base,
+                         "censored": False, "final_accuracy": 0.9})
+            for quant in (0.0, 0.01):
+                x = {f: 0.0 for f in PLAN_FEATURES}
+                x.update(quant=quant, log_inv_p=0.5 + 0.1 * seed)
+                rows.append({"workload": f"w{w}", "is_fc": False, "fc_row": fc_row, "x": x,
+                             "log_t": base + 0.3 * x["log_inv_p"] + rng.normal(0, 0.05),
+                             "censored": False, "final_accuracy": 0.85})
+    coef = fit(rows)["plan"].coef
+    assert abs(coef["quant"] - 1.0) < 0.5
