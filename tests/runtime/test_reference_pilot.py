@@ -71,8 +71,18 @@ def _plan(db, workload, measured=None, **kwargs):
     return Optimizer(db.catalog).plan(PlanRequest(workload=workload, pilot=measured, **kwargs))
 
 
-def test_the_pilot_replaces_the_unseen_reference_and_its_cost_is_counted(tmp_path):
-    w = aq.Workload(dataset="mnist1d", clients=20, alpha=0.3, rounds=40)
+@pytest.fixture
+def unseen():
+    """A user's own data the shipped fit has never seen: mnist1d's arrays, renamed."""
+    from airplan_qo.data import DATASETS, load
+
+    aq.register_dataset("my_signals", load("mnist1d"))
+    yield "my_signals"
+    DATASETS._items.pop("my_signals", None)
+
+
+def test_the_pilot_replaces_the_unseen_reference_and_its_cost_is_counted(tmp_path, unseen):
+    w = aq.Workload(dataset=unseen, clients=20, alpha=0.3, rounds=40)
     measured = pilot(20, accuracy=curve(20, top=0.7), metric=curve(20, top=0.7))
     with aq.connect(tmp_path / "c.duckdb") as db:
         before = _plan(db, w, topologies=(("complete", ()),))
@@ -83,7 +93,7 @@ def test_the_pilot_replaces_the_unseen_reference_and_its_cost_is_counted(tmp_pat
     assert e1.terms["p_ceiling_above_target"] == 1.0
     assert e1.terms["sd"] < e0.terms["sd"] and e1.p_meets > e0.p_meets
     assert not any("unseen" in warn for warn in after.warnings)
-    assert any("mnist1d unseen" in warn for warn in before.warnings)
+    assert any("my_signals unseen" in warn for warn in before.warnings)
     ref = reference_from_pilot(measured)
     assert after.fc_accuracy == ref.fc_accuracy
     assert after.target_accuracy == pytest.approx(0.95 * ref.fc_accuracy)
@@ -112,10 +122,10 @@ def test_the_pilot_replaces_the_unseen_reference_and_its_cost_is_counted(tmp_pat
     assert doc["cost_breakdown"]["pilot_energy_j"] == measured.energy_j
 
 
-def test_a_measured_reference_makes_plans_choosable(tmp_path):
+def test_a_measured_reference_makes_plans_choosable(tmp_path, unseen):
     """Without the pilot the unseen dataset leaves every plan below the confidence; a pilot
     that measured a quickly reached reference lets the planner choose among plans again."""
-    w = aq.Workload(dataset="mnist1d", clients=20, alpha=0.3, rounds=100)
+    w = aq.Workload(dataset=unseen, clients=20, alpha=0.3, rounds=100)
     fast = pilot(50, budget=100, accuracy=curve(50, rate=0.3), metric=curve(50, rate=0.3))
     with aq.connect(tmp_path / "c.duckdb") as db:
         without = _plan(db, w)
