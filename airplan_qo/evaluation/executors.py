@@ -193,6 +193,42 @@ def on_worker(fn, *args):
     return fn(*args)
 
 
+def start_pool(processes: int, warm: tuple = ()):
+    """A pool of ``processes`` spawn worker processes that train runs (:func:`train_cached`),
+    all started now rather than at the first run, each set up by :func:`init_pool_worker`: one
+    torch thread, SIGINT ignored while idle, the training code imported and the datasets of the
+    workloads in ``warm`` (at most the last :data:`_KEEP` kept) loaded. A worker process
+    spends seconds importing torch; started early, that overlaps with the planning of the first
+    workload in the calling process instead of delaying the first runs."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    pool = ProcessPoolExecutor(max(1, processes),
+                               mp_context=multiprocessing.get_context("spawn"),
+                               initializer=init_pool_worker, initargs=(tuple(warm),))
+    # the pool starts a process per submitted task while none is idle: one task each starts
+    # them all at once
+    for _ in range(max(1, processes)):
+        pool.submit(int)
+    return pool
+
+
+def init_pool_worker(warm: tuple = ()) -> None:
+    """Set-up of a local worker process (:func:`start_pool`): that of
+    :func:`~airplan_qo.runtime.execution.init_worker`, then the training code imported and the
+    datasets of ``warm`` (workloads) loaded for the runs that follow. A dataset that fails to
+    load here is left to the run that needs it, which reports the error."""
+    from ..runtime import engine  # noqa: F401  (torch and the trainer, imported once here)
+    from ..runtime.execution import init_worker
+
+    init_worker()
+    for workload in warm:
+        try:
+            _dataset(workload)
+        except Exception:   # the run that needs it fails with the error, recorded as usual
+            pass
+
+
 def train_cached(job):
     """Train a :class:`~airplan_qo.runtime.execution.TrainJob` to the end, like
     :func:`~airplan_qo.runtime.execution.train` (the same trainer: the workload's partition of
@@ -212,4 +248,4 @@ def train_cached(job):
 
 
 __all__ = ["Backend", "CONNECT_TIMEOUT_S", "dask_address", "resolve", "one_torch_thread",
-           "on_worker", "train_cached"]
+           "on_worker", "start_pool", "init_pool_worker", "train_cached"]
