@@ -370,8 +370,12 @@ class _Trainer:
         self.walls[key] = wall
 
     def close(self, *, cancel: bool = False) -> None:
+        """Stop the local pool and release the executor. At the end of a measurement every
+        run is back and the worker processes exit in the background (the analysis need not
+        wait for them); ``cancel`` (Ctrl-C, an error) cancels the runs not started and waits
+        for the running ones to end."""
         if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=cancel)
+            self.pool.shutdown(wait=cancel, cancel_futures=cancel)
             self.pool = None
         self.queued.clear()
         if cancel:   # the executor is not ours to shut down: cancel what this call submitted
