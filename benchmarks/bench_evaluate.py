@@ -25,7 +25,8 @@ run was trained, and prints one JSON object:
 
 ``--baseline DIR`` also times another source tree of the package (for instance the main
 branch: ``git archive main | tar -x -C DIR``), run with ``PYTHONPATH=DIR``, alternately with
-this one (for each worker count: the baseline, then this tree), and adds ``after_over_before``:
+this one (for each worker count: the baseline, then this tree; the baseline's command runs in
+its folder), and adds ``after_over_before``:
 this tree's wall time over the baseline's, per configuration. A tree whose evaluation does not
 report ``timing`` gets only ``startup`` and ``analysis`` (the wall time after its measurement
 phase) in its split.
@@ -76,10 +77,10 @@ def _evaluate(grid: str, seeds: int | None, label: str, args: list[str], folder:
         g = g.with_seeds(seeds)
         cmd += ["--seeds", str(seeds)]
     env = dict(os.environ)
-    if code:
+    if code:   # ``python -m`` puts the working folder first on sys.path: run in the tree
         env["PYTHONPATH"] = os.pathsep.join([code, *filter(None, [env.get("PYTHONPATH")])])
     start = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=code)
     wall = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(f"{label}: {' '.join(args)} failed: {done.stderr.strip()[-800:]}")
