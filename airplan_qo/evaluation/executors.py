@@ -12,8 +12,10 @@ worker processes, or any :class:`concurrent.futures.Executor`, a Dask cluster's 
 - a :class:`concurrent.futures.Executor`, e.g. ``dask.distributed.Client(...).get_executor()``:
   used as it is and left open (it belongs to the caller).
 
-Whatever trains, workers only train (:func:`on_worker` with :func:`train_cached`) and return the run; the calling
-process records every run in its catalog, exactly as with the local pool.
+Whatever trains, workers only train (:func:`train_cached`; on an executor through
+:func:`on_worker`) and return the run; the calling process records the runs in its catalog, a
+workload's at a time in one transaction, exactly as with the local pool. The local pool's
+processes are started, and warmed, by :func:`start_pool`.
 """
 
 from __future__ import annotations

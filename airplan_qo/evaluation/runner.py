@@ -410,7 +410,8 @@ def measure(session, grid: Grid, *, progress: Callable[[str], None] | None = Non
     ``workers`` > 1 trains uncached runs in that many worker processes while this process
     plans the following workloads and records finished runs (see :class:`_Trainer`); the catalog
     rows equal a serial evaluation's (wall times aside). The worker processes start before the
-    first workload is planned (unless the cache may hold every run of the grid already). ``executor`` trains them elsewhere
+    first workload is planned (unless the cache may hold every run of the grid already).
+    ``executor`` trains the runs elsewhere
     instead: ``"local"`` (the same as None), a Dask scheduler ``"dask://HOST:PORT"`` (connected
     here and closed at the end) or a ``concurrent.futures.Executor`` such as
     ``dask.distributed.Client(...).get_executor()`` (left open); the rows are the same (see
