@@ -256,7 +256,7 @@ class _Trainer:
         self.futures: set = set()               # submitted to an executor, not yet collected
         # local pool: workers - 1 processes, and this process trains runs it would otherwise
         # wait for (taken back from the pool's queue before a process starts them)
-        self.queued: list = []                  # (job, future) sent to the local pool, in order
+        self.queued: deque = deque()            # (job, future) sent to the local pool, in order
         self.here: dict = {}                    # pool future -> (run, wall) trained here
         self.cache = cached_runs(session.catalog)   # key -> exec_id of recorded runs
         self.submitted: set[str] = set()            # keys trained (or training) by this call
@@ -316,18 +316,19 @@ class _Trainer:
 
     def _result(self, future):
         """(run, wall) of a local pool run: while it has not come back, this process trains
-        runs no worker has started yet itself (the newest first, so the workers keep taking the
-        oldest), the awaited one included; then it waits."""
+        runs no worker has started yet itself, the oldest first like the workers (so workloads
+        complete, and are recorded, in order), the awaited one included; then it waits."""
         while future not in self.here and not future.done():
             if not self._train_one_here():
                 break
         return self.here.pop(future) if future in self.here else future.result()
 
     def _train_one_here(self) -> bool:
-        """Take back the newest queued run no worker has started and train it in this process
-        (one torch thread, like a worker); False when there is none."""
+        """Take back the oldest queued run no worker has started and train it in this process
+        (one torch thread, like a worker); False when there is none. The runs before it have
+        started (or are in the pool's hand-over queue) and are dropped from ``queued``."""
         while self.queued:
-            job, future = self.queued.pop()
+            job, future = self.queued.popleft()
             if future.cancel():   # not started by a worker: it is ours now
                 t0 = time.perf_counter()
                 self.here[future] = train_here(job)
