@@ -195,23 +195,23 @@ def on_worker(fn, *args):
     return fn(*args)
 
 
-def start_pool(processes: int, warm: tuple = ()):
-    """A pool of ``processes`` spawn worker processes that train runs (:func:`train_cached`),
-    all started now rather than at the first run, each set up by :func:`init_pool_worker`: one
-    torch thread, SIGINT ignored while idle, the training code imported and the datasets of the
-    workloads in ``warm`` (at most the last :data:`_KEEP` kept) loaded. A worker process
-    spends seconds importing torch; started early, that overlaps with the planning of the first
-    workload in the calling process instead of delaying the first runs."""
+def start_pool(processes: int, warm: tuple = (), *, now: bool = True):
+    """A pool of up to ``processes`` spawn worker processes that train runs
+    (:func:`train_cached`), each set up by :func:`init_pool_worker`: one torch thread, SIGINT
+    ignored while idle, the training code imported and the datasets of the workloads in
+    ``warm`` (at most the last :data:`_KEEP` kept) loaded. With ``now`` all of them start at
+    once: a worker process spends seconds importing torch, and started before the calling
+    process plans its first workload that overlaps with the planning instead of delaying the
+    first runs; otherwise they start one per run submitted while none is idle."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     pool = ProcessPoolExecutor(max(1, processes),
                                mp_context=multiprocessing.get_context("spawn"),
                                initializer=init_pool_worker, initargs=(tuple(warm),))
-    # the pool starts a process per submitted task while none is idle: one task each starts
-    # them all at once
-    for _ in range(max(1, processes)):
-        pool.submit(int)
+    if now:   # the pool starts a process per task submitted while none is idle: one each
+        for _ in range(max(1, processes)):
+            pool.submit(int)
     return pool
 
 

@@ -269,14 +269,19 @@ class _Trainer:
         """Whether runs train in this machine's pool of worker processes."""
         return not self.serial and not self.backend.remote
 
-    def start(self, warm: tuple = ()) -> None:
-        """Start the local pool now (its processes import torch and load the datasets of the
-        workloads ``warm`` meanwhile); nothing for a serial evaluation or an executor."""
+    def start(self, warm: tuple = (), runs: int | None = None) -> None:
+        """Start the local pool (nothing for a serial evaluation or an executor): with ``runs``
+        (at most that many to train) its processes, no more than those runs need besides this
+        process, start now and import torch and load the datasets of the workloads ``warm``
+        meanwhile; without, they start as runs are submitted."""
         if self.local_pool and self.pool is None:
             from .executors import start_pool
 
             t0 = time.perf_counter()
-            self.pool = start_pool(max(1, self.slots - 1), warm)
+            processes = max(1, self.slots - 1)
+            if runs is not None:
+                processes = max(1, min(processes, runs - 1))
+            self.pool = start_pool(processes, warm, now=runs is not None)
             self.times["start_s"] += time.perf_counter() - t0
 
     def submit(self, result):
@@ -434,7 +439,7 @@ def measure(session, grid: Grid, *, progress: Callable[[str], None] | None = Non
             say(f"runs that are not cached train on {trainer.backend.name} "
                 f"({trainer.slots} at once)")
         if len(trainer.cache) < grid.n_runs:   # some run must train: start the workers now
-            trainer.start(_warm_workloads(grid))
+            trainer.start(_warm_workloads(grid), runs=grid.n_runs)
         # plan (and submit) every workload as fast as planning goes, so the workers always have
         # runs queued; between two plannings, record the workloads whose runs have all come
         # back, in order (their progress lines, and a cache that survives Ctrl-C)

@@ -100,9 +100,9 @@ def test_the_worker_processes_start_before_planning_and_not_for_a_cached_grid(tm
     events = []
     start_pool, plan_seed = executors.start_pool, runner.plan_seed
 
-    def starting(processes, warm=()):
-        events.append(("start", processes, tuple((w.dataset, w.seed) for w in warm)))
-        return start_pool(processes, warm)
+    def starting(processes, warm=(), *, now=True):
+        events.append(("start", processes, tuple((w.dataset, w.seed) for w in warm), now))
+        return start_pool(processes, warm, now=now)
 
     monkeypatch.setattr(executors, "start_pool", starting)
     monkeypatch.setattr(runner, "plan_seed",
@@ -114,13 +114,27 @@ def test_the_worker_processes_start_before_planning_and_not_for_a_cached_grid(tm
         # one worker process (and this one), started before the first plan, loading the
         # datasets of both seeds
         w0, w1 = (grid.workloads[0].for_seed(s) for s in (0, 1))
-        assert events == [("start", 1, (("digits", w0.seed), ("digits", w1.seed))),
+        assert events == [("start", 1, (("digits", w0.seed), ("digits", w1.seed)), True),
                           ("plan", 0), ("plan", 1)]
         assert set(times) == {"plan_s", "train_s", "wait_s", "record_s", "read_s", "start_s"}
         assert times["plan_s"] > 0 and times["record_s"] > 0
         events.clear()
         runner.measure(db, grid, workers=2)          # every run cached: no worker process
         assert events == [("plan", 0), ("plan", 1)]
+    with aq.connect(str(tmp_path / "c16.duckdb")) as db:
+        events.clear()     # 16 workers for 4 runs: 3 processes and this one
+        runner.measure(db, grid, workers=16)
+        assert events[0][:2] == ("start", 3)
+    with aq.connect(str(tmp_path / "c.duckdb")) as db:
+        # the cache holds as many runs as the grid, yet one of the grid's (seed 1's last) is
+        # not among them: a process starts when that run is submitted
+        db.catalog.query("UPDATE airplan.executions SET options = json_object('evaluation', "
+                         "json_object('cache_key', 'a run of another grid')) WHERE exec_id = 4")
+        events.clear()
+        measured = runner.measure(db, grid, workers=2)
+        assert sum(not r.cached for m in measured for r in m.runs) == 1
+        assert [e for e in events if e[0] == "start"] == [
+            ("start", 1, (("digits", w1.seed),), False)]
 
 
 def test_a_warm_worker_process_has_the_datasets_loaded(tmp_path):
