@@ -602,18 +602,23 @@ def _measured_rows(cat):
 
 
 #: Summary entries that measure time (or name the output folder), not results.
-_TIMING = ("wall_s", "measure_s", "train_seconds", "seconds_per_trained_run", "report",
-           "figures")
+_TIMING = ("wall_s", "measure_s", "timing", "train_seconds", "seconds_per_trained_run",
+           "report", "figures")
 
 
 def test_parallel_workers_record_the_same_rows_as_a_serial_evaluation(tmp_path, monkeypatch):
     from airplan_qo.evaluation import runner
+    from airplan_qo.runtime import execution
 
     grid = parse_grid(PARALLEL_GRID, source="parallel.toml")
     assert grid.n_runs == 8
     here = []   # runs the evaluating process trained itself instead of waiting for the pool
     train_here = runner.train_here
     monkeypatch.setattr(runner, "train_here", lambda job: here.append(job) or train_here(job))
+    batches = []   # the runs returned by workers are recorded a workload at a time
+    batch = execution.record_trained_batch
+    monkeypatch.setattr(execution, "record_trained_batch",
+                        lambda cat, runs: batches.append(len(runs)) or batch(cat, runs))
     rows, lines, summaries = {}, {}, {}
     for workers in (1, 2):
         lines[workers] = []
@@ -635,6 +640,7 @@ def test_parallel_workers_record_the_same_rows_as_a_serial_evaluation(tmp_path, 
     assert summaries[2] == summaries[1]    # the report's every figure
     # with 2 workers: one worker process, and this process trained runs while it waited
     assert here
+    assert batches == [4, 4]   # serial runs are recorded as they train; a re-run records none
     progress = [m for m in lines[2] if m.startswith("workload ")]
     assert len(progress) == 2 and all("(4 trained, 0 cached)" in m for m in progress)
 

@@ -12,8 +12,10 @@ worker processes, or any :class:`concurrent.futures.Executor`, a Dask cluster's 
 - a :class:`concurrent.futures.Executor`, e.g. ``dask.distributed.Client(...).get_executor()``:
   used as it is and left open (it belongs to the caller).
 
-Whatever trains, workers only train (:func:`on_worker` with :func:`train_cached`) and return the run; the calling
-process records every run in its catalog, exactly as with the local pool.
+Whatever trains, workers only train (:func:`train_cached`; on an executor through
+:func:`on_worker`) and return the run; the calling process records the runs in its catalog, a
+workload's at a time in one transaction, exactly as with the local pool. The local pool's
+processes are started, and warmed, by :func:`start_pool`.
 """
 
 from __future__ import annotations
@@ -193,6 +195,42 @@ def on_worker(fn, *args):
     return fn(*args)
 
 
+def start_pool(processes: int, warm: tuple = (), *, now: bool = True):
+    """A pool of up to ``processes`` spawn worker processes that train runs
+    (:func:`train_cached`), each set up by :func:`init_pool_worker`: one torch thread, SIGINT
+    ignored while idle, the training code imported and the datasets of the workloads in
+    ``warm`` (at most the last :data:`_KEEP` kept) loaded. With ``now`` all of them start at
+    once: a worker process spends seconds importing torch, and started before the calling
+    process plans its first workload that overlaps with the planning instead of delaying the
+    first runs; otherwise they start one per run submitted while none is idle."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    pool = ProcessPoolExecutor(max(1, processes),
+                               mp_context=multiprocessing.get_context("spawn"),
+                               initializer=init_pool_worker, initargs=(tuple(warm),))
+    if now:   # the pool starts a process per task submitted while none is idle: one each
+        for _ in range(max(1, processes)):
+            pool.submit(int)
+    return pool
+
+
+def init_pool_worker(warm: tuple = ()) -> None:
+    """Set-up of a local worker process (:func:`start_pool`): that of
+    :func:`~airplan_qo.runtime.execution.init_worker`, then the training code imported and the
+    datasets of ``warm`` (workloads) loaded for the runs that follow. A dataset that fails to
+    load here is left to the run that needs it, which reports the error."""
+    from ..runtime import engine  # noqa: F401  (torch and the trainer, imported once here)
+    from ..runtime.execution import init_worker
+
+    init_worker()
+    for workload in warm:
+        try:
+            _dataset(workload)
+        except Exception:   # the run that needs it fails with the error, recorded as usual
+            pass
+
+
 def train_cached(job):
     """Train a :class:`~airplan_qo.runtime.execution.TrainJob` to the end, like
     :func:`~airplan_qo.runtime.execution.train` (the same trainer: the workload's partition of
@@ -212,4 +250,4 @@ def train_cached(job):
 
 
 __all__ = ["Backend", "CONNECT_TIMEOUT_S", "dask_address", "resolve", "one_torch_thread",
-           "on_worker", "train_cached"]
+           "on_worker", "start_pool", "init_pool_worker", "train_cached"]

@@ -132,12 +132,17 @@ def _evaluate(session, grid: Grid, *, out_dir, figures, scalability, progress, c
             progress(message)
 
     try:
+        times: dict[str, float] = {}
+        measure_start = time.perf_counter()
         measured = measure(session, grid, progress=beat, workers=workers,
-                           executor=executor)
+                           executor=executor, times=times)
         measure_s = time.perf_counter() - start   # planning, training and recording
+        times["measure_s"] = time.perf_counter() - measure_start
         if progress:
             progress("analysing: cross-validated fits, picks, statistics")
+        analysis_start = time.perf_counter()
         analysis = analyze(session, grid, measured, scalability=scalability)
+        times["analysis_s"] = time.perf_counter() - analysis_start
         paths: list[Path] = []
         if figures:
             from ..figures import write_figures
@@ -148,8 +153,9 @@ def _evaluate(session, grid: Grid, *, out_dir, figures, scalability, progress, c
                       evaluation_id=eval_id)
         report_path = (out / "report.md").resolve()
         report_path.write_text(text + "\n", encoding="utf-8")
+        timing = {k: round(v, 4) for k, v in times.items()}
         summary = _clean(dict(analysis.summary, wall_s=wall, measure_s=measure_s,
-                              report=str(report_path),
+                              timing=timing, report=str(report_path),
                               figures=[str(p) for p in paths]))
         summary_path = (out / "summary.json").resolve()
         summary_path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n",

@@ -7,9 +7,10 @@ trained through the ordinary runtime (``Session.execute`` on the planning result
 candidate as the chosen plan), for the whole round budget (``stop_at_target=False``) so final
 accuracy and the whole curve are observed. Executions, ``round_stats`` and ``feedback`` are
 recorded like any other run. With ``workers`` > 1 the runs are trained in ``workers - 1`` worker
-processes and in this process while it would wait for them (:meth:`_Trainer._result`), with
-an ``executor`` (a Dask cluster, any ``concurrent.futures.Executor``; :mod:`.executors`) on its
-workers, and recorded by this process, with the same rows (:class:`_Trainer`).
+processes (started before the first workload is planned) and in this process while it would
+wait for them (:meth:`_Trainer._result`), with an ``executor`` (a Dask cluster, any
+``concurrent.futures.Executor``; :mod:`.executors`) on its workers, and recorded by this
+process, a workload's runs in one transaction, with the same rows (:class:`_Trainer`).
 
 Caching: every evaluation run stores, in its execution's ``options`` JSON under
 ``evaluation``, a cache key (a hash of the workload with its seed, the plan's topology, weights,
@@ -21,7 +22,6 @@ re-evaluating a grid, or another grid sharing runs, trains nothing new.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import inspect
 import json
@@ -229,13 +229,20 @@ class _Trainer:
     Workers never open the catalog: each receives a picklable
     :class:`~airplan_qo.runtime.execution.TrainJob` (workload with its seeds, topology spec,
     RunConfig) and returns the :class:`~airplan_qo.runtime.engine.RunResult`; this (parent)
-    process records every run with :func:`~airplan_qo.runtime.execution.record_trained`, the
-    same recording code as a serial execution. The parent records because DuckDB admits one
-    writing process per catalog file: one writer means no lock contention, no retries, and an
-    interrupted evaluation never leaves a half-written run (each is recorded inside a
-    transaction: its workload's, when all of that workload's runs are back, else its own). Runs
-    are recorded in submission order, so execution ids, and every catalog
-    row of a run, equal a serial evaluation's.
+    process records the runs with :func:`~airplan_qo.runtime.execution.record_trained_batch`, a
+    workload's runs in one transaction once all of them are back, with the same rows as a serial
+    execution. The parent records because DuckDB admits one writing process per catalog file:
+    one writer means no lock contention, no retries, and an interrupted evaluation never leaves a
+    half-written run or workload. Runs are recorded in submission order, so execution ids, and
+    every catalog row of a run, equal a serial evaluation's.
+
+    The local pool (``workers - 1`` processes, :func:`~.executors.start_pool`) is started when
+    :meth:`start` is called (``measure`` does so before planning, unless the cache may already
+    hold the whole grid) or else at the first run to train; this process trains the runs it
+    would otherwise wait for (:meth:`_result`). ``times`` accumulates where this process spent
+    its time (seconds): ``plan_s`` planning, ``train_s`` training (a serial run's streamed
+    recording included), ``wait_s`` waiting for workers, ``record_s`` recording, ``read_s``
+    reading the runs back, ``start_s`` starting the pool.
     """
 
     def __init__(self, session, workers: int, backend=None):
@@ -249,93 +256,132 @@ class _Trainer:
         self.futures: set = set()               # submitted to an executor, not yet collected
         # local pool: workers - 1 processes, and this process trains runs it would otherwise
         # wait for (taken back from the pool's queue before a process starts them)
-        self.queued: list = []                  # (job, future) sent to the local pool, in order
+        self.queued: deque = deque()            # (job, future) sent to the local pool, in order
         self.here: dict = {}                    # pool future -> (run, wall) trained here
         self.cache = cached_runs(session.catalog)   # key -> exec_id of recorded runs
         self.submitted: set[str] = set()            # keys trained (or training) by this call
         self.walls: dict[str, float] = {}           # key -> training wall time (s)
+        self.times = dict.fromkeys(("plan_s", "train_s", "wait_s", "record_s", "read_s",
+                                    "start_s"), 0.0)
+
+    @property
+    def local_pool(self) -> bool:
+        """Whether runs train in this machine's pool of worker processes."""
+        return not self.serial and not self.backend.remote
+
+    def start(self, warm: tuple = (), runs: int | None = None) -> None:
+        """Start the local pool (nothing for a serial evaluation or an executor): with ``runs``
+        (at most that many to train) its processes, no more than those runs need besides this
+        process, start now and import torch and load the datasets of the workloads ``warm``
+        meanwhile; without, they start as runs are submitted."""
+        if self.local_pool and self.pool is None:
+            from .executors import start_pool
+
+            t0 = time.perf_counter()
+            processes = max(1, self.slots - 1)
+            if runs is not None:
+                processes = max(1, min(processes, runs - 1))
+            self.pool = start_pool(processes, warm, now=runs is not None)
+            self.times["start_s"] += time.perf_counter() - t0
 
     def submit(self, result):
-        """Start training (the pool) or train now (serial); ``collect`` returns the report."""
+        """Start training (the pool) or train now (serial); ``collect`` records a serial run,
+        ``result`` returns a submitted one."""
         if self.serial:
             t0 = time.perf_counter()
             report = _execute(self.session, result)
-            return report, time.perf_counter() - t0
-        from ..runtime.execution import init_worker, prepare, train
+            wall = time.perf_counter() - t0
+            self.times["train_s"] += wall
+            return report, wall
+        from ..runtime.execution import prepare
+        from .executors import on_worker, train_cached
 
         job, options, _ = prepare(self.session.catalog, result, stop_at_target=False,
                                   reoptimize=False)
         if self.backend.remote:   # one torch thread per task, the dataset loaded on the worker
-            from .executors import on_worker, train_cached
-
             future = self.backend.executor.submit(on_worker, train_cached, job)
             self.futures.add(future)
             return job, options, future
-        if self.pool is None:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
-
-            self.pool = ProcessPoolExecutor(max(1, self.slots - 1),
-                                            mp_context=multiprocessing.get_context("spawn"),
-                                            initializer=init_worker)
-        future = self.pool.submit(train, job)
+        self.start((job.workload,))
+        future = self.pool.submit(train_cached, job)
         self.queued.append((job, future))
         return job, options, future
 
+    def result(self, pending) -> tuple[Any, float]:
+        """(run, wall seconds) of a submitted run, once it is back (this process trains queued
+        runs meanwhile: :meth:`_result`). KeyboardInterrupt when Ctrl-C stopped it."""
+        _job, _options, future = pending
+        t0, trained = time.perf_counter(), self.times["train_s"]
+        run, wall = future.result() if self.backend.remote else self._result(future)
+        self.times["wait_s"] += (time.perf_counter() - t0) - (self.times["train_s"] - trained)
+        self.futures.discard(future)
+        if run.status == "aborted":   # Ctrl-C reached the worker: the evaluation is stopping
+            raise KeyboardInterrupt
+        return run, wall
+
     def _result(self, future):
         """(run, wall) of a local pool run: while it has not come back, this process trains
-        runs no worker has started yet itself (the newest first, so the workers keep taking the
-        oldest), the awaited one included; then it waits."""
+        runs no worker has started yet itself, the oldest first like the workers (so workloads
+        complete, and are recorded, in order), the awaited one included; then it waits."""
         while future not in self.here and not future.done():
             if not self._train_one_here():
                 break
         return self.here.pop(future) if future in self.here else future.result()
 
     def _train_one_here(self) -> bool:
-        """Take back the newest queued run no worker has started and train it in this process
-        (one torch thread, like a worker); False when there is none."""
+        """Take back the oldest queued run no worker has started and train it in this process
+        (one torch thread, like a worker); False when there is none. The runs before it have
+        started (or are in the pool's hand-over queue) and are dropped from ``queued``."""
         while self.queued:
-            job, future = self.queued.pop()
+            job, future = self.queued.popleft()
             if future.cancel():   # not started by a worker: it is ours now
+                t0 = time.perf_counter()
                 self.here[future] = train_here(job)
+                self.times["train_s"] += time.perf_counter() - t0
                 return True
         return False
 
     def collect(self, pending, key: str, grid: str) -> None:
-        """Record a submitted run (a trained one: tag it) with its evaluation tag, in one
-        transaction, so a recorded run is always a cached run."""
-        catalog = self.session.catalog
-        if self.serial:
-            report, wall = pending
-            with catalog.transaction():
-                self._tag(report, key, grid, wall)
+        """Tag a run trained serially (``Session.execute`` recorded it) with its evaluation
+        tag, in one transaction, so a recorded run is always a cached run."""
+        report, wall = pending
+        t0 = time.perf_counter()
+        with self.session.catalog.transaction():
+            exec_id = int(report.exec_id)
+            _tag(self.session.catalog, exec_id, key, grid, report.result.client_accuracies,
+                 wall)
+            self._cached(exec_id, key, wall)
+        self.times["record_s"] += time.perf_counter() - t0
+
+    def record(self, done: list[tuple[Any, str, Any, float]], grid: str) -> None:
+        """Record runs that came back, each ``(pending, key, run, wall)``, in order and in one
+        transaction (:func:`~airplan_qo.runtime.execution.record_trained_batch`), each execution
+        row tagged for the cache as it is inserted: the same rows as a serial evaluation's."""
+        if not done:
             return
-        from ..runtime.execution import record_trained
+        from ..runtime.execution import record_trained_batch
 
-        job, options, future = pending
-        run, wall = future.result() if self.backend.remote else self._result(future)
-        self.futures.discard(future)
-        if run.status == "aborted":   # Ctrl-C reached the worker: the evaluation is stopping
-            raise KeyboardInterrupt
-        # the tag goes into the execution row as it is inserted: the same row as a serial
-        # evaluation's, two statements fewer for this (the only writing) process
-        tagged = {**options, "evaluation": _evaluation_tag(key, grid, run.client_accuracies,
-                                                           wall)}
-        report = record_trained(catalog, job, tagged, run, wall)
-        self._cached(int(report.exec_id), key, wall)
-
-    def _tag(self, report, key: str, grid: str, wall: float) -> None:
-        exec_id = int(report.exec_id)
-        _tag(self.session.catalog, exec_id, key, grid, report.result.client_accuracies, wall)
-        self._cached(exec_id, key, wall)
+        t0 = time.perf_counter()
+        batch = [(job, {**options, "evaluation": _evaluation_tag(key, grid,
+                                                                 run.client_accuracies, wall)},
+                  run, wall)
+                 for (job, options, _future), key, run, wall in done]
+        reports = record_trained_batch(self.session.catalog, batch)
+        for report, (_pending, key, _run, wall) in zip(reports, done):
+            self._cached(int(report.exec_id), key, wall)
+        self.times["record_s"] += time.perf_counter() - t0
 
     def _cached(self, exec_id: int, key: str, wall: float) -> None:
         self.cache[key] = exec_id
         self.walls[key] = wall
 
     def close(self, *, cancel: bool = False) -> None:
+        """Stop the local pool and release the executor. At the end of a measurement every
+        run is back and the worker processes exit in the background (the analysis need not
+        wait for them); ``cancel`` (Ctrl-C, an error) cancels the runs not started and waits
+        for the running ones to end."""
         if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=cancel)
+            self.pool.shutdown(wait=cancel, cancel_futures=cancel)
             self.pool = None
         self.queued.clear()
         if cancel:   # the executor is not ours to shut down: cancel what this call submitted
@@ -345,19 +391,40 @@ class _Trainer:
         self.backend.close()
 
 
+def _warm_workloads(grid: Grid) -> tuple:
+    """The workloads whose datasets the first runs of ``grid`` train on, in order, one per
+    (dataset, seed) and at most as many as a worker keeps loaded."""
+    from .executors import _KEEP
+
+    out, seen = [], set()
+    for ws in grid.workloads:
+        for seed in grid.seeds:
+            w = ws.for_seed(seed)
+            if (w.dataset, w.seed) not in seen:
+                seen.add((w.dataset, w.seed))
+                out.append(w)
+            if len(out) == _KEEP:
+                return tuple(out)
+    return tuple(out)
+
+
 def measure(session, grid: Grid, *, progress: Callable[[str], None] | None = None,
-            workers: int = 1, executor: Any = None) -> list[Measured]:
+            workers: int = 1, executor: Any = None,
+            times: dict[str, float] | None = None) -> list[Measured]:
     """Plan and train (or reuse) every run of the grid; returns the measurements per workload.
 
     ``workers`` > 1 trains uncached runs in that many worker processes while this process
     plans the following workloads and records finished runs (see :class:`_Trainer`); the catalog
-    rows equal a serial evaluation's (wall times aside). ``executor`` trains them elsewhere
+    rows equal a serial evaluation's (wall times aside). The worker processes start before the
+    first workload is planned (unless the cache may hold every run of the grid already).
+    ``executor`` trains the runs elsewhere
     instead: ``"local"`` (the same as None), a Dask scheduler ``"dask://HOST:PORT"`` (connected
     here and closed at the end) or a ``concurrent.futures.Executor`` such as
     ``dask.distributed.Client(...).get_executor()`` (left open); the rows are the same (see
     :mod:`.executors`). Ctrl-C cancels the runs not yet started and waits for the running ones
     (with an executor: cancels every run it has not returned); recorded runs stay cached, so a
-    re-run continues.
+    re-run continues. ``times``, where given, receives where this process spent its time
+    (seconds; the keys of :class:`_Trainer`'s ``times``).
     """
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValidationError(f"workers must be a positive integer, got {workers!r}")
@@ -371,6 +438,8 @@ def measure(session, grid: Grid, *, progress: Callable[[str], None] | None = Non
         if trainer.backend.remote:
             say(f"runs that are not cached train on {trainer.backend.name} "
                 f"({trainer.slots} at once)")
+        if len(trainer.cache) < grid.n_runs:   # some run must train: start the workers now
+            trainer.start(_warm_workloads(grid), runs=grid.n_runs)
         # plan (and submit) every workload as fast as planning goes, so the workers always have
         # runs queued; between two plannings, record the workloads whose runs have all come
         # back, in order (their progress lines, and a cache that survives Ctrl-C)
@@ -384,6 +453,9 @@ def measure(session, grid: Grid, *, progress: Callable[[str], None] | None = Non
     except BaseException:
         trainer.close(cancel=True)
         raise
+    finally:
+        if times is not None:
+            times.update(trainer.times)
     trainer.close()
     return out
 
@@ -412,7 +484,9 @@ def _plan_workload(session, grid: Grid, ws: WorkloadSpec, wi: int, trainer: _Tra
     seeds: dict[int, SeedPlan] = {}
     runs: list[tuple[int, str, bool, str, Any]] = []
     for seed in grid.seeds:
+        t0 = time.perf_counter()
         sp = plan_seed(session, grid, ws, seed)
+        trainer.times["plan_s"] += time.perf_counter() - t0
         seeds[seed] = sp
         todo = [(sp.result, c, True) for c in sp.candidates]
         if sp.fc_candidate not in sp.candidates:
@@ -432,15 +506,14 @@ def _plan_workload(session, grid: Grid, ws: WorkloadSpec, wi: int, trainer: _Tra
 
 def _finish_workload(session, grid: Grid, p: _Pending, trainer: _Trainer, state: dict,
                      say: Callable[[str], None]) -> Measured:
-    """Record the workload's runs in order, read them back and print its progress line."""
+    """Wait for the workload's runs (training queued ones meanwhile), record them in order in
+    one transaction, read them back and print its progress line."""
     cache, walls = trainer.cache, trainer.walls
     todo: list[tuple[int, str, bool, int, bool, float | None]] = []
     w_trained = 0
-    # every run already back: record them all in one transaction (one commit for the workload)
-    with session.catalog.transaction() if p.trained() else contextlib.nullcontext():
-        for seed, label, is_candidate, key, job in p.runs:
-            if job is not None and job != "recorded":
-                trainer.collect(job, key, grid.name)
+    back = [(job, key, *trainer.result(job)) for *_, key, job in p.runs
+            if isinstance(job, tuple)]
+    trainer.record(back, grid.name)
     for seed, label, is_candidate, key, job in p.runs:
         trained = job is not None
         if trained:
@@ -450,7 +523,9 @@ def _finish_workload(session, grid: Grid, p: _Pending, trainer: _Trainer, state:
         state["done"] += 1
         todo.append((seed, label, is_candidate, cache[key], not trained,
                      walls[key] if trained else None))
+    t0 = time.perf_counter()
     runs = load_runs(session.catalog, p.spec, p.seeds, todo)
+    trainer.times["read_s"] += time.perf_counter() - t0
     total, done, n_trained = grid.n_runs, state["done"], state["trained"]
     eta = ""
     if n_trained and done < total:

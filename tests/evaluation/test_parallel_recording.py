@@ -1,0 +1,151 @@
+"""What ``airplan evaluate --workers`` does around the training: runs returned by workers are
+recorded in batches with the rows of one-by-one recording, and the worker processes start (and
+load the grid's datasets) before the first workload is planned."""
+
+import math
+
+import attrs
+import pytest
+
+import airplan_qo as aq
+from airplan_qo.errors import ExecutionError
+from airplan_qo.evaluation import executors, parse_grid, runner
+from airplan_qo.runtime import execution
+
+#: Columns whose value is the time it was written (or the writing process's start).
+_CLOCK = {"started_at", "finished_at", "heartbeat_at", "owner_started", "created_at"}
+
+
+def _rows(cat):
+    """Every column of every execution, round_stats and feedback row, the clock's aside."""
+    return tuple([{k: v for k, v in r.items() if k not in _CLOCK} for r in cat.query(sql)]
+                 for sql in ("SELECT * FROM airplan.executions ORDER BY exec_id",
+                             "SELECT * FROM airplan.round_stats ORDER BY exec_id, round",
+                             "SELECT * FROM airplan.feedback ORDER BY exec_id, metric"))
+
+
+def _jobs(db, w):
+    result = db.plan(w, topologies=["ring", "complete"], sparsity=[0.1, 1.0],
+                     weights=["metropolis_hastings"], fallback="complete")
+    out = []
+    for cand in result.candidates[:3]:
+        job, options, _ = execution.prepare(db.catalog, attrs.evolve(result, chosen=cand),
+                                            stop_at_target=False, reoptimize=False)
+        out.append((job, {**options, "evaluation": {"cache_key": str(cand.plan_id)}}))
+    return out
+
+
+def test_a_batch_records_the_rows_of_one_by_one_recording(tmp_path):
+    w = aq.Workload("digits", clients=6, rounds=3, alpha=0.5, dropout=0.2)
+    trained = None
+    rows = {}
+    for way in ("one_by_one", "batch"):
+        with aq.connect(str(tmp_path / f"{way}.duckdb")) as db:
+            jobs = _jobs(db, w)
+            if trained is None:   # the same runs for both catalogs (the jobs are equal)
+                trained = [execution.train(job) for job, _ in jobs]
+            assert len(jobs) == 3
+            if way == "one_by_one":
+                reports = [execution.record_trained(db.catalog, job, options, run, wall)
+                           for (job, options), (run, wall) in zip(jobs, trained)]
+            else:
+                reports = execution.record_trained_batch(
+                    db.catalog, [(job, options, run, wall)
+                                 for (job, options), (run, wall) in zip(jobs, trained)])
+            assert [r.exec_id for r in reports] == [1, 2, 3]
+            assert all(len(r.feedback) == 4 for r in reports)
+            rows[way] = _rows(db.catalog)
+    execs, rounds, feedback = rows["batch"]
+    assert [e["status"] for e in execs] == ["succeeded"] * 3
+    assert len(rounds) == sum(len(run.history) for run, _ in trained) and len(feedback) == 12
+    assert all(e["final_accuracy"] is not None and math.isfinite(e["final_accuracy"])
+               for e in execs)
+    assert rows["batch"] == rows["one_by_one"]
+
+
+def test_an_aborted_run_is_not_recorded_and_the_batch_leaves_nothing(tmp_path):
+    w = aq.Workload("digits", clients=6, rounds=2, alpha=0.5)
+    with aq.connect(str(tmp_path / "c.duckdb")) as db:
+        (job, options), (job2, options2) = _jobs(db, w)[:2]
+        run, wall = execution.train(job)
+        aborted = attrs.evolve(run, status="aborted", reason="KeyboardInterrupt")
+        with pytest.raises(ExecutionError, match="aborted run cannot be recorded"):
+            execution.record_trained_batch(db.catalog, [(job, options, run, wall),
+                                                        (job2, options2, aborted, wall)])
+        assert db.catalog.query("SELECT count(*) AS n FROM airplan.executions")[0]["n"] == 0
+        assert execution.record_trained_batch(db.catalog, []) == []
+
+
+GRID = """
+name = "early"
+estimator = "dsgd"
+seeds = 2
+folds = 2
+[defaults]
+dataset = "digits"
+model = "logistic"
+clients = 6
+rounds = 3
+local_steps = 1
+topologies = ["ring", "complete"]
+sparsity = [1.0]
+[[workloads]]
+alpha = 0.5
+"""
+
+
+def test_the_worker_processes_start_before_planning_and_not_for_a_cached_grid(tmp_path,
+                                                                          monkeypatch):
+    grid = parse_grid(GRID, source="early.toml")
+    events = []
+    start_pool, plan_seed = executors.start_pool, runner.plan_seed
+
+    def starting(processes, warm=(), *, now=True):
+        events.append(("start", processes, tuple((w.dataset, w.seed) for w in warm), now))
+        return start_pool(processes, warm, now=now)
+
+    monkeypatch.setattr(executors, "start_pool", starting)
+    monkeypatch.setattr(runner, "plan_seed",
+                        lambda *a: events.append(("plan", a[3])) or plan_seed(*a))
+    with aq.connect(str(tmp_path / "c.duckdb")) as db:
+        times: dict[str, float] = {}
+        measured = runner.measure(db, grid, workers=2, times=times)
+        assert sum(len(m.runs) for m in measured) == grid.n_runs == 4
+        # one worker process (and this one), started before the first plan, loading the
+        # datasets of both seeds
+        w0, w1 = (grid.workloads[0].for_seed(s) for s in (0, 1))
+        assert events == [("start", 1, (("digits", w0.seed), ("digits", w1.seed)), True),
+                          ("plan", 0), ("plan", 1)]
+        assert set(times) == {"plan_s", "train_s", "wait_s", "record_s", "read_s", "start_s"}
+        assert times["plan_s"] > 0 and times["record_s"] > 0
+        events.clear()
+        runner.measure(db, grid, workers=2)          # every run cached: no worker process
+        assert events == [("plan", 0), ("plan", 1)]
+    with aq.connect(str(tmp_path / "c16.duckdb")) as db:
+        events.clear()     # 16 workers for 4 runs: 3 processes and this one
+        runner.measure(db, grid, workers=16)
+        assert events[0][:2] == ("start", 3)
+    with aq.connect(str(tmp_path / "c.duckdb")) as db:
+        # the cache holds as many runs as the grid, yet one of the grid's (seed 1's last) is
+        # not among them: a process starts when that run is submitted
+        db.catalog.query("UPDATE airplan.executions SET options = json_object('evaluation', "
+                         "json_object('cache_key', 'a run of another grid')) WHERE exec_id = 4")
+        events.clear()
+        measured = runner.measure(db, grid, workers=2)
+        assert sum(not r.cached for m in measured for r in m.runs) == 1
+        assert [e for e in events if e[0] == "start"] == [
+            ("start", 1, (("digits", w1.seed),), False)]
+
+
+def test_a_warm_worker_process_has_the_datasets_loaded(tmp_path):
+    w = aq.Workload("digits", clients=6, rounds=2, alpha=0.5, seed=3)
+    pool = executors.start_pool(1, (w,))
+    try:
+        # what the worker process holds: read in that process (eval of a module attribute)
+        loaded = pool.submit(eval, "list(__import__('airplan_qo.evaluation.executors', "
+                                   "fromlist=['_DATASETS'])._DATASETS)").result(timeout=120)
+        threads = pool.submit(eval, "__import__('torch').get_num_threads()").result()
+    finally:
+        pool.shutdown()
+    assert [k[:2] for k in loaded] == [("digits", 3)]
+    assert threads == 1
