@@ -558,10 +558,8 @@ class AirPlanParser(DuckDBParser):
                                           tok)
                 within.append(clause)
             elif key == "MINIMIZE":
-                if word(self._curr) in _CLAUSE_WORDS:
-                    raise self._error(f"expected a metric after MINIMIZE (channel_uses, energy_j, "
-                                      f"airtime_s or c_ours), {self._found()}")
-                metric = self._name()
+                # a clause word where the metric should be is a missing metric
+                metric = None if word(self._curr) in _CLAUSE_WORDS else self._name()
                 if metric is None:
                     raise self._error(f"expected a metric after MINIMIZE (channel_uses, energy_j, "
                                       f"airtime_s or c_ours), {self._found()}")

@@ -92,11 +92,12 @@ def test_sigint_finishes_the_round_then_aborts(tmp_path, digits, digits_iid, rin
         if row["round"] == 2:
             os.kill(os.getpid(), signal.SIGINT)
 
+    before = signal.getsignal(signal.SIGINT)
     trainer = Trainer(RunConfig(model="logistic", rounds=6), digits, digits_iid, ring10)
     result = trainer.run(callback, checkpoint_path=tmp_path / "sig.pt")
     assert result.status == "aborted" and result.rounds == 2
     assert (tmp_path / "sig.pt").exists()
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is before     # the run's guard put it back
 
 
 def test_abort_without_path_uses_a_temporary_file(digits, digits_iid, ring10):
