@@ -128,7 +128,8 @@ def run_reference_pilot(session, workload: Workload, *, rounds: int | None = Non
                         transports=["ota"], algorithms=["auto"],   # the reference: OTA D-SGD
                         statement=f"pilot fc ({r} of {budget} rounds) for: {what}")
     report = execute(session.catalog, plan, quiet=quiet, stop_at_target=False,
-                     reoptimize=False, device=device, keep_state=True)
+                     reoptimize=False, device=device or session.device or "cpu",
+                     keep_state=True)
     result = report.result
     if result.status != "succeeded":
         raise ExecutionError(f"the pilot of the fully connected reference (execution "

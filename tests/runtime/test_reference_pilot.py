@@ -275,3 +275,14 @@ def test_a_target_the_pilot_reached_ends_the_continued_run_at_once(tmp_path):
         assert r.rounds == 10 and "reached at round" in r.reason
         # nothing trained beyond the pilot: the execution's rounds are the pilot's
         assert _rounds(db, report.exec_id) == _rounds(db, p.exec_id)
+
+
+def test_a_pilot_called_without_a_device_trains_on_the_sessions(tmp_path):
+    from airplan_qo.runtime.pilot import run_reference_pilot
+
+    w = aq.Workload(dataset="digits", clients=6, alpha=0.5, rounds=6)
+    with aq.connect(tmp_path / "c.duckdb") as db:
+        p = run_reference_pilot(db, w, rounds=5)
+        dev = db.catalog.query("SELECT options->>'device' AS d FROM airplan.executions "
+                               "WHERE exec_id = ?", [p.exec_id])[0]["d"]
+    assert p.rounds == 5 and p.checkpoint and dev == "cpu"
