@@ -650,20 +650,20 @@ def task_of(workload) -> str:
     return workload.dataset if workload.model == "mlp" else f"{workload.dataset} ({workload.model})"
 
 
-def _policy_figures(keys: Sequence[str], picks: Mapping[str, str], outcome_of,
+def _costs_by_workload(outcome_of) -> dict[str, dict[str, dict[int, float]]]:
+    """workload -> plan -> seed -> the run's cost, read once from the measured outcomes."""
+    out: dict[str, dict[str, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
+    for (wk, plan, seed), o in outcome_of.items():
+        out[wk][plan][seed] = o.cost
+    return out
+
+
+def _policy_figures(keys: Sequence[str], picks: Mapping[str, str], costs,
                     summaries) -> dict[str, Any]:
     """Within-noise match, SLA met, cost ratio to the oracle and the seed-run figures of
-    ``picks`` (workload -> plan label) over ``keys``."""
-    cmps = []
-    for key in keys:
-        label = picks.get(key)
-        if label is None or label not in summaries[key]:
-            continue
-        seed_costs: dict[str, dict[int, float]] = defaultdict(dict)
-        for (wk, plan, seed), o in outcome_of.items():
-            if wk == key:
-                seed_costs[plan][seed] = o.cost
-        cmps.append(compare(key, label, summaries[key], None, seed_costs))
+    ``picks`` (workload -> plan label) over ``keys``; ``costs``: :func:`_costs_by_workload`."""
+    cmps = [compare(key, picks[key], summaries[key], None, costs[key]) for key in keys
+            if picks.get(key) in summaries[key]]
     ratios = [c.cost_ratio for c in cmps if c.cost_ratio is not None]
     return {"workloads": len(cmps),
             "within_noise_rate": rate(c.within_noise for c in cmps)[0],
@@ -680,6 +680,7 @@ def _per_task(measured, outcome_of, summaries, cmps: Sequence[Comparison]
     SLA on most of them, then the cheapest by median cost ratio to the oracle) and beside
     always the fully connected reference."""
     picks = {c.workload: c.advisor_plan for c in cmps}
+    costs = _costs_by_workload(outcome_of)
     out = []
     for task in sorted({task_of(m.spec.workload) for m in measured}):
         ms = [m for m in measured if task_of(m.spec.workload) == task]
@@ -691,11 +692,11 @@ def _per_task(measured, outcome_of, summaries, cmps: Sequence[Comparison]
         fc = {m.spec.key: m.seeds[min(m.seeds)].fc_candidate.plan.label() for m in ms}
         out.append({
             "task": task, "workloads": len(keys),
-            "advisor": _policy_figures(keys, picks, outcome_of, summaries),
+            "advisor": _policy_figures(keys, picks, costs, summaries),
             "best_fixed_policy": best,
-            "best_fixed": _policy_figures(keys, {k: best for k in keys}, outcome_of, summaries)
+            "best_fixed": _policy_figures(keys, {k: best for k in keys}, costs, summaries)
             if best else None,
-            "fully_connected": _policy_figures(keys, fc, outcome_of, summaries)})
+            "fully_connected": _policy_figures(keys, fc, costs, summaries)})
     return out
 
 
