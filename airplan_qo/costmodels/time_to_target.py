@@ -656,10 +656,13 @@ def load_reference() -> dict:
 def flatten(plan_fit: "TobitFit", fc_fit: "TobitFit",
             ceiling_fit: "TobitFit | None" = None,
             joint_fit: "TobitFit | None" = None,
-            target_fit: "TobitFit | None" = None) -> dict[str, float]:
+            target_fit: "TobitFit | None" = None,
+            spreads: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, float]:
     """The (plan, fc, ceiling, joint, target) fits as the estimator's flat named constants
     (``joint``: only ``joint.sd``, the spread of log T about the end-to-end prediction;
-    ``target``: the level shift of :func:`target_shift` and the ratio it is relative to)."""
+    ``target``: the level shift of :func:`target_shift` and the ratio it is relative to;
+    ``spreads``: kind -> dataset -> that dataset's spread, ``KIND.sd.dataset:NAME``, see
+    :func:`dataset_spread`)."""
     out: dict[str, float] = {}
     for prefix, f in (("plan", plan_fit), ("fc", fc_fit), ("ceil", ceiling_fit),
                       ("joint", joint_fit), ("target", target_fit)):
@@ -667,7 +670,36 @@ def flatten(plan_fit: "TobitFit", fc_fit: "TobitFit",
             continue
         out.update({f"{prefix}.{n}": float(v) for n, v in f.coef.items()})
         out[f"{prefix}.sd"] = float(f.sd)
+    for kind, by_dataset in (spreads or {}).items():
+        out.update({f"{kind}.sd.dataset:{d}": float(v) for d, v in sorted(by_dataset.items())})
     return out
+
+
+#: How many reached runs a dataset's own spread of log T weighs against the whole fit's in
+#: :func:`pooled_spread`: a dataset with few reached runs keeps about the fit's spread.
+DATASET_SPREAD_PRIOR_RUNS = 50
+
+
+def pooled_spread(own_sd: float, reached: int, overall_sd: float) -> float:
+    """A dataset's spread of log T about the model's prediction, shrunk towards the whole fit's:
+    the root of the mean square, the dataset's own weighing its ``reached`` runs and the fit's
+    :data:`DATASET_SPREAD_PRIOR_RUNS`."""
+    k = DATASET_SPREAD_PRIOR_RUNS
+    return math.sqrt((reached * own_sd ** 2 + k * overall_sd ** 2) / (reached + k))
+
+
+def dataset_spread(constants: Mapping[str, float], kind: str, dataset: str | None,
+                   default: float | None = None) -> float | None:
+    """The spread of log T (``kind``: ``plan`` about the measured reference, ``joint`` about
+    the end-to-end prediction) for a dataset: its own (``KIND.sd.dataset:NAME``, fitted per
+    dataset and shrunk by :func:`pooled_spread`) where the fit has one, else the fit's
+    (``KIND.sd``), else ``default``. The model is not equally good on every task: on one
+    whose sparse plans it ranks poorly (their residuals large), a sparse plan's P(meets SLA) is
+    that much less certain, and the planner keeps to denser plans there."""
+    own = constants.get(f"{kind}.sd.dataset:{dataset}") if dataset else None
+    if own is not None:
+        return own
+    return constants.get(f"{kind}.sd", default)
 
 
 #: The transports and algorithms of a fit whose range does not list them (``range.transports``,
@@ -801,7 +833,8 @@ class TimeToTargetEstimator:
         w = fc_features(zeta2, n, fc_noise, channel.dropout, ctx.step)
         log_t_fc = task_level(c, "fc", ctx.dataset, ctx.model) + sum(
             c.get(f"fc.{k}", 0.0) * v for k, v in w.items())
-        sd = c.get("joint.sd") or math.hypot(c.get("plan.sd", 0.3), c.get("fc.sd", 0.0))
+        sd = dataset_spread(c, "joint", ctx.dataset) or math.hypot(
+            dataset_spread(c, "plan", ctx.dataset, 0.3), c.get("fc.sd", 0.0))
         unseen, what = unseen_task(c, self.fitted_range, ctx.dataset, ctx.model)
         used_log_t_fc, used_sd, pilot_terms = log_t_fc, sd, {}
         if ctx.pilot is not None:
@@ -809,7 +842,7 @@ class TimeToTargetEstimator:
             # whose own uncertainty is what the joint spread holds beyond the plan model's
             # (about none on the fitted grid) plus, for an unseen dataset or model, the spread
             # of levels
-            plan_sd = c.get("plan.sd", 0.3)
+            plan_sd = dataset_spread(c, "plan", ctx.dataset, 0.3)
             prior = math.sqrt(max(sd * sd - plan_sd * plan_sd, 0.0))
             if unseen is not None:
                 prior = math.hypot(prior, unseen[0])
@@ -1065,4 +1098,5 @@ class ReferenceTerms:
 
 __all__ += ["DEFAULT_FITTED_ALGORITHMS", "DEFAULT_FITTED_TRANSPORTS", "FittedOperators",
             "fitted_operators", "operator_fitted", "OPERATOR_SD", "ReferenceTerms",
-            "TimeToTargetEstimator", "load_reference", "flatten", "CONSTANTS_FILE"]
+            "TimeToTargetEstimator", "load_reference", "flatten", "CONSTANTS_FILE",
+            "DATASET_SPREAD_PRIOR_RUNS", "pooled_spread", "dataset_spread"]

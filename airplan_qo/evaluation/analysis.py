@@ -632,7 +632,9 @@ def _time_to_target(measured, outcome_of, summaries, folds_of, notes: list[str],
                       "max_abs_error_pts": float(np.max(np.abs(errs))) if errs else None}
     fit = ev["fit"]
     out["fit"] = {name: {"coef": f.coef, "sd": f.sd, "n_obs": f.n_obs,
-                         "n_censored": f.n_censored} for name, f in fit.items()}
+                         "n_censored": f.n_censored} for name, f in fit.items()
+                  if name != "spreads"}
+    out["fit"]["spreads"] = fit["spreads"]
     out["reference"] = ttt_reference(fit, measured, source)
     out["per_task"] = _per_task(measured, outcome_of, summaries, ev["comparisons"]["predicted_fc"])
     out["per_workload"] = [

@@ -30,6 +30,7 @@ from ..costmodels.time_to_target import (PLAN_FEATURES, PLAN_INTERACTIONS, PLAN_
                                          fc_features, fit_ceiling, fit_target_shift, fit_tobit,
                                          meets_probability, model_features, norm_cdf,
                                          pilot_update, plan_inputs, plan_inputs_features,
+                                         pooled_spread,
                                          target_level, with_fc_error)
 from ..plans.request import DEFAULT_CONFIDENCE
 from ..plans.sla import first_crossing
@@ -150,9 +151,34 @@ def fit(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     # the spread of log T about the end-to-end prediction (predicted reference + plan effect):
     # the plan model's s was fitted about the *measured* reference, whose seed noise it already
     # holds, so adding the reference model's s to it (in quadrature) counts that noise twice
+    joint_mu = [plan.mean(x, fc.mean(r["fc_row"])) for x, r in zip(xs, use)]
     joint = fit_tobit([{} for _ in use], [r["log_t"] for r in use], [r["censored"] for r in use],
-                      [], offset=[plan.mean(x, fc.mean(r["fc_row"])) for x, r in zip(xs, use)])
-    return {"plan": plan, "fc": fc, "ceiling": ceiling, "joint": joint}
+                      [], offset=joint_mu)
+    plan_mu = [plan.mean(x, offsets[r["workload"]]) for x, r in zip(xs, use)]
+    spreads = {kind: dataset_spreads(use, mu, overall.sd)
+               for kind, mu, overall in (("plan", plan_mu, plan), ("joint", joint_mu, joint))}
+    return {"plan": plan, "fc": fc, "ceiling": ceiling, "joint": joint, "spreads": spreads}
+
+
+def dataset_spreads(rows: Sequence[Mapping[str, Any]], mu: Sequence[float],
+                    overall_sd: float) -> dict[str, float]:
+    """Per dataset: the spread of its runs' log T about the predictions ``mu`` (a censored fit
+    of the spread alone), shrunk towards ``overall_sd`` by how many of its runs reached the
+    target (:func:`~airplan_qo.costmodels.time_to_target.pooled_spread`)."""
+    by: dict[str, list[int]] = defaultdict(list)
+    for i, r in enumerate(rows):
+        # the dataset is the reference's indicator feature, ``dataset:NAME``
+        by[next((n.removeprefix("dataset:") for n in r["fc_row"] if n.startswith("dataset:")),
+                "")].append(i)
+    out = {}
+    for dataset, idx in sorted(by.items()):
+        if len(idx) < 2:
+            continue
+        own = fit_tobit([{} for _ in idx], [rows[i]["log_t"] for i in idx],
+                        [rows[i]["censored"] for i in idx], [], offset=[mu[i] for i in idx])
+        reached = sum(1 for i in idx if not rows[i]["censored"])
+        out[dataset] = pooled_spread(own.sd, reached, overall_sd)
+    return out
 
 
 def target_shifts(measured):
@@ -227,6 +253,9 @@ def evaluate(measured, outcome_of, summaries: Mapping[str, Mapping[str, Any]],
                 if wk == key:
                     seed_costs[label][seed] = o.cost
             x_fc = _features(sp, sp.fc_candidate)
+            # the held-out workload's dataset's own spread where the other folds have it
+            spread = {kind: models["spreads"][kind].get(m.spec.workload.dataset, fit_.sd)
+                      for kind, fit_ in (("plan", plan), ("joint", models["joint"]))}
             fc_pred = predicted_fc(ceil, _fc_row(m, sp))
             measured_acc = [r["final_accuracy"] for r in rows
                             if r["workload"] == key and r["is_fc"]]
@@ -243,7 +272,7 @@ def evaluate(measured, outcome_of, summaries: Mapping[str, Mapping[str, Any]],
                                    float(c.cost.per_round.channel_uses),
                                    float(c.cost.startup))
                          for c, rel in zip(sp.candidates, relative)]
-                sd = plan.sd if variant == "measured_fc" else models["joint"].sd
+                sd = spread["plan"] if variant == "measured_fc" else spread["joint"]
                 pick, p, feasible = choose(cands, sd, budget, confidence)
                 comparisons[variant].append(
                     compare(key, pick.label, summaries[key], cand_labels, seed_costs))
@@ -264,7 +293,7 @@ def evaluate(measured, outcome_of, summaries: Mapping[str, Mapping[str, Any]],
                 x = plan_x(r, ceil)
                 mu = plan.mean(x, offsets["predicted_fc"])
                 mu_m = plan.mean(x, offsets["measured_fc"])
-                held_errors.append((r, mu, mu_m, models["joint"].sd, plan.sd))
+                held_errors.append((r, mu, mu_m, spread["joint"], spread["plan"]))
     full = fit(rows)
     shift = target_shifts(measured)
     if shift is not None:
@@ -405,7 +434,8 @@ def reference(fit_pair: Mapping[str, Any], measured, source: str) -> dict[str, A
         "observations": {"plan": fit_pair["plan"].n_obs, "censored": fit_pair["plan"].n_censored,
                          "fc": fit_pair["fc"].n_obs},
         "constants": flatten(fit_pair["plan"], fit_pair["fc"], fit_pair.get("ceiling"),
-                             fit_pair.get("joint"), fit_pair.get("target")),
+                             fit_pair.get("joint"), fit_pair.get("target"),
+                             fit_pair.get("spreads")),
         "range": {
             "clients": [min(s.workload.clients for s in specs),
                         max(s.workload.clients for s in specs)],
@@ -434,6 +464,6 @@ def reference(fit_pair: Mapping[str, Any], measured, source: str) -> dict[str, A
     }
 
 
-__all__ = ["observations", "fit", "target_shifts", "evaluate", "censored_coverage",
+__all__ = ["observations", "fit", "dataset_spreads", "target_shifts", "evaluate", "censored_coverage",
            "prediction_quality", "workload_bootstrap",
            "reference", "CONFIDENCE", "PENALTY"]

@@ -506,3 +506,55 @@ def test_plan_inputs_per_operator():
     assert got[("ring", "matcha", "ota", 32)].p_random < ring.p_random
     fed = got[("complete", "fedavg", "digital", 4)]
     assert fed.p_random == 1.0 and fed.quant == pytest.approx(math.log1p(omega4 / 20))
+
+
+def test_each_dataset_gets_its_own_spread_shrunk_towards_the_fits():
+    """A dataset whose runs the model predicts poorly gets a wider spread than one it predicts
+    well; one with no reached run keeps the whole fit's (the shrinkage's prior)."""
+    from airplan_qo.costmodels.time_to_target import (DATASET_SPREAD_PRIOR_RUNS,
+                                                      dataset_spread, pooled_spread)
+    from airplan_qo.evaluation.ttt_crossval import dataset_spreads
+
+    rng = np.random.default_rng(0)
+    rows, mu = [], []
+    for dataset, noise, n in (("tight", 0.1, 400), ("loose", 0.8, 400), ("never", 0.3, 20)):
+        for _ in range(n):
+            log_t = 3.0 + noise * rng.normal()
+            censored = dataset == "never"
+            rows.append({"fc_row": {f"dataset:{dataset}": 1.0}, "censored": censored,
+                         "log_t": math.log(20.0) if censored else log_t})
+            mu.append(3.0)
+    spreads = dataset_spreads(rows, mu, 0.3)
+    assert spreads["tight"] < 0.3 < spreads["loose"]
+    assert spreads["tight"] == pytest.approx(pooled_spread(0.1, 400, 0.3), rel=0.05)
+    assert spreads["loose"] == pytest.approx(pooled_spread(0.8, 400, 0.3), rel=0.05)
+    assert spreads["never"] == pytest.approx(0.3)
+    assert pooled_spread(1.0, DATASET_SPREAD_PRIOR_RUNS, 0.0) == pytest.approx(0.5 ** 0.5)
+    c = {"joint.sd": 0.3, "joint.sd.dataset:loose": 0.6}
+    assert dataset_spread(c, "joint", "loose") == 0.6
+    assert dataset_spread(c, "joint", "other") == 0.3 == dataset_spread(c, "joint", None)
+    assert dataset_spread(c, "plan", "loose", 0.25) == 0.25
+
+
+def test_a_datasets_wider_spread_makes_its_sparse_plans_less_certain(monkeypatch):
+    import airplan_qo as aq
+    from airplan_qo.costmodels import ESTIMATORS
+
+    ttt = ESTIMATORS.get("ttt")
+    w = aq.Workload(dataset="digits", clients=20, alpha=0.5, snr_db=10, rounds=40)
+    kw = dict(estimator="ttt", topologies=["ring", "small_world", "complete"], sparsity=[1.0],
+              fallback="complete")
+
+    def p_meets(db):
+        r = db.plan(w, **kw)
+        return {c.plan.label(): c.cost.estimate.p_meets for c in r.candidates}
+
+    with aq.connect(":memory:") as db:
+        before = p_meets(db)
+    monkeypatch.setitem(ttt.priors, "joint.sd.dataset:digits", 3.0)
+    with aq.connect(":memory:") as db:
+        after = p_meets(db)
+    assert before.keys() == after.keys()
+    # a likely plan becomes less likely, an unlikely one more so: both move towards 1/2
+    assert all(abs(after[k] - 0.5) < abs(before[k] - 0.5) for k in before
+               if abs(before[k] - 0.5) > 0.05)
