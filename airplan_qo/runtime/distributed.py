@@ -50,6 +50,7 @@ Two ways to drive it:
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any, Callable
@@ -60,10 +61,16 @@ import torch
 from ..errors import AirPlanError, ExecutionError
 from . import distributed_launch as launched
 from .device import to_device
+from .digital import Digital
 from .engine import RunConfig, RunResult, Trainer
+from .federated import FEDERATED
+from .gossip import DSGD, Choco
+from .metrics import centred_row_norms, row_sum, sq_distance_of_norms
+from .push_sum import PushSum
 
-__all__ = ["DISTRIBUTED_ALGORITHMS", "DistributedTrainer", "Group", "active", "blocks",
-           "check_distributed", "init", "launched", "lead", "main", "serve", "shutdown"]
+__all__ = ["DISTRIBUTED_ALGORITHMS", "EXCHANGES", "DistributedTrainer", "Group",
+           "RoundTraffic", "active", "blocks", "check_distributed", "init", "launched", "lead",
+           "main", "needed_rows", "serve", "shutdown"]
 
 #: The environment ``torchrun`` (or any launcher) sets for every process.
 LAUNCH_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -193,6 +200,73 @@ def check_distributed(config: RunConfig) -> None:
             f"(without torchrun, or --nproc-per-node 1)")
 
 
+#: How a run over processes exchanges the half-step models (``DistributedTrainer(...,
+#: exchange=...)``): ``auto``, each rank receiving the rows its clients mix with (every row for
+#: the rules that need them: module docstring), or ``all``, one all_gather of every block.
+EXCHANGES = ("auto", "all")
+
+
+class RoundTraffic:
+    """What one rank received in one round: ``rows`` of other ranks' half-step models, their
+    ``model_bytes``, and ``other_bytes`` (losses, the consensus distance's partial sums and
+    norms, accuracy counts, and on evaluated rounds the models the average model needs)."""
+
+    __slots__ = ("round", "rows", "model_bytes", "other_bytes")
+
+    def __init__(self, round_: int, rows: int = 0, model_bytes: int = 0,
+                 other_bytes: int = 0):
+        self.round, self.rows = round_, rows
+        self.model_bytes, self.other_bytes = model_bytes, other_bytes
+
+    @property
+    def bytes(self) -> int:
+        return self.model_bytes + self.other_bytes
+
+    def as_dict(self) -> dict[str, int]:
+        return {"round": self.round, "rows": self.rows, "model_bytes": self.model_bytes,
+                "other_bytes": self.other_bytes, "bytes": self.bytes}
+
+    def __repr__(self) -> str:
+        return f"RoundTraffic({self.as_dict()})"
+
+
+def needed_rows(links: Any, bounds: list[tuple[int, int]]) -> list[np.ndarray]:
+    """Per rank, the sorted clients outside its block whose rows its receivers mix with: the
+    senders j of every link (i, j) of ``links`` (one :class:`~.gossip.LinkSet` or several,
+    whose links are united) with receiver i in the rank's block, i.e. W_ij != 0."""
+    sets = links if isinstance(links, (tuple, list)) else (links,)
+    recv = np.concatenate([ls.recv for ls in sets])
+    send = np.concatenate([ls.send for ls in sets])
+    out = []
+    for lo, hi in bounds:
+        mine = (recv >= lo) & (recv < hi) & ~((send >= lo) & (send < hi))
+        out.append(np.unique(send[mine]).astype(np.int64))
+    return out
+
+
+def _inner(rule: Any) -> Any:
+    return getattr(rule, "inner", rule)      # MATCHA mixes through its transport's rule
+
+
+def _shares_replicas(rule: Any) -> bool:
+    """Whether the rule's receivers mix public copies (CHOCO's replicas with a common mask,
+    quantised digital gossip's copies) rather than the half-step models: those are what
+    travel, right after their update (the rule's ``share`` hook)."""
+    rule = _inner(rule)
+    if isinstance(rule, Choco):
+        return rule.mask == "common_randk"
+    if isinstance(rule, Digital):
+        return not rule.gossip.exact
+    return False
+
+
+def _client_numbers(rule: Any) -> list[torch.Tensor]:
+    """The rule's per-client numbers (N,) that travel with a client's row: push-sum's weight
+    w_j, which its receivers multiply the row by and which, over a noisy channel, only its
+    owner knows (its noise level depends on its own neighbours' rows)."""
+    return [rule.w] if isinstance(rule, PushSum) else []
+
+
 class DistributedTrainer(Trainer):
     """A :class:`~.engine.Trainer` whose clients are split over the ranks of the group
     (module docstring). Every rank builds it with the same arguments; ``group`` defaults to
@@ -200,8 +274,16 @@ class DistributedTrainer(Trainer):
     (the CLI's mode) rather than every rank calling the same methods."""
 
     def __init__(self, config: RunConfig, dataset: Any, partition: Any, topology: Any, *,
-                 group: Group | None = None, leader: bool = False):
+                 group: Group | None = None, leader: bool = False, exchange: str = "auto"):
         check_distributed(config)
+        if exchange not in EXCHANGES:
+            raise ExecutionError(f"exchange must be one of {', '.join(EXCHANGES)}, "
+                                 f"got {exchange!r}")
+        self.exchange = exchange
+        #: one :class:`RoundTraffic` per round this trainer ran: what this rank received
+        self.traffic_log: list[RoundTraffic] = []
+        self._traffic = RoundTraffic(0)
+        self._needs: dict[tuple, list[np.ndarray]] = {}
         group = group or active()
         if group is None:
             raise ExecutionError("DistributedTrainer needs a process group: call "
@@ -217,6 +299,7 @@ class DistributedTrainer(Trainer):
 
             config = attrs.evolve(config, device=f"cuda:{group.local_rank}")
         super().__init__(config, dataset, partition, topology)
+        self._attach()
         if group.backend == "gloo" and self.device.type == "cuda":
             raise ExecutionError(
                 f"this run trains on {config.device} but the process group uses backend "
@@ -232,21 +315,201 @@ class DistributedTrainer(Trainer):
     # -------------------------------------------------------------------------------------
     # exchanges
 
-    def _gather_rows(self, full: torch.Tensor, mine: torch.Tensor) -> None:
-        """``full[lo_r:hi_r] = mine`` of rank r, for every rank r (one all_gather)."""
+    def _gather_rows(self, full: torch.Tensor, mine: torch.Tensor, *,
+                     models: bool = False) -> None:
+        """``full[lo_r:hi_r] = mine`` of rank r, for every rank r (one all_gather); counted
+        in this round's :class:`RoundTraffic` (as model rows when ``models``)."""
         import torch.distributed as dist
 
         sizes = [hi - lo for lo, hi in self.bounds]
+        row = mine[0].numel() * mine.element_size() if mine.dim() else mine.element_size()
         if len(set(sizes)) == 1:
             dist.all_gather(list(full.split(sizes[0])), mine.contiguous())
+            received = (self.n - sizes[self.rank])
+        else:
+            pad = max(sizes)
+            send = torch.zeros(pad, *mine.shape[1:], dtype=mine.dtype, device=mine.device)
+            send[:mine.shape[0]] = mine
+            parts = [torch.empty_like(send) for _ in sizes]
+            dist.all_gather(parts, send)
+            for (lo, hi), part in zip(self.bounds, parts):
+                full[lo:hi] = part[:hi - lo]
+            received = pad * (self.group.world - 1)
+        if models:
+            self._traffic.rows += self.n - sizes[self.rank]
+            self._traffic.model_bytes += received * row
+        else:
+            self._traffic.other_bytes += received * row
+
+    def _reach(self) -> str:
+        """What a rank receives of other clients in a round: ``all`` (every half-step model:
+        FedAvg's server, paper_literal and Clique Averaging, which use the previous round's
+        models of other clients, CHOCO with top-k masks, whose noise draws depend on every
+        receiver's listening set; or ``exchange='all'``), ``replicas`` (the public copies its
+        receivers mix with, :func:`_shares_replicas`) or ``rows`` (the half-step models its
+        receivers mix with)."""
+        algorithm = self.algorithm
+        if (self.exchange == "all" or algorithm in FEDERATED or algorithm == "paper_literal"
+                or self.clique_averaging is not None
+                or (algorithm == "choco" and self.config.mask != "common_randk")):
+            return "all"
+        return "replicas" if _shares_replicas(self.rule) else "rows"
+
+    def _attach(self) -> None:
+        """Point the rule's ``share`` hook at this trainer when its public copies travel."""
+        inner = _inner(self.rule)
+        target = inner.gossip if isinstance(inner, Digital) else inner
+        if hasattr(target, "share"):
+            target.share = self._share if self._reach() == "replicas" else None
+
+    def needed(self) -> list[np.ndarray]:
+        """Per rank, the clients outside its block whose rows (models or public copies) it
+        receives this round: :func:`needed_rows` of the round's links (every other client
+        when the rule needs them all, :meth:`_reach`)."""
+        if self._reach() == "all":
+            return [np.concatenate([np.arange(0, lo), np.arange(hi, self.n)])
+                    for lo, hi in self.bounds]
+        key = id(self.links)
+        if key not in self._needs:
+            self._needs = {key: needed_rows(self.links, self.bounds)}
+        return self._needs[key]
+
+    def _exchange_rows(self) -> None:
+        """After local training: the half-step models this rank's receivers mix with, into
+        ``self.x`` (with push-sum's weights); all of them for a rule that needs every row;
+        none for a rule whose public copies travel instead (:meth:`_share`)."""
+        reach = self._reach()
+        if reach == "all":
+            self._gather_rows(self.x, self.x[self.lo:self.hi], models=True)
+        elif reach == "rows":
+            self._pass_rows(self.x, None, _client_numbers(self.rule))
+
+    def _share(self, replicas: torch.Tensor, columns: torch.Tensor | None) -> None:
+        """The rule's hook: the updated public copies (their ``columns``; all when None) of
+        the clients this rank's receivers mix with, from the ranks that own them."""
+        self._pass_rows(replicas, columns, [])
+
+    def _pass_rows(self, table: torch.Tensor, columns: torch.Tensor | None,
+                   numbers: list[torch.Tensor]) -> None:
+        """Rows of ``table`` (N x d; only ``columns`` when given) that each rank needs
+        (:meth:`needed`) from the ranks that own them, by point-to-point messages, one per
+        pair of ranks with rows to pass (every rank knows every rank's needs: the links are
+        the same everywhere). ``numbers``: per-client values (N,) that travel with a row, as
+        their float64 bits in 2 extra float32 columns each."""
+        import torch.distributed as dist
+
+        needs = self.needed()
+        cols = table.shape[1] if columns is None else int(columns.numel())
+        width = cols + 2 * len(numbers)
+        ops, landing = [], []
+        mine = needs[self.rank]
+        for peer, (lo, hi) in enumerate(self.bounds):
+            if peer == self.rank:
+                continue
+            theirs = needs[peer]
+            out = theirs[(theirs >= self.lo) & (theirs < self.hi)]
+            if out.size:
+                index = to_device(out, self.device)
+                payload = torch.empty(out.size, width, dtype=table.dtype, device=self.device)
+                picked = table[index]
+                payload[:, :cols] = picked if columns is None else picked[:, columns]
+                for c, values in enumerate(numbers):
+                    payload[:, cols + 2 * c:cols + 2 * c + 2] = \
+                        values[index].double().unsqueeze(1).view(table.dtype)
+                ops.append(dist.P2POp(dist.isend, payload, peer))
+            rows = mine[(mine >= lo) & (mine < hi)]
+            if rows.size:
+                box = torch.empty(rows.size, width, dtype=table.dtype, device=self.device)
+                ops.append(dist.P2POp(dist.irecv, box, peer))
+                landing.append((rows, box))
+        if ops:
+            for request in dist.batch_isend_irecv(ops):
+                request.wait()
+        for rows, box in landing:
+            index = to_device(rows, self.device)
+            if columns is None:
+                table[index] = box[:, :cols]
+            else:
+                table[index.unsqueeze(1), columns.unsqueeze(0)] = box[:, :cols]
+            for c, values in enumerate(numbers):
+                values[index] = box[:, cols + 2 * c:cols + 2 * c + 2].contiguous().view(
+                    torch.float64).squeeze(1).to(values.dtype)
+            self._traffic.rows += rows.size
+            self._traffic.model_bytes += box.numel() * box.element_size()
+
+    def gather_models(self) -> None:
+        """Every client's model into ``self.x`` on every rank (one all_gather; every rank
+        calls it). Between rounds of a neighbour-only exchange a rank holds its own rows and
+        the ones it last received; :meth:`run`, evaluation and checkpoints call this."""
+        if self._reach() != "all":
+            self._gather_rows(self.x, self.x[self.lo:self.hi])
+
+    def _sync_rule_state(self) -> None:
+        """The rule's per-client state rows (public copies, aggregates, remembered payloads)
+        from the ranks that own them, on every rank (every rank calls it)."""
+        if self._reach() == "all":
             return
-        pad = max(sizes)
-        send = torch.zeros(pad, *mine.shape[1:], dtype=mine.dtype, device=mine.device)
-        send[:mine.shape[0]] = mine
-        parts = [torch.empty_like(send) for _ in sizes]
-        dist.all_gather(parts, send)
-        for (lo, hi), part in zip(self.bounds, parts):
-            full[lo:hi] = part[:hi - lo]
+        for values in _client_numbers(self.rule):
+            self._gather_rows(values, values[self.lo:self.hi])
+        state = self.rule.state()
+        if not state:
+            return
+        for value in state.values():
+            if not isinstance(value, torch.Tensor):
+                continue
+            if any(value is v for v in _client_numbers(self.rule)):
+                continue
+            if value.dim() == 2 and value.shape[0] == self.n:
+                self._gather_rows(value, value[self.lo:self.hi])
+            elif value.dim() == 3 and value.shape[1] == self.n:
+                for part in value:
+                    self._gather_rows(part, part[self.lo:self.hi])
+        self.rule.set_state(state)
+
+    def _consensus(self) -> float:
+        """The consensus distance from the blocks, as one process computes it from the whole
+        stack: the float64 row sum passed from rank to rank in row order, its mean sent back
+        by the last rank, and every block's centred row norms gathered."""
+        import torch.distributed as dist
+
+        if self._reach() == "all":
+            return super()._consensus()
+        if self.n < 2:
+            return 0.0
+        last = self.group.world - 1
+        acc = torch.zeros(self.d, dtype=torch.float64, device=self.device)
+        if self.rank > 0:
+            dist.recv(acc, src=self.rank - 1)
+            self._traffic.other_bytes += acc.numel() * acc.element_size()
+        row_sum(self.x[self.lo:self.hi], acc)
+        if self.rank < last:
+            dist.send(acc, dst=self.rank + 1)
+        mean = (acc / self.n).to(self.x.dtype)
+        dist.broadcast(mean, src=last)
+        if self.rank != last:
+            self._traffic.other_bytes += mean.numel() * mean.element_size()
+        norms = centred_row_norms(self.x[self.lo:self.hi], mean,
+                                  self._scratch[self.lo:self.hi])
+        everyone = torch.zeros(self.n, dtype=torch.float64, device=self.device)
+        self._gather_rows(everyone, norms)
+        value = sq_distance_of_norms(everyone)
+        return math.sqrt(value) if value >= 0 else float("nan")
+
+    def _evaluate(self) -> tuple[float, np.ndarray]:
+        self.gather_models()          # the average model needs every client's
+        return super()._evaluate()
+
+    def step(self) -> dict:
+        self._traffic = RoundTraffic(self.round + 1)
+        try:
+            return super().step()
+        finally:
+            self.traffic_log.append(self._traffic)
+            self._traffic = RoundTraffic(-1)      # what moves between rounds is not counted
+
+    def _result(self, status: str, reason: str | None, saved: str | None) -> RunResult:
+        self.gather_models()          # the run ends with every model on every rank
+        return super()._result(status, reason, saved)
 
     # -------------------------------------------------------------------------------------
     # one round
@@ -279,11 +542,11 @@ class DistributedTrainer(Trainer):
         if rows is not None and n_rows:
             block[rows] = params
             self.m[rows] = buf
+        self._exchange_rows()
         if not trainable.any():
             return float("nan")
         everyone = torch.zeros(self.n, cfg.local_steps, device=self.device)
         self._gather_rows(everyone, losses)
-        self._gather_rows(self.x, block)
         sel = to_device(np.flatnonzero(trainable), self.device)
         total = 0.0
         for step in range(cfg.local_steps):
@@ -362,7 +625,7 @@ class DistributedTrainer(Trainer):
         if op == "save":
             self._write(None)
         elif op == "rewire":
-            Trainer.rewire(self, message[1], message[2])
+            self._rewire(message[1], message[2])
         elif op == "load":
             self._restore(message[1], message[2], None)
         elif op == "load_failed":
@@ -383,6 +646,8 @@ class DistributedTrainer(Trainer):
     def _write(self, path: str | Path | None) -> None:
         from .checkpoint import save
 
+        self.gather_models()
+        self._sync_rule_state()
         full = torch.empty(self.n, self.d, device=self.device)
         self._gather_rows(full, self.m)
         if self.rank == 0:
@@ -424,7 +689,15 @@ class DistributedTrainer(Trainer):
     def rewire(self, topology: Any, k_ratio: float | None = None) -> None:
         if self._commanding:
             _send(("rewire", topology, k_ratio))
-        super().rewire(topology, k_ratio)
+        self._rewire(topology, k_ratio)
+
+    def _rewire(self, topology: Any, k_ratio: float | None) -> None:
+        """:meth:`Trainer.rewire` with every client's model and rule state on every rank
+        first: new links need other rows (a rule that mixes every row may take over)."""
+        self.gather_models()
+        self._sync_rule_state()
+        Trainer.rewire(self, topology, k_ratio)
+        self._attach()
 
 
 class _LeaderFailed(ExecutionError):

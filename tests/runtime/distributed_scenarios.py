@@ -57,7 +57,23 @@ SCENARIOS = {
                                                     transport="digital", bits=8, **_OTA)),
     "push_sum_ring_ota_dropout": ("ring", 10, dict(rounds=5, algorithm="push_sum",
                                                    local_steps=2, dropout=0.2, **_OTA)),
+    # sparse topologies evaluated at the last round only: the ranks exchange neighbour rows
+    # (tests/runtime/test_distributed.py counts them); the same run with exchange='all'
+    "dsgd_ring12_sparse": ("ring", 12, dict(rounds=4, dropout=0.2, eval_every=4, **_OTA)),
+    "dsgd_ring12_sparse_all": ("ring", 12, dict(rounds=4, dropout=0.2, eval_every=4, **_OTA)),
+    "dsgd_peer16_sparse": ("one_peer_exponential", 16, dict(rounds=5, dropout=0.1,
+                                                            eval_every=5, **_OTA)),
+    "choco_peer16_sparse": ("one_peer_exponential", 16, dict(rounds=5, k_ratio=0.1,
+                                                             dropout=0.1, eval_every=5,
+                                                             **_OTA)),
+    "digital_ring12_sparse": ("ring", 12, dict(rounds=4, transport="digital", bits=4,
+                                               dropout=0.2, eval_every=4, **_OTA)),
+    "push_sum_peer16_sparse": ("one_peer_exponential", 16, dict(rounds=5, algorithm="push_sum",
+                                                                dropout=0.1, eval_every=5,
+                                                                **_OTA)),
 }
+#: scenarios whose ranks gather every row (``DistributedTrainer(..., exchange=...)``)
+EXCHANGE = {"dsgd_ring12_sparse_all": "all"}
 
 
 def callback(name: str, trainer, checkpoint: Path | None):
@@ -103,7 +119,8 @@ def main(out: Path, names: list[str]) -> None:
     group = distributed.init("gloo")
     try:
         for name in names:
-            trainer = distributed.DistributedTrainer(*inputs(name))
+            trainer = distributed.DistributedTrainer(*inputs(name),
+                                                     exchange=EXCHANGE.get(name, "auto"))
             if name.startswith("resume_"):
                 trainer.load(out / f"{name}.in.pt")
             result = trainer.run(callback(name, trainer, out / f"{name}.ckpt.pt"))
@@ -111,6 +128,9 @@ def main(out: Path, names: list[str]) -> None:
                 trainer.save(out / f"{name}.ckpt.pt" if group.rank == 0 else None)
             if group.rank == 0:
                 torch.save(outcome(trainer, result), out / f"{name}.pt")
+            # what this rank received, round by round
+            torch.save([t.as_dict() for t in trainer.traffic_log],
+                       out / f"{name}.traffic{group.rank}.pt")
     finally:
         distributed.shutdown()
 
