@@ -7,33 +7,50 @@ are the block's. Everything else is the single-process engine's code, run on eve
 same numbers:
 
 - every rank draws the round's dropout and fading (the channel's numpy generator), the
-  minibatch indices of all N clients (one numpy generator), the shared rand-k mask (the training
-  generator) and the receivers' noise (the channel's torch generator) exactly as one process
-  would, and uses its block's share of the minibatches;
-- after local training one ``all_gather`` of the trained blocks (and of the clients' losses)
-  gives every rank the stacked (N x d) half-step models, and every rank applies the update rule
-  (:mod:`.gossip`: D-SGD in either over-the-air form or digital, CHOCO, Clique Averaging,
-  MATCHA, push-sum, FedAvg's server; :func:`check_distributed` refuses gradient tracking)
-  to all rows,
-  keeping the rule's state (CHOCO's replicas and aggregates, D-SGD's difference aggregates) as a
-  single process does; the rows a rank does not train are simply not used by it;
-- evaluation: each rank scores its own clients (the per-client counts are gathered); the
-  average model's accuracy is computed by every rank on the same gathered models.
+  minibatch indices of all N clients (one numpy generator), the shared rand-k mask and
+  MATCHA's activations (the training generator) and the receivers' noise and the quantiser's
+  uniforms (the channel's torch generator) exactly as one process would, each draw the size of
+  the whole round, and uses its block's share of the minibatches;
+- after local training a rank receives, point to point (``batch_isend_irecv``), only the rows
+  its own clients mix with this round: the senders j of every link (i, j) of the round's
+  W^t with receiver i in its block (:func:`needed_rows`; every rank knows W^t, so every rank
+  knows what every other rank needs and no request travels). What travels is what the rule's
+  receivers use: the half-step models for D-SGD (either over-the-air form, or digital with
+  exact packets), MATCHA and push-sum (whose weight w_j travels with its row: over a noisy
+  channel only j's owner knows it); for CHOCO with a common mask the k masked columns of
+  the senders' replicas, and for quantised digital gossip the senders' public copies, each
+  right after their update (the rule's ``share`` hook). FedAvg's server, paper_literal and
+  Clique Averaging (which use other clients' models of the previous round) and CHOCO with
+  top-k masks (whose receivers' noise draws depend on every receiver's listening set) receive
+  every block in one ``all_gather`` instead (:meth:`DistributedTrainer._reach`), as does a
+  trainer built with ``exchange='all'``;
+- every rank then applies the update rule (:mod:`.gossip` and the other rule modules) to the
+  whole N x d stack as one process does. Rows it neither owns nor received hold stale but
+  finite values, which its own rows never see: their weight W_ij is 0 and 0 x finite = 0
+  exactly, every per-receiver quantity (noise level, shrinkage, aggregates) is computed from
+  the receiver's own links, and every random draw has the round's full size. So a rank's own
+  rows and its rows of the rule's state are exact; :meth:`DistributedTrainer.gather_models`
+  and the rule state's gathering bring every row back where all are needed (evaluation of the
+  average model, checkpoints, a rewiring, the end of :meth:`~DistributedTrainer.run`);
+- metrics: the consensus distance is computed from the blocks with the single-process
+  arithmetic (:func:`.metrics.consensus_sq_distance`): the float64 row sum passes from rank to
+  rank in row order, the last rank sends the mean back, and the N centred row norms are
+  gathered; each rank scores its own clients (the counts are gathered); on evaluated rounds
+  every rank gathers all models and computes the average model's accuracy.
 
-So a run on R ranks computes the same arithmetic on the same tensors as one process: its round
+So a run on R ranks computes the same arithmetic on the same numbers as one process: its round
 statistics and models equal the single-process run's bit for bit wherever the local training of
 a block equals that of the whole stack (the ``batched`` strategy of MLPs and logistic models, the
 ``loop`` and ``vmap`` strategies of every model); the grouped convolutions of ``batched`` conv
 models round differently for other numbers of clients, so those agree to float rounding.
 
-Traffic per round: each rank receives the other ranks' blocks, (N - N/R) x d floats (with R
-ranks, ``all_gather`` moves (R - 1)/R of the stacked models to every rank), plus N x
-``local_steps`` losses. That is the whole stack, not only the rows a neighbour needs: with the
-rule applied everywhere the result cannot depend on how the clients are split, and the models
-are replicated, so memory per rank is the models, the scratch buffer and the rule's state (as in
-one process) plus the block's momentum, gradients and batches. A neighbour-only exchange (a
-rank receiving only the rows its receivers mix, or CHOCO's k masked columns) would cut both, at
-the price of splitting every rule and metric by rows.
+Traffic per round and rank (:attr:`DistributedTrainer.traffic_log`): the rows above (on a
+ring, 2 rows whatever N and R; one-peer exponential, at most one per client of the block),
+N x ``local_steps`` losses, the consensus distance's d float64 partial sum and d float32 mean
+and N float64 norms, and on evaluated rounds every block (for the average model) and N
+accuracy counts. Memory per rank is still the N x d stack, its scratch buffer and the rule's
+state, as in one process, plus the block's momentum, gradients and batches: the rows a rank
+does not need are kept, stale, rather than the rules being split by rows.
 
 Two ways to drive it:
 
