@@ -297,6 +297,8 @@ class DistributedTrainer(Trainer):
             raise ExecutionError(f"exchange must be one of {', '.join(EXCHANGES)}, "
                                  f"got {exchange!r}")
         self.exchange = exchange
+        #: set during a round whose models every rank gathers (:meth:`step`)
+        self._full_round = False
         #: one :class:`RoundTraffic` per round this trainer ran: what this rank received
         self.traffic_log: list[RoundTraffic] = []
         self._traffic = RoundTraffic(0)
@@ -370,7 +372,24 @@ class DistributedTrainer(Trainer):
                 or self.clique_averaging is not None
                 or (algorithm == "choco" and self.config.mask != "common_randk")):
             return "all"
+        if self._full_round or (self.config.eval_every == 1 and not self._stateless()):
+            # every rank needs every model after the round (it is evaluated): a stateless
+            # rule mixes them all from the gathered half-step models at no extra cost; a rule
+            # with state evaluated every round would gather after the mixing on top of the
+            # neighbours' rows every round, more than gathering every block
+            return "all"
         return "replicas" if _shares_replicas(self.rule) else "rows"
+
+    def _stateless(self) -> bool:
+        """Whether the rule keeps no per-client state between rounds (D-SGD sending models or
+        centred models, digital D-SGD with exact packets, MATCHA over either): mixing every
+        row of the gathered half-step models then gives every client's exact new model."""
+        inner = _inner(self.rule)
+        if isinstance(inner, DSGD):
+            return inner.decay == 0
+        if isinstance(inner, Digital):
+            return inner.gossip.exact
+        return False
 
     def _attach(self) -> None:
         """Point the rule's ``share`` hook at this trainer when its public copies travel."""
@@ -517,10 +536,16 @@ class DistributedTrainer(Trainer):
         return super()._evaluate()
 
     def step(self) -> dict:
-        self._traffic = RoundTraffic(self.round + 1)
+        """:meth:`Trainer.step`; a round that will be evaluated with a stateless rule gathers
+        every half-step model instead of the neighbours' (the average model needs them all)."""
+        cfg = self.config
+        r = self.round + 1
+        self._traffic = RoundTraffic(r)
+        self._full_round = self._stateless() and (r % cfg.eval_every == 0 or r == cfg.rounds)
         try:
             return super().step()
         finally:
+            self._full_round = False
             self.traffic_log.append(self._traffic)
             self._traffic = RoundTraffic(-1)      # what moves between rounds is not counted
 

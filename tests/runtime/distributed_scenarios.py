@@ -63,6 +63,9 @@ SCENARIOS = {
     "dsgd_ring12_sparse_all": ("ring", 12, dict(rounds=4, dropout=0.2, eval_every=4, **_OTA)),
     "dsgd_peer16_sparse": ("one_peer_exponential", 16, dict(rounds=5, dropout=0.1,
                                                             eval_every=5, **_OTA)),
+    # evaluated every other round: those rounds gather every model, the others the neighbours'
+    "dsgd_peer16_sparse_eval2": ("one_peer_exponential", 16, dict(rounds=5, dropout=0.1,
+                                                                  eval_every=2, **_OTA)),
     "choco_peer16_sparse": ("one_peer_exponential", 16, dict(rounds=5, k_ratio=0.1,
                                                              dropout=0.1, eval_every=5,
                                                              **_OTA)),

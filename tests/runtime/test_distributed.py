@@ -26,6 +26,7 @@ from airplan_qo.runtime import distributed
 from airplan_qo.runtime.checkpoint import read
 from airplan_qo.runtime.compression import k_from_ratio
 from airplan_qo.runtime.engine import Trainer
+from airplan_qo.runtime.gossip import DSGD
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available()
                                 or not torch.distributed.is_gloo_available(),
@@ -206,9 +207,13 @@ def test_a_rank_receives_only_the_rows_its_clients_mix(ranks, world, name):
     """Per round a rank receives the rows of the clients its receivers mix with: their
     half-step models (push-sum's weight w_j travels with its row as 2 float32 words), or the
     public copies CHOCO (the k masked columns) and quantised digital gossip mix; plus the
-    losses, the consensus distance's partial sum, mean and row norms; every model only on
-    the evaluated (last) round, for the average model."""
+    losses, the consensus distance's partial sum, mean and row norms. On evaluated rounds
+    every model: a stateless rule (here D-SGD, sending centred models) gathers the half-step
+    models instead of the neighbours' and mixes them all; the others gather the mixed models
+    after the round."""
     config, *_ = S.inputs(name)
+    rule = Trainer(*S.inputs(name)).rule
+    stateless = isinstance(rule, DSGD) and rule.decay == 0
     d = torch.load(ranks[world] / f"{name}.pt", weights_only=False)["x"].shape[1]
     n = S.SCENARIOS[name][1]
     sizes = [hi - lo for lo, hi in distributed.blocks(n, world)]
@@ -226,18 +231,27 @@ def test_a_rank_receives_only_the_rows_its_clients_mix(ranks, world, name):
             return max(sizes) * (world - 1) * per_row
 
         for t, rows in zip(log, expected):
-            assert t["rows"] == len(rows), (rank, t)
-            assert t["model_bytes"] == len(rows) * width * 4
+            evaluated = t["round"] % config.eval_every == 0 or t["round"] == config.rounds
+            full = gathered_all or (evaluated and stateless)
+            if full:
+                assert t["rows"] == n - sizes[rank]
+                assert t["model_bytes"] == gathered(width * 4)
+            else:
+                assert t["rows"] == len(rows), (rank, t)
+                assert t["model_bytes"] == len(rows) * width * 4
             other = gathered(4 * config.local_steps)               # the losses
-            if not gathered_all:                                   # consensus from blocks
+            if not full:                                           # consensus from blocks
                 other += (8 * d if rank > 0 else 0) + (4 * d if rank < world - 1 else 0)
                 other += gathered(8)
-            if t["round"] == config.rounds:                       # evaluated: every model
-                other += (0 if gathered_all else gathered(4 * d)) + gathered(8)
+            if evaluated:                   # every model after the mixing, accuracy counts
+                other += (0 if full else gathered(4 * d)) + gathered(8)
             assert t["other_bytes"] == other, (rank, t)
         if not gathered_all:
-            # at most half the (R - 1)/R of the stack an all_gather brings every round
-            assert sum(t["rows"] for t in log) <= len(log) * (n - sizes[rank]) / 2
+            # at most half the (R - 1)/R of the stack an all_gather brings, per round
+            sparse = [t for t in log if not stateless or not (
+                t["round"] % config.eval_every == 0 or t["round"] == config.rounds)]
+            assert sum(t["rows"] for t in sparse) <= len(sparse) * (n - sizes[rank]) / 2
+    assert stateless == name.startswith("dsgd")        # the scenarios cover both kinds
 
 
 def test_resumed_by_several_processes_from_a_one_process_checkpoint(ranks):
