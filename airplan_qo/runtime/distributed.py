@@ -3,8 +3,7 @@
 The clients are split into contiguous blocks, one per process (rank) of a group that
 ``torchrun`` starts (:func:`blocks`: the first N mod R ranks get one client more). Each rank
 trains only its block: the local SGD steps, their momentum buffers, gradients and minibatches
-are the block's. Everything else is the single-process engine's code, run on every rank on the
-same numbers:
+are the block's. Everything else is the single-process engine's code, run on every rank:
 
 - every rank draws the round's dropout and fading (the channel's numpy generator), the
   minibatch indices of all N clients (one numpy generator), the shared rand-k mask and
@@ -31,7 +30,10 @@ same numbers:
   the receiver's own links, and every random draw has the round's full size. So a rank's own
   rows and its rows of the rule's state are exact; :meth:`DistributedTrainer.gather_models`
   and the rule state's gathering bring every row back where all are needed (evaluation of the
-  average model, checkpoints, a rewiring, the end of :meth:`~DistributedTrainer.run`);
+  average model, checkpoints, a rewiring, the end of :meth:`~DistributedTrainer.run`). A round
+  that is evaluated with a rule that keeps no state between rounds gathers every half-step
+  model instead and mixes them all (:meth:`DistributedTrainer.step`); a rule with state that
+  is evaluated every round gathers every block every round;
 - metrics: the consensus distance is computed from the blocks with the single-process
   arithmetic (:func:`.metrics.consensus_sq_distance`): the float64 row sum passes from rank to
   rank in row order, the last rank sends the mean back, and the N centred row norms are
@@ -48,7 +50,7 @@ Traffic per round and rank (:attr:`DistributedTrainer.traffic_log`): the rows ab
 ring, 2 rows whatever N and R; one-peer exponential, at most one per client of the block),
 N x ``local_steps`` losses, the consensus distance's d float64 partial sum and d float32 mean
 and N float64 norms, and on evaluated rounds every block (for the average model) and N
-accuracy counts. Memory per rank is still the N x d stack, its scratch buffer and the rule's
+accuracy counts: the exchange saves on the rounds that are not evaluated. Memory per rank is still the N x d stack, its scratch buffer and the rule's
 state, as in one process, plus the block's momentum, gradients and batches: the rows a rank
 does not need are kept, stale, rather than the rules being split by rows.
 
@@ -200,8 +202,9 @@ def _receive() -> tuple:
 
 
 #: The update rules a run split over processes applies (the others are refused). They act on
-#: the gathered half-step models only (the digital transport's quantiser draws from the channel
-#: generator and MATCHA's activations from the training generator, in step on every rank).
+#: the half-step models and their own state only (the digital transport's quantiser draws from
+#: the channel generator and MATCHA's activations from the training generator, in step on
+#: every rank).
 DISTRIBUTED_ALGORITHMS = ("dsgd", "choco", "paper_literal", "matcha", "push_sum", "fedavg",
                           "fedprox")
 
