@@ -305,7 +305,8 @@ class DistributedTrainer(Trainer):
         #: one :class:`RoundTraffic` per round this trainer ran: what this rank received
         self.traffic_log: list[RoundTraffic] = []
         self._traffic = RoundTraffic(0)
-        self._needs: dict[tuple, list[np.ndarray]] = {}
+        #: the link set the rows below were worked out for, and per rank its needed rows
+        self._needs: tuple[Any, list[np.ndarray]] | None = None
         group = group or active()
         if group is None:
             raise ExecutionError("DistributedTrainer needs a process group: call "
@@ -326,6 +327,11 @@ class DistributedTrainer(Trainer):
             raise ExecutionError(
                 f"this run trains on {config.device} but the process group uses backend "
                 f"'gloo', which gathers CPU tensors; start it with AIRPLAN_BACKEND=nccl")
+        if self.device.type == "cuda":
+            import torch.distributed as dist
+
+            # every rank joins NCCL's communicator before any point-to-point message
+            dist.all_reduce(torch.zeros(1, device=self.device))
 
     @property
     def rank(self) -> int:
@@ -408,10 +414,9 @@ class DistributedTrainer(Trainer):
         if self._reach() == "all":
             return [np.concatenate([np.arange(0, lo), np.arange(hi, self.n)])
                     for lo, hi in self.bounds]
-        key = id(self.links)
-        if key not in self._needs:
-            self._needs = {key: needed_rows(self.links, self.bounds)}
-        return self._needs[key]
+        if self._needs is None or self._needs[0] is not self.links:
+            self._needs = (self.links, needed_rows(self.links, self.bounds))
+        return self._needs[1]
 
     def _exchange_rows(self) -> None:
         """After local training: the half-step models this rank's receivers mix with, into
@@ -587,11 +592,12 @@ class DistributedTrainer(Trainer):
         if rows is not None and n_rows:
             block[rows] = params
             self.m[rows] = buf
-        self._exchange_rows()
         if not trainable.any():
+            self._exchange_rows()
             return float("nan")
         everyone = torch.zeros(self.n, cfg.local_steps, device=self.device)
         self._gather_rows(everyone, losses)
+        self._exchange_rows()
         sel = to_device(np.flatnonzero(trainable), self.device)
         total = 0.0
         for step in range(cfg.local_steps):
