@@ -74,6 +74,16 @@ SCENARIOS = {
     "push_sum_peer16_sparse": ("one_peer_exponential", 16, dict(rounds=5, algorithm="push_sum",
                                                                 dropout=0.1, eval_every=5,
                                                                 **_OTA)),
+    # state kept between rounds, exchanged neighbour-only: D-SGD's difference form (decay 0.3
+    # on a ring of 8) and CHOCO's replicas; checkpoints gather every row's state
+    "dsgd_ring8_sparse_save": ("ring", 8, dict(rounds=3, dropout=0.2, eval_every=3, **_OTA)),
+    "choco_ring12_sparse_save": ("ring", 12, dict(rounds=3, k_ratio=0.1, dropout=0.2,
+                                                  eval_every=3, **_OTA)),
+    "resume_choco_ring12_sparse": ("ring", 12, dict(rounds=6, k_ratio=0.1, dropout=0.2,
+                                                    eval_every=3, **_OTA)),
+    # rank 0's callback rewires CHOCO to the complete graph and checkpoints at round 2
+    "callback_choco_rewire_sparse": ("ring", 12, dict(rounds=6, k_ratio=0.1, dropout=0.2,
+                                                      eval_every=6, **_OTA)),
 }
 #: scenarios whose ranks gather every row (``DistributedTrainer(..., exchange=...)``)
 EXCHANGE = {"dsgd_ring12_sparse_all": "all"}
@@ -81,7 +91,7 @@ EXCHANGE = {"dsgd_ring12_sparse_all": "all"}
 
 def callback(name: str, trainer, checkpoint: Path | None):
     """The callback a scenario runs with (None for most)."""
-    if name != "callback_rewire_save_stop":
+    if not name.startswith("callback_"):
         return None
 
     def after(row: dict):
