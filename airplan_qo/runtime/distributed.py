@@ -50,18 +50,19 @@ Traffic per round and rank (:attr:`DistributedTrainer.traffic_log`): the rows ab
 ring, 2 rows whatever N and R; one-peer exponential, at most one per client of the block),
 N x ``local_steps`` losses, the consensus distance's d float64 partial sum and d float32 mean
 and N float64 norms, and on evaluated rounds every block (for the average model) and N
-accuracy counts: the exchange saves on the rounds that are not evaluated. Memory per rank is still the N x d stack, its scratch buffer and the rule's
-state, as in one process, plus the block's momentum, gradients and batches: the rows a rank
-does not need are kept, stale, rather than the rules being split by rows.
+accuracy counts: the exchange saves on the rounds that are not evaluated. Memory per rank
+is still the N x d stack, its scratch buffer and the rule's state, as in one process, plus the
+block's momentum, gradients and batches: the rows a rank does not need are kept, stale, rather
+than the rules being split by rows.
 
 Two ways to drive it:
 
 - *leader* (the CLI under ``torchrun -m airplan_qo ...``, :func:`main`): rank 0 runs the command
   as a single process would (it alone reads and writes the catalog) and, whenever it builds a
   trainer, sends the job to the other ranks, which wait in :func:`serve`; checkpoints (rank 0
-  writes them, the momentum gathered from every rank), resumes (rank 0 reads the file and sends
-  its state), re-optimisation (a rewiring on rank 0 is repeated on every rank) and the
-  callback's decisions travel as messages from rank 0.
+  writes them, every client's model, momentum and rule state gathered from its rank),
+  resumes (rank 0 reads the file and sends its state), re-optimisation (a rewiring on rank 0
+  is repeated on every rank) and the callback's decisions travel as messages from rank 0.
 - *every rank* (Python): each process builds ``DistributedTrainer(config, dataset, partition,
   topology)`` with the same arguments and calls ``run``, ``save`` or ``load`` at the same points;
   the callback runs on rank 0 and its ``"stop"`` applies to all.

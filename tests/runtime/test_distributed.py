@@ -102,7 +102,8 @@ def _write_inputs(out: Path, names: list[str]) -> None:
 TWO = [name for name in S.SCENARIOS]
 THREE = ["push_sum_ring_ota_dropout", "dsgd_peer_ota_dropout", "choco_ring_ota_dropout",
          "resume_dsgd_complete", "choco_ring_save", "dsgd_ring12_sparse", "dsgd_peer16_sparse",
-         "choco_peer16_sparse", "choco_ring12_sparse_save", "resume_choco_ring12_sparse"]
+         "choco_peer16_sparse", "choco_ring12_sparse_save", "resume_choco_ring12_sparse",
+         "push_sum_peer16_sparse", "digital_ring12_sparse"]
 SPARSE = [name for name in S.SCENARIOS
           if "_sparse" in name and not name.startswith(("callback_", "resume_"))]
 
