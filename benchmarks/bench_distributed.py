@@ -1,15 +1,20 @@
-"""Scaling of one run over several processes (torch.distributed, gloo on loopback).
+"""Scaling of one run over several processes (torch.distributed, gloo on loopback), and what
+each process receives.
 
-For each workload, the same run (D-SGD on a ring, digits, one local step unless given) is timed
-with 1 process (the plain single-process Trainer) and with R processes
-(:class:`~airplan_qo.runtime.distributed.DistributedTrainer`), each process with one torch
-thread. Prints one JSON object: per workload and process count the median seconds per round
-(rank 0's round time after ``--warmup`` rounds), the share of it spent in the all_gather of
-models and losses, and speedup = t(1) / t(R) and efficiency = speedup / R against the 1-process
-run of the same invocation. The runs are checked to end with the same models.
+For each workload, the same run (D-SGD on a ring, digits, one local step unless given,
+evaluated at its last round only) is timed with 1 process (the plain single-process Trainer)
+and with R processes (:class:`~airplan_qo.runtime.distributed.DistributedTrainer`), each
+process with one torch thread, once per exchange: ``auto`` (each rank receives the rows its
+clients mix with, point to point) and ``all`` (one all_gather of every block). Prints one JSON
+object: per workload, process count and exchange the median seconds per round (rank 0's round
+time after ``--warmup`` rounds), the share of it spent exchanging (models, losses and the
+consensus distance's reductions, waiting for the slower rank included), speedup = t(1) / t(R)
+and efficiency = speedup / R against the 1-process run of the same invocation, and per rank
+the median over the timed rounds of the bytes it received per round (all of them, and the
+models' share) and of the model rows. The runs are checked to end with the same models.
 
     python benchmarks/bench_distributed.py [--ranks 1 2] [--rounds 12 --warmup 2]
-        [--workloads mlp:100 cnn4:40] [--local-steps 1]
+        [--workloads mlp:100 cnn4:40] [--local-steps 1] [--exchanges auto all]
 """
 
 from __future__ import annotations
@@ -40,15 +45,16 @@ def _workload(model: str, n: int, rounds: int, local_steps: int):
     return config, dataset, part, build(TopologySpec.create("ring", n))
 
 
-def worker(out: Path, model: str, n: int, rounds: int, warmup: int, local_steps: int) -> None:
-    """One process of a timed run (rank 0 writes the timings); WORLD_SIZE 1 runs the plain
-    Trainer."""
+def worker(out: Path, model: str, n: int, rounds: int, warmup: int, local_steps: int,
+           exchange: str) -> None:
+    """One process of a timed run (rank 0 writes the timings, every rank what it received);
+    WORLD_SIZE 1 runs the plain Trainer."""
     import torch
 
     torch.set_num_threads(1)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     args = _workload(model, n, rounds, local_steps)
-    gather = [0.0]
+    spent, depth = [0.0], [0]
     if world == 1:
         from airplan_qo.runtime.engine import Trainer
 
@@ -57,25 +63,36 @@ def worker(out: Path, model: str, n: int, rounds: int, warmup: int, local_steps:
         from airplan_qo.runtime import distributed
 
         group = distributed.init("gloo")
-        trainer, rank = distributed.DistributedTrainer(*args), group.rank
-        inner = trainer._gather_rows
+        trainer = distributed.DistributedTrainer(*args, exchange=exchange)
+        rank = group.rank
+        for name in ("_gather_rows", "_pass_rows", "_consensus"):
+            inner = getattr(trainer, name)
 
-        def timed(full, mine):
-            start = time.perf_counter()
-            inner(full, mine)
-            gather[0] += time.perf_counter() - start
-        trainer._gather_rows = timed
+            def timed(*a, _inner=inner, **kw):
+                start = time.perf_counter()
+                depth[0] += 1
+                try:
+                    return _inner(*a, **kw)
+                finally:
+                    depth[0] -= 1
+                    if not depth[0]:          # the outermost exchange call counts
+                        spent[0] += time.perf_counter() - start
+            setattr(trainer, name, timed)
     times, shares = [], []
     for r in range(rounds):
-        gather[0] = 0.0
+        spent[0] = 0.0
         start = time.perf_counter()
         trainer.step()
         took = time.perf_counter() - start
         if r >= warmup:
             times.append(took)
-            shares.append(gather[0] / took)
-    if rank == 0:
-        torch.save({"times": times, "gather_share": shares, "x": trainer.x}, out)
+            shares.append(spent[0] / took)
+    received = []
+    if world > 1:
+        received = [t.as_dict() for t in trainer.traffic_log[warmup:]]
+        trainer.gather_models()
+    torch.save({"times": times, "exchange_share": shares, "x": trainer.x,
+                "received": received}, out.with_suffix(f".rank{rank}.pt"))
     if world > 1:
         distributed.shutdown()
 
@@ -86,15 +103,17 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def timed_run(world: int, model: str, n: int, args: argparse.Namespace, tmp: Path) -> dict:
-    out = tmp / f"{model}-{n}-{world}.pt"
+def timed_run(world: int, model: str, n: int, exchange: str, args: argparse.Namespace,
+              tmp: Path) -> list[dict]:
+    """Every rank's record of one run (rank 0's first)."""
+    out = tmp / f"{model}-{n}-{world}-{exchange}.pt"
     port = str(_free_port())
     env = dict(os.environ, OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
                WORLD_SIZE=str(world),
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT),
                                                         os.environ.get("PYTHONPATH")])))
     cmd = [sys.executable, __file__, "--worker", str(out), model, str(n), str(args.rounds),
-           str(args.warmup), str(args.local_steps)]
+           str(args.warmup), str(args.local_steps), exchange]
     procs = [subprocess.Popen(cmd, env=dict(env, RANK=str(r), LOCAL_RANK=str(r)))
              for r in range(world)]
     codes = [p.wait() for p in procs]
@@ -102,13 +121,23 @@ def timed_run(world: int, model: str, n: int, args: argparse.Namespace, tmp: Pat
         raise SystemExit(f"a process of the {world}-process run exited with {codes}")
     import torch
 
-    return torch.load(out, weights_only=True)
+    return [torch.load(out.with_suffix(f".rank{r}.pt"), weights_only=True)
+            for r in range(world)]
+
+
+def _received(record: dict) -> dict:
+    """A rank's median bytes (all, models) and model rows received per timed round."""
+    rows = record["received"]
+    return {"bytes": statistics.median(r["bytes"] for r in rows),
+            "model_bytes": statistics.median(r["model_bytes"] for r in rows),
+            "rows": statistics.median(r["rows"] for r in rows),
+            "bytes_evaluated_round": rows[-1]["bytes"]}
 
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        out, model, n, rounds, warmup, steps = sys.argv[2:8]
-        worker(Path(out), model, int(n), int(rounds), int(warmup), int(steps))
+        out, model, n, rounds, warmup, steps, exchange = sys.argv[2:9]
+        worker(Path(out), model, int(n), int(rounds), int(warmup), int(steps), exchange)
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
@@ -117,6 +146,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--local-steps", type=int, default=1)
+    parser.add_argument("--exchanges", nargs="+", default=["auto", "all"],
+                        choices=["auto", "all"])
     args = parser.parse_args()
     ranks = sorted(set([1, *args.ranks]))
     report = {"cpus": os.cpu_count(), "load_average_before": list(os.getloadavg()),
@@ -129,17 +160,22 @@ def main() -> None:
             model, n = spec.split(":")
             base = None
             for world in ranks:
-                got = timed_run(world, model, int(n), args, Path(tmp))
-                median = statistics.median(got["times"])
-                if base is None:
-                    base, base_x = median, got["x"]
-                speedup = base / median
-                report["runs"].append({
-                    "model": model, "clients": int(n), "processes": world,
-                    "s_per_round": round(median, 5),
-                    "gather_share": round(statistics.median(got["gather_share"]), 3),
-                    "speedup": round(speedup, 3), "efficiency": round(speedup / world, 3),
-                    "same_models_as_1": bool(torch.equal(got["x"], base_x))})
+                for exchange in (["-"] if world == 1 else args.exchanges):
+                    records = timed_run(world, model, int(n), exchange, args, Path(tmp))
+                    median = statistics.median(records[0]["times"])
+                    if base is None:
+                        base, base_x = median, records[0]["x"]
+                    speedup = base / median
+                    run = {
+                        "model": model, "clients": int(n), "processes": world,
+                        "exchange": exchange, "s_per_round": round(median, 5),
+                        "speedup": round(speedup, 3), "efficiency": round(speedup / world, 3),
+                        "same_models_as_1": bool(torch.equal(records[0]["x"], base_x))}
+                    if world > 1:
+                        run["exchange_share"] = round(
+                            statistics.median(records[0]["exchange_share"]), 3)
+                        run["received_per_round"] = [_received(r) for r in records]
+                    report["runs"].append(run)
     report["load_average_after"] = list(os.getloadavg())
     print(json.dumps(report, indent=1))
 

@@ -68,6 +68,11 @@ class DigitalGossip:
         self.xhat: torch.Tensor | None = None
         #: per directed link, packets its receiver missed since the last delivery
         self.missed: np.ndarray | None = None
+        #: Called as ``share(xhat, None)`` right after the public copies' update of a round
+        #: (quantised packets), before any receiver uses them: a run split over processes
+        #: (:mod:`.distributed`) brings there the copies its receivers mix with. None in one
+        #: process.
+        self.share = None
 
     @property
     def exact(self) -> bool:
@@ -98,6 +103,8 @@ class DigitalGossip:
         if not rl.active.all():
             q[~active] = 0.0
         self.xhat += q
+        if self.share is not None:
+            self.share(self.xhat, None)
         # Every copy in use equals xhat (missed packets are re-sent with the next delivery)
         s = dsgd_mix(self.xhat, links, up)
         mixed = torch.sub(s, self.xhat, out=scratch).mul_(self.gamma).add_(x)

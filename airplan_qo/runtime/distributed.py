@@ -3,46 +3,66 @@
 The clients are split into contiguous blocks, one per process (rank) of a group that
 ``torchrun`` starts (:func:`blocks`: the first N mod R ranks get one client more). Each rank
 trains only its block: the local SGD steps, their momentum buffers, gradients and minibatches
-are the block's. Everything else is the single-process engine's code, run on every rank on the
-same numbers:
+are the block's. Everything else is the single-process engine's code, run on every rank:
 
 - every rank draws the round's dropout and fading (the channel's numpy generator), the
-  minibatch indices of all N clients (one numpy generator), the shared rand-k mask (the training
-  generator) and the receivers' noise (the channel's torch generator) exactly as one process
-  would, and uses its block's share of the minibatches;
-- after local training one ``all_gather`` of the trained blocks (and of the clients' losses)
-  gives every rank the stacked (N x d) half-step models, and every rank applies the update rule
-  (:mod:`.gossip`: D-SGD in either over-the-air form or digital, CHOCO, Clique Averaging,
-  MATCHA, push-sum, FedAvg's server; :func:`check_distributed` refuses gradient tracking)
-  to all rows,
-  keeping the rule's state (CHOCO's replicas and aggregates, D-SGD's difference aggregates) as a
-  single process does; the rows a rank does not train are simply not used by it;
-- evaluation: each rank scores its own clients (the per-client counts are gathered); the
-  average model's accuracy is computed by every rank on the same gathered models.
+  minibatch indices of all N clients (one numpy generator), the shared rand-k mask and
+  MATCHA's activations (the training generator) and the receivers' noise and the quantiser's
+  uniforms (the channel's torch generator) exactly as one process would, each draw the size of
+  the whole round, and uses its block's share of the minibatches;
+- after local training a rank receives, point to point (``batch_isend_irecv``), only the rows
+  its own clients mix with this round: the senders j of every link (i, j) of the round's
+  W^t with receiver i in its block (:func:`needed_rows`; every rank knows W^t, so every rank
+  knows what every other rank needs and no request travels). What travels is what the rule's
+  receivers use: the half-step models for D-SGD (either over-the-air form, or digital with
+  exact packets), MATCHA and push-sum (whose weight w_j travels with its row: over a noisy
+  channel only j's owner knows it); for CHOCO with a common mask the k masked columns of
+  the senders' replicas, and for quantised digital gossip the senders' public copies, each
+  right after their update (the rule's ``share`` hook). FedAvg's server, paper_literal and
+  Clique Averaging (which use other clients' models of the previous round) and CHOCO with
+  top-k masks (whose receivers' noise draws depend on every receiver's listening set) receive
+  every block in one ``all_gather`` instead (:meth:`DistributedTrainer._reach`), as does a
+  trainer built with ``exchange='all'``;
+- every rank then applies the update rule (:mod:`.gossip` and the other rule modules) to the
+  whole N x d stack as one process does. Rows it neither owns nor received hold stale but
+  finite values, which its own rows never see: their weight W_ij is 0 and 0 x finite = 0
+  exactly, every per-receiver quantity (noise level, shrinkage, aggregates) is computed from
+  the receiver's own links, and every random draw has the round's full size. So a rank's own
+  rows and its rows of the rule's state are exact; :meth:`DistributedTrainer.gather_models`
+  and the rule state's gathering bring every row back where all are needed (evaluation of the
+  average model, checkpoints, a rewiring, the end of :meth:`~DistributedTrainer.run`). A round
+  that is evaluated with a rule that keeps no state between rounds gathers every half-step
+  model instead and mixes them all (:meth:`DistributedTrainer.step`); a rule with state that
+  is evaluated every round gathers every block every round;
+- metrics: the consensus distance is computed from the blocks with the single-process
+  arithmetic (:func:`.metrics.consensus_sq_distance`): the float64 row sum passes from rank to
+  rank in row order, the last rank sends the mean back, and the N centred row norms are
+  gathered; each rank scores its own clients (the counts are gathered); on evaluated rounds
+  every rank gathers all models and computes the average model's accuracy.
 
-So a run on R ranks computes the same arithmetic on the same tensors as one process: its round
+So a run on R ranks computes the same arithmetic on the same numbers as one process: its round
 statistics and models equal the single-process run's bit for bit wherever the local training of
 a block equals that of the whole stack (the ``batched`` strategy of MLPs and logistic models, the
 ``loop`` and ``vmap`` strategies of every model); the grouped convolutions of ``batched`` conv
 models round differently for other numbers of clients, so those agree to float rounding.
 
-Traffic per round: each rank receives the other ranks' blocks, (N - N/R) x d floats (with R
-ranks, ``all_gather`` moves (R - 1)/R of the stacked models to every rank), plus N x
-``local_steps`` losses. That is the whole stack, not only the rows a neighbour needs: with the
-rule applied everywhere the result cannot depend on how the clients are split, and the models
-are replicated, so memory per rank is the models, the scratch buffer and the rule's state (as in
-one process) plus the block's momentum, gradients and batches. A neighbour-only exchange (a
-rank receiving only the rows its receivers mix, or CHOCO's k masked columns) would cut both, at
-the price of splitting every rule and metric by rows.
+Traffic per round and rank (:attr:`DistributedTrainer.traffic_log`): the rows above (on a
+ring, 2 rows whatever N and R; one-peer exponential, at most one per client of the block),
+N x ``local_steps`` losses, the consensus distance's d float64 partial sum and d float32 mean
+and N float64 norms, and on evaluated rounds every block (for the average model) and N
+accuracy counts: the exchange saves on the rounds that are not evaluated. Memory per rank
+is still the N x d stack, its scratch buffer and the rule's state, as in one process, plus the
+block's momentum, gradients and batches: the rows a rank does not need are kept, stale, rather
+than the rules being split by rows.
 
 Two ways to drive it:
 
 - *leader* (the CLI under ``torchrun -m airplan_qo ...``, :func:`main`): rank 0 runs the command
   as a single process would (it alone reads and writes the catalog) and, whenever it builds a
   trainer, sends the job to the other ranks, which wait in :func:`serve`; checkpoints (rank 0
-  writes them, the momentum gathered from every rank), resumes (rank 0 reads the file and sends
-  its state), re-optimisation (a rewiring on rank 0 is repeated on every rank) and the
-  callback's decisions travel as messages from rank 0.
+  writes them, every client's model, momentum and rule state gathered from its rank),
+  resumes (rank 0 reads the file and sends its state), re-optimisation (a rewiring on rank 0
+  is repeated on every rank) and the callback's decisions travel as messages from rank 0.
 - *every rank* (Python): each process builds ``DistributedTrainer(config, dataset, partition,
   topology)`` with the same arguments and calls ``run``, ``save`` or ``load`` at the same points;
   the callback runs on rank 0 and its ``"stop"`` applies to all.
@@ -50,6 +70,7 @@ Two ways to drive it:
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any, Callable
@@ -60,10 +81,16 @@ import torch
 from ..errors import AirPlanError, ExecutionError
 from . import distributed_launch as launched
 from .device import to_device
+from .digital import Digital
 from .engine import RunConfig, RunResult, Trainer
+from .federated import FEDERATED
+from .gossip import DSGD, Choco
+from .metrics import centred_row_norms, row_sum, sq_distance_of_norms
+from .push_sum import PushSum
 
-__all__ = ["DISTRIBUTED_ALGORITHMS", "DistributedTrainer", "Group", "active", "blocks",
-           "check_distributed", "init", "launched", "lead", "main", "serve", "shutdown"]
+__all__ = ["DISTRIBUTED_ALGORITHMS", "EXCHANGES", "DistributedTrainer", "Group",
+           "RoundTraffic", "active", "blocks", "check_distributed", "init", "launched", "lead",
+           "main", "needed_rows", "serve", "shutdown"]
 
 #: The environment ``torchrun`` (or any launcher) sets for every process.
 LAUNCH_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -176,8 +203,9 @@ def _receive() -> tuple:
 
 
 #: The update rules a run split over processes applies (the others are refused). They act on
-#: the gathered half-step models only (the digital transport's quantiser draws from the channel
-#: generator and MATCHA's activations from the training generator, in step on every rank).
+#: the half-step models and their own state only (the digital transport's quantiser draws from
+#: the channel generator and MATCHA's activations from the training generator, in step on
+#: every rank).
 DISTRIBUTED_ALGORITHMS = ("dsgd", "choco", "paper_literal", "matcha", "push_sum", "fedavg",
                           "fedprox")
 
@@ -193,6 +221,73 @@ def check_distributed(config: RunConfig) -> None:
             f"(without torchrun, or --nproc-per-node 1)")
 
 
+#: How a run over processes exchanges the half-step models (``DistributedTrainer(...,
+#: exchange=...)``): ``auto``, each rank receiving the rows its clients mix with (every row for
+#: the rules that need them: module docstring), or ``all``, one all_gather of every block.
+EXCHANGES = ("auto", "all")
+
+
+class RoundTraffic:
+    """What one rank received in one round: ``rows`` of other ranks' half-step models, their
+    ``model_bytes``, and ``other_bytes`` (losses, the consensus distance's partial sums and
+    norms, accuracy counts, and on evaluated rounds the models the average model needs)."""
+
+    __slots__ = ("round", "rows", "model_bytes", "other_bytes")
+
+    def __init__(self, round_: int, rows: int = 0, model_bytes: int = 0,
+                 other_bytes: int = 0):
+        self.round, self.rows = round_, rows
+        self.model_bytes, self.other_bytes = model_bytes, other_bytes
+
+    @property
+    def bytes(self) -> int:
+        return self.model_bytes + self.other_bytes
+
+    def as_dict(self) -> dict[str, int]:
+        return {"round": self.round, "rows": self.rows, "model_bytes": self.model_bytes,
+                "other_bytes": self.other_bytes, "bytes": self.bytes}
+
+    def __repr__(self) -> str:
+        return f"RoundTraffic({self.as_dict()})"
+
+
+def needed_rows(links: Any, bounds: list[tuple[int, int]]) -> list[np.ndarray]:
+    """Per rank, the sorted clients outside its block whose rows its receivers mix with: the
+    senders j of every link (i, j) of ``links`` (one :class:`~.gossip.LinkSet` or several,
+    whose links are united) with receiver i in the rank's block, i.e. W_ij != 0."""
+    sets = links if isinstance(links, (tuple, list)) else (links,)
+    recv = np.concatenate([ls.recv for ls in sets])
+    send = np.concatenate([ls.send for ls in sets])
+    out = []
+    for lo, hi in bounds:
+        mine = (recv >= lo) & (recv < hi) & ~((send >= lo) & (send < hi))
+        out.append(np.unique(send[mine]).astype(np.int64))
+    return out
+
+
+def _inner(rule: Any) -> Any:
+    return getattr(rule, "inner", rule)      # MATCHA mixes through its transport's rule
+
+
+def _shares_replicas(rule: Any) -> bool:
+    """Whether the rule's receivers mix public copies (CHOCO's replicas with a common mask,
+    quantised digital gossip's copies) rather than the half-step models: those are what
+    travel, right after their update (the rule's ``share`` hook)."""
+    rule = _inner(rule)
+    if isinstance(rule, Choco):
+        return rule.mask == "common_randk"
+    if isinstance(rule, Digital):
+        return not rule.gossip.exact
+    return False
+
+
+def _client_numbers(rule: Any) -> list[torch.Tensor]:
+    """The rule's per-client numbers (N,) that travel with a client's row: push-sum's weight
+    w_j, which its receivers multiply the row by and which, over a noisy channel, only its
+    owner knows (its noise level depends on its own neighbours' rows)."""
+    return [rule.w] if isinstance(rule, PushSum) else []
+
+
 class DistributedTrainer(Trainer):
     """A :class:`~.engine.Trainer` whose clients are split over the ranks of the group
     (module docstring). Every rank builds it with the same arguments; ``group`` defaults to
@@ -200,8 +295,19 @@ class DistributedTrainer(Trainer):
     (the CLI's mode) rather than every rank calling the same methods."""
 
     def __init__(self, config: RunConfig, dataset: Any, partition: Any, topology: Any, *,
-                 group: Group | None = None, leader: bool = False):
+                 group: Group | None = None, leader: bool = False, exchange: str = "auto"):
         check_distributed(config)
+        if exchange not in EXCHANGES:
+            raise ExecutionError(f"exchange must be one of {', '.join(EXCHANGES)}, "
+                                 f"got {exchange!r}")
+        self.exchange = exchange
+        #: set during a round whose models every rank gathers (:meth:`step`)
+        self._full_round = False
+        #: one :class:`RoundTraffic` per round this trainer ran: what this rank received
+        self.traffic_log: list[RoundTraffic] = []
+        self._traffic = RoundTraffic(0)
+        #: the link set the rows below were worked out for, and per rank its needed rows
+        self._needs: tuple[Any, list[np.ndarray]] | None = None
         group = group or active()
         if group is None:
             raise ExecutionError("DistributedTrainer needs a process group: call "
@@ -217,10 +323,16 @@ class DistributedTrainer(Trainer):
 
             config = attrs.evolve(config, device=f"cuda:{group.local_rank}")
         super().__init__(config, dataset, partition, topology)
+        self._attach()
         if group.backend == "gloo" and self.device.type == "cuda":
             raise ExecutionError(
                 f"this run trains on {config.device} but the process group uses backend "
                 f"'gloo', which gathers CPU tensors; start it with AIRPLAN_BACKEND=nccl")
+        if self.device.type == "cuda":
+            import torch.distributed as dist
+
+            # every rank joins NCCL's communicator before any point-to-point message
+            dist.all_reduce(torch.zeros(1, device=self.device))
 
     @property
     def rank(self) -> int:
@@ -232,21 +344,223 @@ class DistributedTrainer(Trainer):
     # -------------------------------------------------------------------------------------
     # exchanges
 
-    def _gather_rows(self, full: torch.Tensor, mine: torch.Tensor) -> None:
-        """``full[lo_r:hi_r] = mine`` of rank r, for every rank r (one all_gather)."""
+    def _gather_rows(self, full: torch.Tensor, mine: torch.Tensor, *,
+                     models: bool = False) -> None:
+        """``full[lo_r:hi_r] = mine`` of rank r, for every rank r (one all_gather); counted
+        in this round's :class:`RoundTraffic` (as model rows when ``models``)."""
         import torch.distributed as dist
 
         sizes = [hi - lo for lo, hi in self.bounds]
+        row = mine[0].numel() * mine.element_size() if mine.dim() else mine.element_size()
         if len(set(sizes)) == 1:
             dist.all_gather(list(full.split(sizes[0])), mine.contiguous())
+            received = (self.n - sizes[self.rank])
+        else:
+            pad = max(sizes)
+            send = torch.zeros(pad, *mine.shape[1:], dtype=mine.dtype, device=mine.device)
+            send[:mine.shape[0]] = mine
+            parts = [torch.empty_like(send) for _ in sizes]
+            dist.all_gather(parts, send)
+            for (lo, hi), part in zip(self.bounds, parts):
+                full[lo:hi] = part[:hi - lo]
+            received = pad * (self.group.world - 1)
+        if models:
+            self._traffic.rows += self.n - sizes[self.rank]
+            self._traffic.model_bytes += received * row
+        else:
+            self._traffic.other_bytes += received * row
+
+    def _reach(self) -> str:
+        """What a rank receives of other clients in a round: ``all`` (every half-step model:
+        FedAvg's server, paper_literal and Clique Averaging, which use the previous round's
+        models of other clients, CHOCO with top-k masks, whose noise draws depend on every
+        receiver's listening set; or ``exchange='all'``), ``replicas`` (the public copies its
+        receivers mix with, :func:`_shares_replicas`) or ``rows`` (the half-step models its
+        receivers mix with)."""
+        algorithm = self.algorithm
+        if (self.exchange == "all" or algorithm in FEDERATED or algorithm == "paper_literal"
+                or self.clique_averaging is not None
+                or (algorithm == "choco" and self.config.mask != "common_randk")):
+            return "all"
+        if self._full_round or (self.config.eval_every == 1 and not self._stateless()):
+            # every rank needs every model after the round (it is evaluated): a stateless
+            # rule mixes them all from the gathered half-step models at no extra cost; a rule
+            # with state evaluated every round would gather after the mixing on top of the
+            # neighbours' rows every round, more than gathering every block
+            return "all"
+        return "replicas" if _shares_replicas(self.rule) else "rows"
+
+    def _stateless(self) -> bool:
+        """Whether the rule keeps no per-client state between rounds (D-SGD sending models or
+        centred models, digital D-SGD with exact packets, MATCHA over either): mixing every
+        row of the gathered half-step models then gives every client's exact new model."""
+        inner = _inner(self.rule)
+        if isinstance(inner, DSGD):
+            return inner.decay == 0
+        if isinstance(inner, Digital):
+            return inner.gossip.exact
+        return False
+
+    def _attach(self) -> None:
+        """Point the rule's ``share`` hook at this trainer when its public copies travel."""
+        inner = _inner(self.rule)
+        target = inner.gossip if isinstance(inner, Digital) else inner
+        if hasattr(target, "share"):
+            target.share = self._share if self._reach() == "replicas" else None
+
+    def needed(self) -> list[np.ndarray]:
+        """Per rank, the clients outside its block whose rows (models or public copies) it
+        receives this round: :func:`needed_rows` of the round's links (every other client
+        when the rule needs them all, :meth:`_reach`)."""
+        if self._reach() == "all":
+            return [np.concatenate([np.arange(0, lo), np.arange(hi, self.n)])
+                    for lo, hi in self.bounds]
+        if self._needs is None or self._needs[0] is not self.links:
+            self._needs = (self.links, needed_rows(self.links, self.bounds))
+        return self._needs[1]
+
+    def _exchange_rows(self) -> None:
+        """After local training: the half-step models this rank's receivers mix with, into
+        ``self.x`` (with push-sum's weights); all of them for a rule that needs every row;
+        none for a rule whose public copies travel instead (:meth:`_share`)."""
+        reach = self._reach()
+        if reach == "all":
+            self._gather_rows(self.x, self.x[self.lo:self.hi], models=True)
+        elif reach == "rows":
+            self._pass_rows(self.x, None, _client_numbers(self.rule))
+
+    def _share(self, replicas: torch.Tensor, columns: torch.Tensor | None) -> None:
+        """The rule's hook: the updated public copies (their ``columns``; all when None) of
+        the clients this rank's receivers mix with, from the ranks that own them."""
+        self._pass_rows(replicas, columns, [])
+
+    def _pass_rows(self, table: torch.Tensor, columns: torch.Tensor | None,
+                   numbers: list[torch.Tensor]) -> None:
+        """Rows of ``table`` (N x d; only ``columns`` when given) that each rank needs
+        (:meth:`needed`) from the ranks that own them, by point-to-point messages, one per
+        pair of ranks with rows to pass (every rank knows every rank's needs: the links are
+        the same everywhere). ``numbers``: per-client values (N,) that travel with a row, as
+        their float64 bits in 2 extra float32 columns each."""
+        import torch.distributed as dist
+
+        needs = self.needed()
+        cols = table.shape[1] if columns is None else int(columns.numel())
+        width = cols + 2 * len(numbers)
+        ops, landing = [], []
+        mine = needs[self.rank]
+        for peer, (lo, hi) in enumerate(self.bounds):
+            if peer == self.rank:
+                continue
+            theirs = needs[peer]
+            out = theirs[(theirs >= self.lo) & (theirs < self.hi)]
+            if out.size:
+                index = to_device(out, self.device)
+                payload = torch.empty(out.size, width, dtype=table.dtype, device=self.device)
+                picked = table[index]
+                payload[:, :cols] = picked if columns is None else picked[:, columns]
+                for c, values in enumerate(numbers):
+                    payload[:, cols + 2 * c:cols + 2 * c + 2] = \
+                        values[index].double().unsqueeze(1).view(table.dtype)
+                ops.append(dist.P2POp(dist.isend, payload, peer))
+            rows = mine[(mine >= lo) & (mine < hi)]
+            if rows.size:
+                box = torch.empty(rows.size, width, dtype=table.dtype, device=self.device)
+                ops.append(dist.P2POp(dist.irecv, box, peer))
+                landing.append((rows, box))
+        if ops:
+            for request in dist.batch_isend_irecv(ops):
+                request.wait()
+        for rows, box in landing:
+            index = to_device(rows, self.device)
+            if columns is None:
+                table[index] = box[:, :cols]
+            else:
+                table[index.unsqueeze(1), columns.unsqueeze(0)] = box[:, :cols]
+            for c, values in enumerate(numbers):
+                values[index] = box[:, cols + 2 * c:cols + 2 * c + 2].contiguous().view(
+                    torch.float64).squeeze(1).to(values.dtype)
+            self._traffic.rows += rows.size
+            self._traffic.model_bytes += box.numel() * box.element_size()
+
+    def gather_models(self) -> None:
+        """Every client's model into ``self.x`` on every rank (one all_gather; every rank
+        calls it). Between rounds of a neighbour-only exchange a rank holds its own rows and
+        the ones it last received; :meth:`run`, evaluation and checkpoints call this."""
+        if self._reach() != "all":
+            self._gather_rows(self.x, self.x[self.lo:self.hi])
+
+    def _sync_rule_state(self) -> None:
+        """The rule's per-client state rows (public copies, aggregates, remembered payloads)
+        from the ranks that own them, on every rank (every rank calls it)."""
+        if self._reach() == "all":
             return
-        pad = max(sizes)
-        send = torch.zeros(pad, *mine.shape[1:], dtype=mine.dtype, device=mine.device)
-        send[:mine.shape[0]] = mine
-        parts = [torch.empty_like(send) for _ in sizes]
-        dist.all_gather(parts, send)
-        for (lo, hi), part in zip(self.bounds, parts):
-            full[lo:hi] = part[:hi - lo]
+        for values in _client_numbers(self.rule):
+            self._gather_rows(values, values[self.lo:self.hi])
+        state = self.rule.state()
+        if not state:
+            return
+        for value in state.values():
+            if not isinstance(value, torch.Tensor):
+                continue
+            if any(value is v for v in _client_numbers(self.rule)):
+                continue
+            if value.dim() == 2 and value.shape[0] == self.n:
+                self._gather_rows(value, value[self.lo:self.hi])
+            elif value.dim() == 3 and value.shape[1] == self.n:
+                for part in value:
+                    self._gather_rows(part, part[self.lo:self.hi])
+        self.rule.set_state(state)
+
+    def _consensus(self) -> float:
+        """The consensus distance from the blocks, as one process computes it from the whole
+        stack: the float64 row sum passed from rank to rank in row order, its mean sent back
+        by the last rank, and every block's centred row norms gathered."""
+        import torch.distributed as dist
+
+        if self._reach() == "all":
+            return super()._consensus()
+        if self.n < 2:
+            return 0.0
+        last = self.group.world - 1
+        acc = torch.zeros(self.d, dtype=torch.float64, device=self.device)
+        if self.rank > 0:
+            dist.recv(acc, src=self.rank - 1)
+            self._traffic.other_bytes += acc.numel() * acc.element_size()
+        row_sum(self.x[self.lo:self.hi], acc)
+        if self.rank < last:
+            dist.send(acc, dst=self.rank + 1)
+        mean = (acc / self.n).to(self.x.dtype)
+        dist.broadcast(mean, src=last)
+        if self.rank != last:
+            self._traffic.other_bytes += mean.numel() * mean.element_size()
+        norms = centred_row_norms(self.x[self.lo:self.hi], mean,
+                                  self._scratch[self.lo:self.hi])
+        everyone = torch.zeros(self.n, dtype=torch.float64, device=self.device)
+        self._gather_rows(everyone, norms)
+        value = sq_distance_of_norms(everyone)
+        return math.sqrt(value) if value >= 0 else float("nan")
+
+    def _evaluate(self) -> tuple[float, np.ndarray]:
+        self.gather_models()          # the average model needs every client's
+        return super()._evaluate()
+
+    def step(self) -> dict:
+        """:meth:`Trainer.step`; a round that will be evaluated with a stateless rule gathers
+        every half-step model instead of the neighbours' (the average model needs them all)."""
+        cfg = self.config
+        r = self.round + 1
+        self._traffic = RoundTraffic(r)
+        self._full_round = self._stateless() and (r % cfg.eval_every == 0 or r == cfg.rounds)
+        try:
+            return super().step()
+        finally:
+            self._full_round = False
+            self.traffic_log.append(self._traffic)
+            self._traffic = RoundTraffic(-1)      # what moves between rounds is not counted
+
+    def _result(self, status: str, reason: str | None, saved: str | None) -> RunResult:
+        self.gather_models()          # the run ends with every model on every rank
+        return super()._result(status, reason, saved)
 
     # -------------------------------------------------------------------------------------
     # one round
@@ -280,10 +594,11 @@ class DistributedTrainer(Trainer):
             block[rows] = params
             self.m[rows] = buf
         if not trainable.any():
+            self._exchange_rows()
             return float("nan")
         everyone = torch.zeros(self.n, cfg.local_steps, device=self.device)
         self._gather_rows(everyone, losses)
-        self._gather_rows(self.x, block)
+        self._exchange_rows()
         sel = to_device(np.flatnonzero(trainable), self.device)
         total = 0.0
         for step in range(cfg.local_steps):
@@ -362,7 +677,7 @@ class DistributedTrainer(Trainer):
         if op == "save":
             self._write(None)
         elif op == "rewire":
-            Trainer.rewire(self, message[1], message[2])
+            self._rewire(message[1], message[2])
         elif op == "load":
             self._restore(message[1], message[2], None)
         elif op == "load_failed":
@@ -383,6 +698,8 @@ class DistributedTrainer(Trainer):
     def _write(self, path: str | Path | None) -> None:
         from .checkpoint import save
 
+        self.gather_models()
+        self._sync_rule_state()
         full = torch.empty(self.n, self.d, device=self.device)
         self._gather_rows(full, self.m)
         if self.rank == 0:
@@ -424,7 +741,15 @@ class DistributedTrainer(Trainer):
     def rewire(self, topology: Any, k_ratio: float | None = None) -> None:
         if self._commanding:
             _send(("rewire", topology, k_ratio))
-        super().rewire(topology, k_ratio)
+        self._rewire(topology, k_ratio)
+
+    def _rewire(self, topology: Any, k_ratio: float | None) -> None:
+        """:meth:`Trainer.rewire` with every client's model and rule state on every rank
+        first: new links need other rows (a rule that mixes every row may take over)."""
+        self.gather_models()
+        self._sync_rule_state()
+        Trainer.rewire(self, topology, k_ratio)
+        self._attach()
 
 
 class _LeaderFailed(ExecutionError):

@@ -507,6 +507,11 @@ class Trainer:
         a distributed run agrees on it across its processes)."""
         return flag
 
+    def _consensus(self) -> float:
+        """The round's consensus distance (:func:`.metrics.consensus_distance`; a run over
+        several processes computes it from its blocks, with the same result)."""
+        return consensus_distance(self.x, self._scratch)
+
     def _sample(self) -> np.ndarray:
         """(N, batch) train indices, uniform with replacement from each client's partition."""
         u = self.data_rng.random((self.n, self.config.batch_size))
@@ -642,7 +647,7 @@ class Trainer:
             if ca is not None:
                 cost = Traffic(cost.channel_uses + ca.channel_uses, cost.slots + ca.slots,
                                cost.energy_j + ca.energy_j, cost.bits + ca.bits)
-            consensus = consensus_distance(self.x, self._scratch)
+            consensus = self._consensus()
             r = self.round + 1
             self.round = r
             trained = bool(trainable.any())

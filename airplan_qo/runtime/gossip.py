@@ -510,6 +510,11 @@ class Choco:
         self.ref = x0.detach().clone()
         self.xhat = x0.unsqueeze(0).repeat(n, 1)
         self.s = self.xhat.clone()
+        #: Called as ``share(xhat, columns)`` right after the replicas' update of a round with
+        #: a common mask (``columns``: the mask), before any receiver uses them: a run split
+        #: over processes (:mod:`.distributed`) brings there the masked columns of the replicas
+        #: its receivers mix with. None in one process.
+        self.share = None
 
     def communicate(self, x: torch.Tensor, links: LinkSet, rl: RoundLinks, channel: Channel,
                     train_gen: torch.Generator, scratch: torch.Tensor | None = None,
@@ -523,6 +528,8 @@ class Choco:
         if not everyone:
             q.values[~active] = 0.0
         q.add_to(self.xhat)
+        if self.share is not None and q.common:
+            self.share(self.xhat, q.indices)
 
         up, n_tx, g_min = links.receiver_stats(rl)
         lids = np.flatnonzero(up)

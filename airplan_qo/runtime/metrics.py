@@ -25,12 +25,15 @@ __all__ = [
     "CONSENSUS_FACTOR",
     "EXPLOSION_FACTOR",
     "at_chance",
+    "centred_row_norms",
     "consensus_distance",
     "consensus_sq_distance",
     "consensus_exploded",
     "diverged",
     "jain_index",
     "mean_pairwise_distance",
+    "row_sum",
+    "sq_distance_of_norms",
     "stuck_after_explosion",
 ]
 
@@ -48,19 +51,53 @@ CHANCE_PATIENCE = 5
 CONSENSUS_FACTOR = 1e4
 
 
+#: Columns of :func:`row_sum`'s tiles.
+ROW_SUM_TILE = 1 << 15
+
+
+def row_sum(x: torch.Tensor, acc: torch.Tensor | None = None) -> torch.Tensor:
+    """``acc`` (float64, (d,); zeros when None) plus the rows of ``x`` (N x d), added one row
+    after the other in float64, in place. The order is fixed by the rows alone, so a sum over
+    rows split into contiguous blocks (the ranks of a run over several processes, each
+    continuing the previous block's partial sum) is bit for bit the sum over the whole stack."""
+    if acc is None:
+        acc = torch.zeros(x.shape[1], dtype=torch.float64, device=x.device)
+    # column tiles keep a tile of the sum in cache while the rows are added (each column's
+    # order is the same): 0.17 s against 0.24 s for 40 x 2M on one CPU thread
+    for c in range(0, x.shape[1], ROW_SUM_TILE):
+        part = acc[c:c + ROW_SUM_TILE]
+        for row in x[:, c:c + ROW_SUM_TILE]:
+            part.add_(row)                 # float64 += float32: the row is widened exactly
+    return acc
+
+
+def centred_row_norms(x: torch.Tensor, mean: torch.Tensor,
+                      scratch: torch.Tensor | None = None) -> torch.Tensor:
+    """||x_i - mean|| per row of ``x`` (float32 arithmetic, returned as float64)."""
+    centred = torch.sub(x, mean, out=scratch)
+    return torch.linalg.vector_norm(centred, dim=1).double()
+
+
 def consensus_sq_distance(x: torch.Tensor, scratch: torch.Tensor | None = None) -> float:
     """Mean squared pairwise distance over ordered pairs i != j, in O(N d) (0 for N = 1).
 
-    Centres on the mean (exact near consensus, unlike ||x||^2 - N ||xbar||^2), takes per-row
-    norms in the input precision and sums their squares in float64 (relative error ~1e-7 at
-    N = 100, d = 95k, and 10x faster than a column-wise variance). Pass ``scratch`` to reuse
+    Centres on the mean (exact near consensus, unlike ||x||^2 - N ||xbar||^2), taken as the
+    float64 :func:`row_sum` over N rounded to float32 (so a run split over processes computes
+    the same mean from its blocks), takes per-row norms in the input precision and sums their
+    squares in float64 (relative error ~1e-7 at N = 100, d = 95k). Pass ``scratch`` to reuse
     memory: allocating a fresh (N x d) tensor costs more than the arithmetic for large d.
     """
     n = x.shape[0]
     if n < 2:
         return 0.0
-    centred = torch.sub(x, x.mean(dim=0, keepdim=True), out=scratch)
-    rows = torch.linalg.vector_norm(centred, dim=1).double()
+    mean = (row_sum(x) / n).to(x.dtype)
+    rows = centred_row_norms(x, mean, scratch)
+    return sq_distance_of_norms(rows)
+
+
+def sq_distance_of_norms(rows: torch.Tensor) -> float:
+    """:func:`consensus_sq_distance` from the N centred row norms (float64)."""
+    n = rows.shape[0]
     return float((rows * rows).sum()) / n * 2.0 * n / (n - 1)
 
 

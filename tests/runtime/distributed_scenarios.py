@@ -57,12 +57,41 @@ SCENARIOS = {
                                                     transport="digital", bits=8, **_OTA)),
     "push_sum_ring_ota_dropout": ("ring", 10, dict(rounds=5, algorithm="push_sum",
                                                    local_steps=2, dropout=0.2, **_OTA)),
+    # sparse topologies evaluated at the last round only: the ranks exchange neighbour rows
+    # (tests/runtime/test_distributed.py counts them); the same run with exchange='all'
+    "dsgd_ring12_sparse": ("ring", 12, dict(rounds=4, dropout=0.2, eval_every=4, **_OTA)),
+    "dsgd_ring12_sparse_all": ("ring", 12, dict(rounds=4, dropout=0.2, eval_every=4, **_OTA)),
+    "dsgd_peer16_sparse": ("one_peer_exponential", 16, dict(rounds=5, dropout=0.1,
+                                                            eval_every=5, **_OTA)),
+    # evaluated every other round: those rounds gather every model, the others the neighbours'
+    "dsgd_peer16_sparse_eval2": ("one_peer_exponential", 16, dict(rounds=5, dropout=0.1,
+                                                                  eval_every=2, **_OTA)),
+    "choco_peer16_sparse": ("one_peer_exponential", 16, dict(rounds=5, k_ratio=0.1,
+                                                             dropout=0.1, eval_every=5,
+                                                             **_OTA)),
+    "digital_ring12_sparse": ("ring", 12, dict(rounds=4, transport="digital", bits=4,
+                                               dropout=0.2, eval_every=4, **_OTA)),
+    "push_sum_peer16_sparse": ("one_peer_exponential", 16, dict(rounds=5, algorithm="push_sum",
+                                                                dropout=0.1, eval_every=5,
+                                                                **_OTA)),
+    # state kept between rounds, exchanged neighbour-only: D-SGD's difference form (decay 0.3
+    # on a ring of 8) and CHOCO's replicas; checkpoints gather every row's state
+    "dsgd_ring8_sparse_save": ("ring", 8, dict(rounds=3, dropout=0.2, eval_every=3, **_OTA)),
+    "choco_ring12_sparse_save": ("ring", 12, dict(rounds=3, k_ratio=0.1, dropout=0.2,
+                                                  eval_every=3, **_OTA)),
+    "resume_choco_ring12_sparse": ("ring", 12, dict(rounds=6, k_ratio=0.1, dropout=0.2,
+                                                    eval_every=3, **_OTA)),
+    # rank 0's callback rewires CHOCO to the complete graph and checkpoints at round 2
+    "callback_choco_rewire_sparse": ("ring", 12, dict(rounds=6, k_ratio=0.1, dropout=0.2,
+                                                      eval_every=6, **_OTA)),
 }
+#: scenarios whose ranks gather every row (``DistributedTrainer(..., exchange=...)``)
+EXCHANGE = {"dsgd_ring12_sparse_all": "all"}
 
 
 def callback(name: str, trainer, checkpoint: Path | None):
     """The callback a scenario runs with (None for most)."""
-    if name != "callback_rewire_save_stop":
+    if not name.startswith("callback_"):
         return None
 
     def after(row: dict):
@@ -103,7 +132,8 @@ def main(out: Path, names: list[str]) -> None:
     group = distributed.init("gloo")
     try:
         for name in names:
-            trainer = distributed.DistributedTrainer(*inputs(name))
+            trainer = distributed.DistributedTrainer(*inputs(name),
+                                                     exchange=EXCHANGE.get(name, "auto"))
             if name.startswith("resume_"):
                 trainer.load(out / f"{name}.in.pt")
             result = trainer.run(callback(name, trainer, out / f"{name}.ckpt.pt"))
@@ -111,6 +141,9 @@ def main(out: Path, names: list[str]) -> None:
                 trainer.save(out / f"{name}.ckpt.pt" if group.rank == 0 else None)
             if group.rank == 0:
                 torch.save(outcome(trainer, result), out / f"{name}.pt")
+            # what this rank received, round by round
+            torch.save([t.as_dict() for t in trainer.traffic_log],
+                       out / f"{name}.traffic{group.rank}.pt")
     finally:
         distributed.shutdown()
 

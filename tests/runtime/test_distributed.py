@@ -4,7 +4,9 @@ single-process run: round statistics, final models, accuracies and checkpoints, 
 all of them; docs/runtime.md, Several processes). Covers D-SGD (ideal, and over the air in its
 stateful difference form) and CHOCO with a common rand-k mask, a static and a time-varying
 topology, dropout, uneven blocks (3 ranks), a callback that rewires, checkpoints and stops,
-resume across a different number of processes, and the CLI under torchrun."""
+resume across a different number of processes, and the CLI under torchrun; and, on sparse
+topologies, that each rank receives only the rows its clients mix with (neighbour-only
+exchange), with the same results."""
 
 from __future__ import annotations
 
@@ -17,13 +19,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 import torch
 
 import distributed_scenarios as S
 from airplan_qo.errors import ExecutionError
 from airplan_qo.runtime import distributed
 from airplan_qo.runtime.checkpoint import read
+from airplan_qo.runtime.compression import k_from_ratio
 from airplan_qo.runtime.engine import Trainer
+from airplan_qo.runtime.gossip import DSGD
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available()
                                 or not torch.distributed.is_gloo_available(),
@@ -96,7 +101,11 @@ def _write_inputs(out: Path, names: list[str]) -> None:
 
 TWO = [name for name in S.SCENARIOS]
 THREE = ["push_sum_ring_ota_dropout", "dsgd_peer_ota_dropout", "choco_ring_ota_dropout",
-         "resume_dsgd_complete", "choco_ring_save"]
+         "resume_dsgd_complete", "choco_ring_save", "dsgd_ring12_sparse", "dsgd_peer16_sparse",
+         "choco_peer16_sparse", "choco_ring12_sparse_save", "resume_choco_ring12_sparse",
+         "push_sum_peer16_sparse", "digital_ring12_sparse"]
+SPARSE = [name for name in S.SCENARIOS
+          if "_sparse" in name and not name.startswith(("callback_", "resume_"))]
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +145,11 @@ def test_distributed_run_equals_the_single_process_run(ranks, world, name):
 
 @pytest.mark.parametrize("world, name", [(2, "choco_ring_save"), (2, "dsgd_complete_save"),
                                          (3, "choco_ring_save"),
-                                         (2, "callback_rewire_save_stop")])
+                                         (2, "callback_rewire_save_stop"),
+                                         (2, "dsgd_ring8_sparse_save"),
+                                         (2, "choco_ring12_sparse_save"),
+                                         (3, "choco_ring12_sparse_save"),
+                                         (2, "callback_choco_rewire_sparse")])
 def test_checkpoint_of_several_processes_is_the_single_process_checkpoint(ranks, world, name,
                                                                          tmp_path):
     """Rank 0 writes the models, the gathered momentum and the rule's state of every client,
@@ -173,6 +186,79 @@ def test_checkpoint_of_several_processes_is_the_single_process_checkpoint(ranks,
     strip = [{k: v for k, v in r.items() if k != "wall_time_s"} for r in result.history]
     assert strip == [{k: v for k, v in r.items() if k != "wall_time_s"}
                      for r in expected.history]
+
+
+def _outside_rows(weights, lo: int, hi: int) -> set[int]:
+    """The j outside [lo, hi) with W_ij != 0 for some i in [lo, hi)."""
+    coo = sp.coo_matrix(weights)
+    keep = ((coo.data != 0) & (coo.row >= lo) & (coo.row < hi)
+            & ((coo.col < lo) | (coo.col >= hi)))
+    return set(coo.col[keep].tolist())
+
+
+def _expected_rows(name: str, world: int, rank: int) -> list[set[int]]:
+    """Per round, the clients whose rows a rank must receive, from the mixing matrices
+    themselves: the senders j of W^t_ij != 0 into its block (every other client with
+    exchange 'all')."""
+    config, _, _, topology = S.inputs(name)
+    n = topology.graph.number_of_nodes()
+    lo, hi = distributed.blocks(n, world)[rank]
+    if S.EXCHANGE.get(name) == "all":
+        return [set(range(n)) - set(range(lo, hi))] * config.rounds
+    mats = [r.weights for r in getattr(topology, "rounds", ())] or [topology.weights]
+    return [_outside_rows(mats[t % len(mats)], lo, hi) for t in range(config.rounds)]
+
+
+@pytest.mark.parametrize("world, name", [(2, n) for n in SPARSE]
+                         + [(3, n) for n in SPARSE if n in THREE])
+def test_a_rank_receives_only_the_rows_its_clients_mix(ranks, world, name):
+    """Per round a rank receives the rows of the clients its receivers mix with: their
+    half-step models (push-sum's weight w_j travels with its row as 2 float32 words), or the
+    public copies CHOCO (the k masked columns) and quantised digital gossip mix; plus the
+    losses, the consensus distance's partial sum, mean and row norms. On evaluated rounds
+    every model: a stateless rule (D-SGD sending centred models) gathers the half-step
+    models instead of the neighbours' and mixes them all; the others gather the mixed models
+    after the round."""
+    config, *_ = S.inputs(name)
+    rule = Trainer(*S.inputs(name)).rule
+    stateless = isinstance(rule, DSGD) and rule.decay == 0
+    d = torch.load(ranks[world] / f"{name}.pt", weights_only=False)["x"].shape[1]
+    n = S.SCENARIOS[name][1]
+    sizes = [hi - lo for lo, hi in distributed.blocks(n, world)]
+    width = {"push_sum": d + 2, "choco": k_from_ratio(config.k_ratio, d)}.get(
+        config.resolved_algorithm, d)
+    gathered_all = S.EXCHANGE.get(name) == "all"
+    for rank in range(world):
+        log = torch.load(ranks[world] / f"{name}.traffic{rank}.pt")
+        expected = _expected_rows(name, world, rank)
+        assert [t["round"] for t in log] == list(range(1, config.rounds + 1))
+
+        def gathered(per_row: int) -> int:       # an all_gather's bytes (padded if uneven)
+            if len(set(sizes)) == 1:
+                return (n - sizes[rank]) * per_row
+            return max(sizes) * (world - 1) * per_row
+
+        for t, rows in zip(log, expected):
+            evaluated = t["round"] % config.eval_every == 0 or t["round"] == config.rounds
+            full = gathered_all or (evaluated and stateless)
+            if full:
+                assert t["rows"] == n - sizes[rank]
+                assert t["model_bytes"] == gathered(width * 4)
+            else:
+                assert t["rows"] == len(rows), (rank, t)
+                assert t["model_bytes"] == len(rows) * width * 4
+            other = gathered(4 * config.local_steps)               # the losses
+            if not full:                                           # consensus from blocks
+                other += (8 * d if rank > 0 else 0) + (4 * d if rank < world - 1 else 0)
+                other += gathered(8)
+            if evaluated:                   # every model after the mixing, accuracy counts
+                other += (0 if full else gathered(4 * d)) + gathered(8)
+            assert t["other_bytes"] == other, (rank, t)
+        if not gathered_all:
+            # at most half the (R - 1)/R of the stack an all_gather brings, per round
+            sparse = [t for t in log if not stateless or not (
+                t["round"] % config.eval_every == 0 or t["round"] == config.rounds)]
+            assert sum(t["rows"] for t in sparse) <= len(sparse) * (n - sizes[rank]) / 2
 
 
 def test_resumed_by_several_processes_from_a_one_process_checkpoint(ranks):
