@@ -8,7 +8,8 @@ uncompressed plan is returned as the paper does, with a warning that lists the n
 and what each failed. Every planning run and all its candidates are recorded in the catalog.
 
 This module is the driver; the steps it drives are the other modules of the package (statistics,
-enumeration, clique_planning, pruning, restriction, feasibility, progress, recording).
+enumeration, clique_planning, pruning, restriction, feasibility, progress, plan_cache,
+recording).
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ from .enumeration import candidate_specs, fitting, operator_choices
 from .feasibility import check_data_split
 from .progress import PlanningProgress
 from .pruning import Pruning, budget_limits, pruned_reason
-from .recording import record, store_topologies
+from .plan_cache import CachedPlan, Lookup, PlanCache, served
+from .recording import candidate_rows, record, store_topologies
 from .restriction import respect_restriction
 from .statistics import (cache_key, cacheable, cached_topologies, heterogeneity, label_statistics,
                          model_dimension, workload_facts)
@@ -137,25 +139,39 @@ class Optimizer:
     def plan(self, request: PlanRequest) -> PlanResult:
         """Enumerate, cost and choose; the steps go to ``progress`` when the call is long.
         The data split is checked before anything is built; a request refused by its
-        restriction (planner/restriction.py) leaves the catalog as it was."""
+        restriction (planner/restriction.py) leaves the catalog as it was. A request planned
+        before, with nothing it read changed since, is served from the plan cache
+        (planner/plan_cache.py) and recorded in full all the same."""
         check_data_split(request.workload)
         self._steps = PlanningProgress(self.progress)
         self._facts = {}
+        cache = PlanCache.of(self.catalog)
+        lookup = cache.lookup(request)   # before the transaction: see Catalog.changes
         try:
             if self.catalog.read_only:
-                return self._plan_respecting(request)
+                return self._plan_respecting(request, cache, lookup)
             with self.catalog.transaction():
-                return self._plan_respecting(request)
+                return self._plan_respecting(request, cache, lookup)
         finally:
             self._steps.close()
             self._facts = {}
 
-    def _plan_respecting(self, request: PlanRequest) -> PlanResult:
-        result = respect_restriction(request, self._plan(request), self._plan)
+    def _plan_respecting(self, request: PlanRequest, cache: PlanCache,
+                         lookup: Lookup | None) -> PlanResult:
+        start = time.perf_counter()
+        cached = cache.get(lookup)
+        if cached is not None:
+            result = served(cached, request, (time.perf_counter() - start) * 1e3)
+        else:
+            result = respect_restriction(request, self._plan(request), self._plan)
+            cached = CachedPlan(result, None, None)
+            if not self.catalog.read_only:
+                cached = CachedPlan(result, self._workload_facts(request.workload).workload_id,
+                                    candidate_rows(self.catalog, result))
+            cache.put(lookup, cached)
         if self.catalog.read_only:
             return result
-        facts = self._workload_facts(request.workload)
-        return record(self.catalog, result, facts.workload_id, self._step)
+        return record(self.catalog, result, cached.workload_id, self._step, cached.rows)
 
     def _plan(self, request: PlanRequest) -> PlanResult:
         """Plan ``request`` without recording it."""
