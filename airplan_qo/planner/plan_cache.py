@@ -56,6 +56,8 @@ class Lookup:
 
     key: Any
     counts: tuple[int, int]
+    #: whether the request's data split was checked (it need not be when the cache holds it)
+    split_checked: bool = False
 
 
 class PlanCache:
@@ -84,6 +86,11 @@ class PlanCache:
         except TypeError:
             return None
         return Lookup(key, self.counts())
+
+    def holds(self, lookup: Lookup | None) -> bool:
+        """Whether the look-up's request has a valid cached outcome now."""
+        entry = None if lookup is None else self._entries.get(lookup.key)
+        return entry is not None and entry[0] == lookup.counts
 
     def get(self, lookup: Lookup | None) -> CachedPlan | None:
         """The cached outcome of the look-up's request when nothing it read has changed."""
