@@ -870,14 +870,8 @@ class Catalog:
 
         Returns the rows' ids in ``rows``' order and the parent id (None without ``parent``).
         """
-        self._writable(table)
-        id_col = ID_COLUMNS.get(table)
-        if id_col is None:
-            raise ValidationError(f"table {CATALOG_NAME}.{table} has no generated id")
-        parent_table = next((t for t, c in ID_COLUMNS.items() if c == parent), None)
-        if parent is not None and parent_table is None:
-            raise ValidationError(f"{parent!r} is not the generated id of a catalog table")
-        self._check_columns(table, [*rows.column_names, key] + ([parent] if parent else []))
+        id_col, parent_table = self._numbering(table, parent)
+        self._check_columns(table, [*rows.column_names, key])
         if id_col in rows.column_names or (parent and parent in rows.column_names):
             raise ValidationError(f"the rows for {CATALOG_NAME}.{table} already have the ids "
                                   "insert_numbered draws")
@@ -889,20 +883,69 @@ class Catalog:
             parent_id = (int(self.next_ids(parent_table, 1)[0]) if parent_table is not None
                          else None)
             return np.zeros(0, dtype=np.int64), parent_id
+        with self._registered(rows) as name:
+            return self._insert_drawing_ids(table, id_col, parent, parent_table, key, keys,
+                                            f"* FROM {name}", [])
+
+    def insert_copies(self, table: str, parent: str, parent_id: int, *, key: str,
+                      keys: np.ndarray) -> tuple[np.ndarray, int]:
+        """Insert in one statement a copy of each row of ``table`` whose ``parent`` column
+        (the generated id of another table, e.g. ``planning_run_id``) is ``parent_id``, each
+        with a new id of the table's sequence and all with one new id of the parent's
+        sequence, for its row to be inserted after them: the rows a planning run served from
+        the plan cache shares with the run it was first recorded by (``plans`` rows are never
+        changed once inserted). ``keys``: the values of column ``key`` the copies must have,
+        one each; anything else raises CatalogError (the caller's transaction undoes it).
+
+        Returns the copies' ids in the order of ``keys`` and the new parent id."""
+        id_col, parent_table = self._numbering(table, parent)
+        if parent_table is None:
+            raise ValidationError("insert_copies needs the parent id column of the rows")
+        cols = [c for c in self._check_columns(table, [key]) if c not in (id_col, parent)]
+        source = (", ".join(f'"{c}"' for c in cols)
+                  + f" FROM {_Q}.{table} WHERE {parent} = ?")
+        keys = np.asarray(keys)
+        ids, new_parent = self._insert_drawing_ids(table, id_col, parent, parent_table, key,
+                                                   keys, source, [int(parent_id)])
+        return ids, int(new_parent)
+
+    def _numbering(self, table: str, parent: str | None) -> tuple[str, str | None]:
+        """The id column of ``table`` and the table whose generated id ``parent`` is."""
+        self._writable(table)
+        id_col = ID_COLUMNS.get(table)
+        if id_col is None:
+            raise ValidationError(f"table {CATALOG_NAME}.{table} has no generated id")
+        parent_table = next((t for t, c in ID_COLUMNS.items() if c == parent), None)
+        if parent is not None and (parent_table is None or parent == id_col
+                                   or parent not in self._table_columns(table)):
+            raise ValidationError(f"{parent!r} is not the generated id of a catalog table "
+                                  f"that {CATALOG_NAME}.{table} names")
+        return id_col, parent_table
+
+    def _insert_drawing_ids(self, table: str, id_col: str, parent: str | None,
+                            parent_table: str | None, key: str, keys: np.ndarray, source: str,
+                            params: list[Any]) -> tuple[np.ndarray, int | None]:
+        """``INSERT ... SELECT`` of ``source`` (what follows the drawn ids in the SELECT list)
+        with the ids drawn in the statement; the ids matched to ``keys`` through ``key``."""
         parent_sql = (f", (SELECT nextval('{_Q}.{SEQUENCES[parent_table]}')) AS {parent}"
-                      if parent else "")
-        with self._errors(f"insert into {CATALOG_NAME}.{table}"), self._registered(rows) as name:
+                      if parent_table is not None else "")
+        with self._errors(f"insert into {CATALOG_NAME}.{table}"):
             self._changed(table)
             out = self._live.execute(
                 f"INSERT INTO {_Q}.{table} BY NAME SELECT nextval('{_Q}.{SEQUENCES[table]}') "
-                f"AS {id_col}{parent_sql}, * FROM {name} "
-                f"RETURNING {id_col}, \"{key}\"{', ' + parent if parent else ''}").fetchnumpy()
+                f"AS {id_col}{parent_sql}, {source} "
+                f"RETURNING {id_col}, \"{key}\"{', ' + parent if parent_table else ''}",
+                params).fetchnumpy()
         # matched by key: the order DuckDB returns the rows in is not relied upon
-        order = np.argsort(out[key], kind="stable")
-        ids = np.asarray(out[id_col], dtype=np.int64)[order][
-            np.searchsorted(out[key][order], keys)]
+        got = np.asarray(out[key])
+        order = np.argsort(got, kind="stable")
+        if len(got) != len(keys) or not np.array_equal(got[order], np.sort(keys)):
+            raise CatalogError(f"insert into {CATALOG_NAME}.{table} in catalog {self.path} "
+                               f"wrote {len(got)} rows whose {key} values are not the "
+                               f"{len(keys)} expected")
+        ids = np.asarray(out[id_col], dtype=np.int64)[order][np.searchsorted(got[order], keys)]
         parent_id = None
-        if parent:
+        if parent_table is not None:
             drawn = np.unique(out[parent])
             if len(drawn) != 1:
                 raise CatalogError(f"insert into {CATALOG_NAME}.{table} drew {len(drawn)} "

@@ -41,7 +41,7 @@ from .feasibility import check_data_split
 from .progress import PlanningProgress
 from .pruning import Pruning, budget_limits, pruned_reason
 from .plan_cache import CachedPlan, Lookup, PlanCache, served
-from .recording import candidate_rows, record, store_topologies
+from .recording import record, store_topologies
 from .restriction import respect_restriction
 from .statistics import (cache_key, cacheable, cached_topologies, heterogeneity, label_statistics,
                          model_dimension, workload_facts)
@@ -164,18 +164,20 @@ class Optimizer:
         cached = cache.get(lookup)
         if cached is not None:
             result = served(cached, request, (time.perf_counter() - start) * 1e3)
-        else:
-            if lookup is not None and not lookup.split_checked:
-                check_data_split(request.workload)
-            result = respect_restriction(request, self._plan(request), self._plan)
-            cached = CachedPlan(result, None, None)
-            if not self.catalog.read_only:
-                cached = CachedPlan(result, self._workload_facts(request.workload).workload_id,
-                                    candidate_rows(self.catalog, result))
-            cache.put(lookup, cached)
+            if self.catalog.read_only:
+                return result
+            return record(self.catalog, result, cached.workload_id, self._step,
+                          copy_of=cached.planning_run_id)
+        if lookup is not None and not lookup.split_checked:
+            check_data_split(request.workload)
+        result = respect_restriction(request, self._plan(request), self._plan)
         if self.catalog.read_only:
+            cache.put(lookup, CachedPlan(result, None, None))
             return result
-        return record(self.catalog, result, cached.workload_id, self._step, cached.rows)
+        workload_id = self._workload_facts(request.workload).workload_id
+        recorded = record(self.catalog, result, workload_id, self._step)
+        cache.put(lookup, CachedPlan(result, workload_id, recorded.planning_run_id))
+        return recorded
 
     def _plan(self, request: PlanRequest) -> PlanResult:
         """Plan ``request`` without recording it."""

@@ -14,8 +14,9 @@ the cache lives in the Catalog's :attr:`~airplan_qo.catalog.store.Catalog.memo`,
 the file is given back or closed and on every rollback.
 
 A call served from the cache is still recorded in full: its own ``planning_runs`` row and a
-``plans`` row for every candidate, the same rows an uncached call records (the candidates'
-rows are kept with the result, ready to insert).
+``plans`` row for every candidate, the same rows an uncached call records (copied inside
+DuckDB from the run that first recorded the result: ``plans`` rows never change once
+inserted, and a rollback that undoes that run empties the cache).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
-import pyarrow as pa
 
 from ..catalog.store import Catalog
 from ..plans.request import PlanRequest, PlanResult
@@ -42,12 +42,12 @@ _MEMO = "plan_cache"
 @attrs.frozen
 class CachedPlan:
     """A planning call's outcome as the cache keeps it: the result before recording, the
-    workload's row id it was recorded under (None: not registered then) and its candidates'
-    ``plans`` rows (None on a read-only catalog)."""
+    workload's row id it was recorded under and the planning run that recorded it, whose
+    ``plans`` rows later recordings copy (both None on a read-only catalog)."""
 
     result: PlanResult
     workload_id: int | None
-    rows: pa.Table | None
+    planning_run_id: int | None
 
 
 @attrs.frozen

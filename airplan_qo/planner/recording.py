@@ -29,8 +29,7 @@ PLAN_COLUMNS = (
 
 def candidate_rows(catalog: Catalog, result: PlanResult) -> pa.Table:
     """The ``plans`` rows of ``result``'s candidates (every column but the plan id and the
-    planning run), as the Arrow table :func:`record` inserts; the same for every recording of
-    the same result (the plan cache keeps it with the result)."""
+    planning run), as the Arrow table :func:`record` inserts."""
     params_json: dict[TopologySpec, str] = {}
     rows = []
     for c in result.candidates:
@@ -49,24 +48,28 @@ def candidate_rows(catalog: Catalog, result: PlanResult) -> pa.Table:
 
 
 def record(catalog: Catalog, result: PlanResult, workload_id: int | None,
-           step: Callable[[str], Any] | None = None, rows: pa.Table | None = None
+           step: Callable[[str], Any] | None = None, copy_of: int | None = None
            ) -> PlanResult:
     """Record the run and its candidates in ``catalog`` (``workload_id``: the workload's row,
-    registered here when None; ``step``: told that recording starts; ``rows``: the
-    candidates' :func:`candidate_rows`, built here when None). Returns ``result`` as
-    recorded: with the run's id, and each candidate with its plan's id.
+    registered here when None; ``step``: told that recording starts; ``copy_of``: a planning
+    run recorded with the same candidates, whose ``plans`` rows are copied instead of built
+    again: the plan cache's). Returns ``result`` as recorded: with the run's id, and each
+    candidate with its plan's id.
 
-    Two statements: the candidates' rows, their plan ids and the run's id drawn as they are
-    inserted, then the run's row, naming its chosen plan."""
+    Two statements: the candidates' rows (from :func:`candidate_rows`, or copied), their plan
+    ids and the run's id drawn as they are inserted, then the run's row, naming its chosen
+    plan."""
     req, w = result.request, result.request.workload
     cands = result.candidates
     if step is not None:
         step(f"recording {len(cands)} candidates in the catalog")
-    if rows is None:
-        rows = candidate_rows(catalog, result)
     with catalog.transaction():
-        ids, run_id = catalog.insert_numbered("plans", rows, key="rank",
-                                              parent="planning_run_id")
+        if copy_of is None:
+            ids, run_id = catalog.insert_numbered("plans", candidate_rows(catalog, result),
+                                                  key="rank", parent="planning_run_id")
+        else:
+            ids, run_id = catalog.insert_copies("plans", "planning_run_id", copy_of,
+                                                key="rank", keys=[c.rank for c in cands])
         chosen = next(i for i, c in enumerate(cands) if c is result.chosen)
         catalog.insert_row("planning_runs", {
             "planning_run_id": run_id,

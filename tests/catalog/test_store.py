@@ -652,6 +652,34 @@ def test_insert_numbered_draws_ids_and_one_parent_id_in_the_statement():
         assert _count(cat, "plans") == 3
 
 
+def test_insert_copies_copies_a_parents_rows_with_new_ids():
+    with Catalog.open(":memory:") as cat:
+        rows = cat.arrow_rows("plans", {
+            "rank": [2, 1], "family": ["ring", "complete"], "weights_rule": ["w"] * 2,
+            "k_ratio": [0.1, 1.0], "algorithm": ["dsgd"] * 2, "reaches_target": [False, True],
+            "calibration_ids": [[4, 5], []], "terms": ['{"a":1}', "{}"]})
+        first, run = cat.insert_numbered("plans", rows, key="rank", parent="planning_run_id")
+        ids, run2 = cat.insert_copies("plans", "planning_run_id", run, key="rank",
+                                      keys=np.array([1, 2]))
+        assert run2 != run and not set(ids.tolist()) & set(first.tolist())
+        cols = "rank, family, weights_rule, k_ratio, algorithm, reaches_target, " \
+               "calibration_ids, terms"
+        got = [cat.query(f"SELECT {cols} FROM airplan.plans WHERE planning_run_id = ? "
+                         "ORDER BY rank", [r]) for r in (run, run2)]
+        assert got[0] == got[1] and len(got[0]) == 2
+        by_rank = {r["rank"]: r["plan_id"] for r in cat.query(
+            "SELECT rank, plan_id FROM airplan.plans WHERE planning_run_id = ?", [run2])}
+        assert ids.tolist() == [by_rank[1], by_rank[2]]
+        # copies that are not the rows expected raise: the caller's transaction undoes them
+        with pytest.raises(CatalogError, match="not the 3 expected"), cat.transaction():
+            cat.insert_copies("plans", "planning_run_id", run, key="rank", keys=[1, 2, 3])
+        with pytest.raises(CatalogError, match="2 rows"), cat.transaction():
+            cat.insert_copies("plans", "planning_run_id", run, key="rank", keys=[1, 3])
+        assert _count(cat, "plans") == 4
+        with pytest.raises(ValidationError, match="not the generated id"):
+            cat.insert_copies("plans", "plan_id", run, key="rank", keys=[1, 2])
+
+
 def test_changes_count_writes_per_table_across_connections_and_transactions(tmp_path):
     path = tmp_path / "c.duckdb"
     with Catalog.open(path) as cat, Catalog.open(path) as other:

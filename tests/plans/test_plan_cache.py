@@ -90,6 +90,18 @@ def test_cached_call_records_the_same_rows_as_an_uncached_one(db, planned):
     assert cached.explain().splitlines()[:12] == fresh.explain().splitlines()[:12]
 
 
+def test_every_cached_call_records_every_candidate(db, planned):
+    first = warm(db)
+    planned.clear()
+    runs = [db.plan(W, **SPACE) for _ in range(3)]
+    assert planned == []
+    want = plan_rows(db, first.planning_run_id)
+    for r in runs:
+        assert plan_rows(db, r.planning_run_id) == want
+        assert len({c.plan_id for c in r.candidates}) == len(want)
+    assert len({r.planning_run_id for r in [first, *runs]}) == 4
+
+
 def test_another_request_is_planned(db, planned):
     warm(db)
     planned.clear()
