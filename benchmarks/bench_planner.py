@@ -12,8 +12,9 @@ the warm calls (medians):
 * ``warm_ms``: the whole ``Session.plan`` call served from the plan cache;
 * ``warm_planning_ms``: of it, the planning time it reports (the cache look-up);
 * ``warm_recording_ms``: recording the run and its candidates (``planner.recording.record``),
-  of which ``warm_insert_plans_ms`` the statement inserting the candidates' rows
-  (``Catalog.insert_numbered``) and ``warm_insert_run_ms`` the run's row
+  of which ``warm_insert_plans_ms`` the statement inserting the candidates' rows (copies of
+  the rows of the run that first recorded them, ``Catalog.insert_copies``; planned anew:
+  through Arrow, ``Catalog.insert_numbered``) and ``warm_insert_run_ms`` the run's row
   (``Catalog.insert_row``);
 * ``warm_commit_ms``: the rest of the call, the transaction's COMMIT for the most part;
 * ``uncached_ms``: the whole call planned anew, of which ``uncached_planning_ms`` the
@@ -50,9 +51,10 @@ from pathlib import Path
 PARTS = {
     "costing": [("airplan_qo.planner.optimizer", "estimate_many")],
     "enumeration": [("airplan_qo.planner.enumeration", "OperatorChoices.for_plan")],
-    "rows": [("airplan_qo.planner.optimizer", "candidate_rows")],
+    "rows": [("airplan_qo.planner.recording", "candidate_rows")],
     "recording": [("airplan_qo.planner.optimizer", "record")],
-    "insert_plans": [("airplan_qo.catalog.store", "Catalog.insert_numbered")],
+    "insert_plans": [("airplan_qo.catalog.store", "Catalog.insert_numbered"),
+                     ("airplan_qo.catalog.store", "Catalog.insert_copies")],
     "insert_run": [("airplan_qo.catalog.store", "Catalog.insert_row")],
     "reads": [("airplan_qo.planner.optimizer", "workload_facts"),
               ("airplan_qo.planner.optimizer", "label_statistics"),
