@@ -205,10 +205,11 @@ class Catalog:
         self._changes_key = (self.path if self.path != MEMORY
                              else f"{MEMORY}{uuid.uuid4()}")
         self._columns: dict[str, dict[str, str]] = {}
-        #: Rows the engine never changes once committed (cached topologies), kept in memory by
-        #: whoever reads them, one dict per kind: emptied when the connection is closed or
-        #: released (another process may write meanwhile) and on every rollback (a row read
-        #: inside a transaction may be one of its own, undone).
+        #: Rows the engine never changes once committed (cached topologies), and the plan
+        #: cache (planner/plan_cache.py), kept in memory by whoever reads them, one dict per
+        #: kind: emptied when the connection is closed or released (another process may write
+        #: meanwhile) and on every rollback (a row read inside a transaction may be one of its
+        #: own, undone).
         self.memo: dict[str, dict[Any, Any]] = {}
         if self.read_only and self.path == MEMORY:
             raise CatalogError("an in-memory catalog cannot be opened read-only: it would be empty")
