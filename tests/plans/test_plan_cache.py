@@ -70,7 +70,8 @@ def test_cached_call_records_the_same_rows_as_an_uncached_one(db, planned):
     fresh = db.plan(W, statement="the uncached call", **SPACE)
     assert len(planned) == 1
     assert cached.planning_run_id != fresh.planning_run_id
-    rows_cached, rows_fresh = plan_rows(db, cached.planning_run_id), plan_rows(db, fresh.planning_run_id)
+    rows_cached = plan_rows(db, cached.planning_run_id)
+    rows_fresh = plan_rows(db, fresh.planning_run_id)
     assert len(rows_cached) == len(cached.candidates) > 10
     assert rows_cached == rows_fresh
     run_cached, run_fresh = run_row(db, cached.planning_run_id), run_row(db, fresh.planning_run_id)
