@@ -172,6 +172,15 @@ def test_a_rolled_back_transaction_empties_the_cache(db):
     assert len(PlanCache.of(db.catalog)) == 0
 
 
+def test_giving_the_file_back_empties_the_cache(db, planned):
+    """Another process may write while the file is released: the next call plans anew."""
+    warm(db)
+    db.catalog.release()
+    planned.clear()
+    db.plan(W, **SPACE)
+    assert len(planned) == 1
+
+
 def test_planning_reads_only_the_tables_the_cache_watches(db, monkeypatch):
     """Every catalog table an uncached planning call reads is one of PLANNING_INPUTS (a read
     of another table would go unwatched)."""
