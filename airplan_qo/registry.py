@@ -41,6 +41,16 @@ def user_key(kind: str, name: object, builtin: tuple[str, ...], registry: "Regis
     return key
 
 
+#: Registrations made in this process, in any registry (see :func:`registrations`).
+_registrations = 0
+
+
+def registrations() -> int:
+    """How many registrations this process has made in any registry: a number that changes
+    whenever what a name stands for may have (the plan cache's check)."""
+    return _registrations
+
+
 class Registry(Generic[T]):
     """A name -> object table for one kind of pluggable method."""
 
@@ -52,10 +62,12 @@ class Registry(Generic[T]):
         """Register ``obj`` under ``name``; usable as a decorator when ``obj`` is omitted."""
 
         def add(item: T) -> T:
+            global _registrations
             key = name.lower()
             if key in self._items and not replace:
                 raise ValidationError(f"{self.kind} '{name}' is already registered")
             self._items[key] = item
+            _registrations += 1
             return item
 
         if obj is None:

@@ -38,7 +38,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -93,6 +93,11 @@ _arrow_names = itertools.count()
 
 # Fully qualified prefix of every catalog object on a Catalog connection.
 _Q = f"{CATALOG_NAME}.main"
+
+#: Writes by this process to each database it opens, by database and table (see
+#: :meth:`Catalog.changes`); ``_ANY_TABLE`` counts statements whose table is not known.
+_changes: dict[str, dict[str, int]] = {}
+_ANY_TABLE = "*"
 
 # Databases opened by this process, by (path, read_only): root connection, users, SqlLimits.
 _open_databases: dict[tuple[str, bool], list[Any]] = {}
@@ -193,11 +198,18 @@ class Catalog:
         #: Default time limit in seconds of :meth:`execute_user_sql` (None: no limit).
         self.timeout = check_timeout(timeout)
         self._tx_depth = 0
+        #: Tables written by the transaction under way (counted again when it ends).
+        self._tx_changed: set[str] = set()
+        #: Whose writes :meth:`changes` counts: the file's (shared by the Catalogs on it in
+        #: this process), or this Catalog's own for ``:memory:``.
+        self._changes_key = (self.path if self.path != MEMORY
+                             else f"{MEMORY}{uuid.uuid4()}")
         self._columns: dict[str, dict[str, str]] = {}
-        #: Rows the engine never changes once committed (cached topologies), kept in memory by
-        #: whoever reads them, one dict per kind: emptied when the connection is closed or
-        #: released (another process may write meanwhile) and on every rollback (a row read
-        #: inside a transaction may be one of its own, undone).
+        #: Rows the engine never changes once committed (cached topologies), and the plan
+        #: cache (planner/plan_cache.py), kept in memory by whoever reads them, one dict per
+        #: kind: emptied when the connection is closed or released (another process may write
+        #: meanwhile) and on every rollback (a row read inside a transaction may be one of its
+        #: own, undone).
         self.memo: dict[str, dict[Any, Any]] = {}
         if self.read_only and self.path == MEMORY:
             raise CatalogError("an in-memory catalog cannot be opened read-only: it would be empty")
@@ -485,6 +497,7 @@ class Catalog:
                 if current is None and not self.adopt:
                     self._refuse_foreign()
                 for step in pending(current or 0):
+                    self._changed(_ANY_TABLE)
                     for statement in step.statements:
                         con.execute(statement)
                     con.execute(f"INSERT INTO {_Q}.schema_version (version, description) "
@@ -494,6 +507,8 @@ class Catalog:
                     con.execute("ROLLBACK")
                 raise
             con.execute("COMMIT")
+            if pending(current or 0):
+                self._changed(_ANY_TABLE)
         except duckdb.Error as exc:
             raise CatalogError(f"cannot create or migrate the catalog schema in {self.path}: "
                                f"{_strip(str(exc))}") from None
@@ -549,6 +564,7 @@ class Catalog:
                 # only if still running with the same owner: another process may have
                 # finished or resumed it since it was read
                 with self._errors(f"recovery of {CATALOG_NAME}.{table}"):
+                    self._changed(table)
                     hit = self._live.execute(
                         f"UPDATE {_Q}.{table} SET status = 'interrupted', reason = ? "
                         f"WHERE {id_col} = ? AND status = 'running' "
@@ -614,6 +630,7 @@ class Catalog:
             values["copied_from"] = " ".join([old_id, *(info.get("copied_from") or "").split()])
         with self.transaction(), self._errors(f"recording the identity of {self.path}"):
             for key, value in values.items():
+                self._changed("catalog_info")
                 self._live.execute(
                     f"INSERT INTO {_Q}.catalog_info (key, value) VALUES (?, ?) "
                     f"ON CONFLICT (key) DO UPDATE SET value = excluded.value", [key, value])
@@ -731,6 +748,37 @@ class Catalog:
         finally:
             self._live.unregister(name)
 
+    def changes(self, tables: Iterable[str]) -> int:
+        """A number that grows with every write this process makes to any of ``tables`` of this
+        catalog's database, through any Catalog on it (writes of unknown tables count for
+        every table); the Catalogs of other processes cannot write while this one holds the
+        file, and :meth:`release` and :meth:`close` empty :attr:`memo`.
+
+        A write counts when its statement runs and again when its transaction ends (COMMIT or
+        ROLLBACK), so what a transaction that began after the number was read found in those
+        tables is still what a new one would find while the number stays the same: the
+        planner's cache of plans (:mod:`airplan_qo.planner.plan_cache`) is valid that long.
+        """
+        counts = _changes.get(self._changes_key)
+        if not counts:
+            return 0
+        return counts.get(_ANY_TABLE, 0) + sum(counts.get(t, 0) for t in tables)
+
+    def _changed(self, table: str) -> None:
+        """Count a write to ``table`` (:data:`_ANY_TABLE`: a table not known), now and again when
+        the transaction under way ends."""
+        with _open_lock:
+            counts = _changes.setdefault(self._changes_key, {})
+            counts[table] = counts.get(table, 0) + 1
+        if self._tx_depth:
+            self._tx_changed.add(table)
+
+    def _transaction_ended(self) -> None:
+        """Count again the writes of the transaction that just ended (committed or undone)."""
+        tables, self._tx_changed = self._tx_changed, set()
+        for table in tables:
+            self._changed(table)
+
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Catalog]:
         """BEGIN ... COMMIT around the block; ROLLBACK and re-raise on any exception.
@@ -756,6 +804,7 @@ class Catalog:
             self.memo.clear()
             with contextlib.suppress(duckdb.Error):
                 con.execute("ROLLBACK")
+            self._transaction_ended()
             raise
         self._tx_depth = 0
         try:
@@ -766,6 +815,8 @@ class Catalog:
                 con.execute("ROLLBACK")
             raise CatalogError(
                 f"COMMIT failed in catalog {self.path}: {_strip(str(exc))}") from None
+        finally:
+            self._transaction_ended()
 
     # ---- generic writes ----------------------------------------------------------------------
 
@@ -781,6 +832,7 @@ class Catalog:
         if arrow.num_rows == 0:
             return 0
         with self._errors(f"insert into {CATALOG_NAME}.{table}"), self._registered(arrow) as name:
+            self._changed(table)
             self._live.execute(f"INSERT INTO {_Q}.{table} BY NAME SELECT * FROM {name}")
         return arrow.num_rows
 
@@ -801,6 +853,106 @@ class Catalog:
             id_array = self.next_ids(table, arrow.num_rows)
             self.insert_arrow(table, arrow.append_column(id_col, pa.array(id_array)))
         return id_array
+
+    def arrow_rows(self, table: str, columns: Mapping[str, Any]) -> pa.Table:
+        """Columns of ``table`` (equal-length sequences or numpy arrays) as the Arrow table
+        :meth:`insert_numbered` takes, checked against the table's columns; JSON columns as
+        canonical text."""
+        return _to_arrow(table, columns, self._check_columns(table, columns))
+
+    def insert_numbered(self, table: str, rows: pa.Table, *, key: str,
+                        parent: str | None = None) -> tuple[np.ndarray, int | None]:
+        """Insert ``rows`` (an Arrow table of columns of ``table``, e.g. from
+        :meth:`arrow_rows`) in one statement, each row with a new id drawn from the table's
+        sequence as it is inserted. ``key``: a column whose values tell the rows apart, by
+        which the ids are matched to them. With ``parent`` (the generated id column of another
+        table, e.g. ``planning_run_id``) the rows also all get one new id of that table's
+        sequence in that column, for its row to be inserted after them (naming one of them).
+
+        Returns the rows' ids in ``rows``' order and the parent id (None without ``parent``).
+        """
+        id_col, parent_table = self._numbering(table, parent)
+        self._check_columns(table, [*rows.column_names, key])
+        if id_col in rows.column_names or (parent and parent in rows.column_names):
+            raise ValidationError(f"the rows for {CATALOG_NAME}.{table} already have the ids "
+                                  "insert_numbered draws")
+        keys = rows.column(key).to_numpy()
+        if len(np.unique(keys)) != len(keys):
+            raise ValidationError(f"column {key!r} does not tell the rows for "
+                                  f"{CATALOG_NAME}.{table} apart")
+        if rows.num_rows == 0:
+            parent_id = (int(self.next_ids(parent_table, 1)[0]) if parent_table is not None
+                         else None)
+            return np.zeros(0, dtype=np.int64), parent_id
+        with self._registered(rows) as name:
+            return self._insert_drawing_ids(table, id_col, parent, parent_table, key, keys,
+                                            f"* FROM {name}", [])
+
+    def insert_copies(self, table: str, parent: str, parent_id: int, *, key: str,
+                      keys: np.ndarray) -> tuple[np.ndarray, int]:
+        """Insert in one statement a copy of each row of ``table`` whose ``parent`` column
+        (the generated id of another table, e.g. ``planning_run_id``) is ``parent_id``, each
+        with a new id of the table's sequence and all with one new id of the parent's
+        sequence, for its row to be inserted after them: the rows a planning run served from
+        the plan cache shares with the run it was first recorded by (``plans`` rows are never
+        changed once inserted). ``keys``: the values of column ``key`` the copies must have,
+        one each; anything else raises CatalogError (the caller's transaction undoes it).
+
+        Returns the copies' ids in the order of ``keys`` and the new parent id."""
+        id_col, parent_table = self._numbering(table, parent)
+        if parent_table is None:
+            raise ValidationError("insert_copies needs the parent id column of the rows")
+        cols = [c for c in self._check_columns(table, [key]) if c not in (id_col, parent)]
+        source = (", ".join(f'"{c}"' for c in cols)
+                  + f" FROM {_Q}.{table} WHERE {parent} = ?")
+        keys = np.asarray(keys)
+        ids, new_parent = self._insert_drawing_ids(table, id_col, parent, parent_table, key,
+                                                   keys, source, [int(parent_id)])
+        return ids, int(new_parent)
+
+    def _numbering(self, table: str, parent: str | None) -> tuple[str, str | None]:
+        """The id column of ``table`` and the table whose generated id ``parent`` is."""
+        self._writable(table)
+        id_col = ID_COLUMNS.get(table)
+        if id_col is None:
+            raise ValidationError(f"table {CATALOG_NAME}.{table} has no generated id")
+        parent_table = next((t for t, c in ID_COLUMNS.items() if c == parent), None)
+        if parent is not None and (parent_table is None or parent == id_col
+                                   or parent not in self._table_columns(table)):
+            raise ValidationError(f"{parent!r} is not the generated id of a catalog table "
+                                  f"that {CATALOG_NAME}.{table} names")
+        return id_col, parent_table
+
+    def _insert_drawing_ids(self, table: str, id_col: str, parent: str | None,
+                            parent_table: str | None, key: str, keys: np.ndarray, source: str,
+                            params: list[Any]) -> tuple[np.ndarray, int | None]:
+        """``INSERT ... SELECT`` of ``source`` (what follows the drawn ids in the SELECT list)
+        with the ids drawn in the statement; the ids matched to ``keys`` through ``key``."""
+        parent_sql = (f", (SELECT nextval('{_Q}.{SEQUENCES[parent_table]}')) AS {parent}"
+                      if parent_table is not None else "")
+        with self._errors(f"insert into {CATALOG_NAME}.{table}"):
+            self._changed(table)
+            out = self._live.execute(
+                f"INSERT INTO {_Q}.{table} BY NAME SELECT nextval('{_Q}.{SEQUENCES[table]}') "
+                f"AS {id_col}{parent_sql}, {source} "
+                f"RETURNING {id_col}, \"{key}\"{', ' + parent if parent_table else ''}",
+                params).fetchnumpy()
+        # matched by key: the order DuckDB returns the rows in is not relied upon
+        got = np.asarray(out[key])
+        order = np.argsort(got, kind="stable")
+        if len(got) != len(keys) or not np.array_equal(got[order], np.sort(keys)):
+            raise CatalogError(f"insert into {CATALOG_NAME}.{table} in catalog {self.path} "
+                               f"wrote {len(got)} rows whose {key} values are not the "
+                               f"{len(keys)} expected")
+        ids = np.asarray(out[id_col], dtype=np.int64)[order][np.searchsorted(got[order], keys)]
+        parent_id = None
+        if parent_table is not None:
+            drawn = np.unique(out[parent])
+            if len(drawn) != 1:
+                raise CatalogError(f"insert into {CATALOG_NAME}.{table} drew {len(drawn)} "
+                                   f"values of {parent} for one batch in catalog {self.path}")
+            parent_id = int(drawn[0])
+        return ids, parent_id
 
     def next_ids(self, table: str, n: int) -> np.ndarray:
         """Draw ``n`` ids from the sequence of ``table``'s generated id (int64 array), for rows
@@ -828,6 +980,7 @@ class Catalog:
             names = ", ".join(f'"{k}"' for k in row)
             marks = ", ".join("?" * len(row))
             with self._errors(f"insert into {CATALOG_NAME}.{table}"):
+                self._changed(table)
                 result = self._live.execute(
                     f"INSERT INTO {_Q}.{table} ({names}) VALUES ({marks}){returning}",
                     [_parameter(v, cols[k]) for k, v in row.items()]).fetchall()
@@ -838,6 +991,7 @@ class Catalog:
                 sql = f"INSERT INTO {_Q}.{table} BY NAME SELECT * FROM {name}{returning}"
             else:
                 sql = f"INSERT INTO {_Q}.{table} DEFAULT VALUES{returning}"
+            self._changed(table)
             result = self._live.execute(sql).fetchall()
         return None if not id_col else int(result[0][0])
 
@@ -861,6 +1015,7 @@ class Catalog:
         params = [_param(values[n], cols[n]) for n in names]
         assign = ", ".join(f'"{n}" = ?' for n in names)
         with self._errors(f"update of {CATALOG_NAME}.{table}"):
+            self._changed(table)
             found = self._live.execute(
                 f"UPDATE {_Q}.{table} SET {assign} WHERE {id_col} = ? RETURNING {id_col}",
                 [*params, int(row_id)]).fetchall()
@@ -872,7 +1027,11 @@ class Catalog:
 
     def query(self, sql: str, params: list[Any] | Mapping[str, Any] | None = None
               ) -> list[dict[str, Any]]:
-        """Run a read query and return its rows as dicts (for small results)."""
+        """Run a read query and return its rows as dicts (for small results). A statement
+        that is not a SELECT (an UPDATE ... RETURNING) counts as a write of every table
+        (:meth:`changes`)."""
+        if not _is_select(sql):
+            self._changed(_ANY_TABLE)
         with self._errors("query"):
             cur = self._live.execute(sql, params if params is not None else [])
             names = [d[0] for d in cur.description or ()]
@@ -1053,6 +1212,7 @@ class Catalog:
             })
             new = pa.table({"constant_name": names, "new_id": pa.array(ids)})
             with self._errors("superseding calibration"), self._registered(new) as reg:
+                self._changed("calibration")
                 self._live.execute(
                     f"UPDATE {_Q}.calibration AS c SET superseded_by = r.new_id "
                     f"FROM {reg} AS r WHERE c.constant_name = r.constant_name "
@@ -1087,6 +1247,14 @@ def _locked(message: str, exe: str, pid: int) -> CatalogLockedError:
     err = CatalogLockedError(message)
     err.holder_exe, err.holder_pid = exe, pid  # type: ignore[attr-defined]
     return err
+
+
+def _is_select(sql: str) -> bool:
+    """Whether ``sql`` starts with SELECT (comments and blanks aside): a read."""
+    return _SELECT_RE.match(sql) is not None
+
+
+_SELECT_RE = re.compile(r"(?:\s+|--[^\n]*\n|/\*.*?\*/)*SELECT\b", re.IGNORECASE | re.DOTALL)
 
 
 def _strip(msg: str) -> str:

@@ -8,7 +8,8 @@ uncompressed plan is returned as the paper does, with a warning that lists the n
 and what each failed. Every planning run and all its candidates are recorded in the catalog.
 
 This module is the driver; the steps it drives are the other modules of the package (statistics,
-enumeration, clique_planning, pruning, restriction, feasibility, progress, recording).
+enumeration, clique_planning, pruning, restriction, feasibility, progress, plan_cache,
+recording).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from .enumeration import candidate_specs, fitting, operator_choices
 from .feasibility import check_data_split
 from .progress import PlanningProgress
 from .pruning import Pruning, budget_limits, pruned_reason
+from .plan_cache import CachedPlan, Lookup, PlanCache, served
 from .recording import record, store_topologies
 from .restriction import respect_restriction
 from .statistics import (cache_key, cacheable, cached_topologies, heterogeneity, label_statistics,
@@ -137,25 +139,45 @@ class Optimizer:
     def plan(self, request: PlanRequest) -> PlanResult:
         """Enumerate, cost and choose; the steps go to ``progress`` when the call is long.
         The data split is checked before anything is built; a request refused by its
-        restriction (planner/restriction.py) leaves the catalog as it was."""
-        check_data_split(request.workload)
+        restriction (planner/restriction.py) leaves the catalog as it was. A request planned
+        before, with nothing it read changed since, is served from the plan cache
+        (planner/plan_cache.py) and recorded in full all the same."""
+        cache = PlanCache.of(self.catalog)
+        lookup = cache.lookup(request)   # before the transaction: see Catalog.changes
+        if not cache.holds(lookup):      # a cached request's data split passed this check
+            check_data_split(request.workload)
+            lookup = attrs.evolve(lookup, split_checked=True) if lookup is not None else None
         self._steps = PlanningProgress(self.progress)
         self._facts = {}
         try:
             if self.catalog.read_only:
-                return self._plan_respecting(request)
+                return self._plan_respecting(request, cache, lookup)
             with self.catalog.transaction():
-                return self._plan_respecting(request)
+                return self._plan_respecting(request, cache, lookup)
         finally:
             self._steps.close()
             self._facts = {}
 
-    def _plan_respecting(self, request: PlanRequest) -> PlanResult:
+    def _plan_respecting(self, request: PlanRequest, cache: PlanCache,
+                         lookup: Lookup | None) -> PlanResult:
+        start = time.perf_counter()
+        cached = cache.get(lookup)
+        if cached is not None:
+            result = served(cached, request, (time.perf_counter() - start) * 1e3)
+            if self.catalog.read_only:
+                return result
+            return record(self.catalog, result, cached.workload_id, self._step,
+                          copy_of=cached.planning_run_id)
+        if lookup is not None and not lookup.split_checked:
+            check_data_split(request.workload)
         result = respect_restriction(request, self._plan(request), self._plan)
         if self.catalog.read_only:
+            cache.put(lookup, CachedPlan(result, None, None))
             return result
-        facts = self._workload_facts(request.workload)
-        return record(self.catalog, result, facts.workload_id, self._step)
+        workload_id = self._workload_facts(request.workload).workload_id
+        recorded = record(self.catalog, result, workload_id, self._step)
+        cache.put(lookup, CachedPlan(result, workload_id, recorded.planning_run_id))
+        return recorded
 
     def _plan(self, request: PlanRequest) -> PlanResult:
         """Plan ``request`` without recording it."""

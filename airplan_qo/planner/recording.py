@@ -10,34 +10,69 @@ from collections.abc import Callable
 from typing import Any
 
 import attrs
+import pyarrow as pa
 
 from ..catalog.analyze import register_workload
 from ..catalog.store import Catalog
-from ..plans.request import PlanResult
+from ..plans.request import Candidate, PlanResult
 from ..plans.topology import TopologySpec, TopologyStats, WeightArrays
 
 
+#: The ``plans`` columns of a candidate, besides its plan id and planning run.
+PLAN_COLUMNS = (
+    "chosen", "rank", "family", "topology_params", "topology_seed", "weights_rule",
+    "topology_id", "k_ratio", "algorithm", "transport", "bits_per_coord", "snr_db", "g_th",
+    "tx_power_dbm", "est_rounds", "reaches_target", "est_accuracy", "est_accuracy_lo",
+    "est_accuracy_hi", "channel_uses", "slots", "airtime_s", "energy_j", "bits",
+    "privacy_epsilon", "total_cost", "pruned_reason", "calibration_ids", "terms")
+
+
+def candidate_rows(catalog: Catalog, result: PlanResult) -> pa.Table:
+    """The ``plans`` rows of ``result``'s candidates (every column but the plan id and the
+    planning run), as the Arrow table :func:`record` inserts."""
+    params_json: dict[TopologySpec, str] = {}
+    rows = []
+    for c in result.candidates:
+        bd, e, spec, ch = c.cost.breakdown(), c.cost.estimate, c.plan.topology, c.plan.channel
+        if spec not in params_json:
+            params_json[spec] = spec.params_json()
+        rows.append((
+            c is result.chosen, c.rank, spec.family, params_json[spec], spec.seed, spec.weights,
+            c.topology_id, c.plan.k_ratio, c.plan.effective_algorithm, c.plan.transport,
+            c.plan.bits, ch.snr_db, ch.g_th, ch.tx_power_dbm, e.rounds, c.cost.reaches_target,
+            e.accuracy, e.accuracy_lo, e.accuracy_hi, bd["channel_uses"], bd["slots"],
+            bd["airtime_s"], bd["energy_j"], bd["bits"], bd["privacy_epsilon"], c.cost.total(),
+            c.pruned_reason, list(e.calibration_ids), _terms_json(finite(e.terms))))
+    return catalog.arrow_rows("plans", dict(zip(PLAN_COLUMNS,
+                                                (list(col) for col in zip(*rows)))))
+
+
 def record(catalog: Catalog, result: PlanResult, workload_id: int | None,
-           step: Callable[[str], Any] | None = None) -> PlanResult:
+           step: Callable[[str], Any] | None = None, copy_of: int | None = None
+           ) -> PlanResult:
     """Record the run and its candidates in ``catalog`` (``workload_id``: the workload's row,
-    registered here when None; ``step``: told that recording starts). Returns ``result`` as
-    recorded: with the run's id, and each candidate with its plan's id."""
+    registered here when None; ``step``: told that recording starts; ``copy_of``: a planning
+    run recorded with the same candidates, whose ``plans`` rows are copied instead of built
+    again: the plan cache's). Returns ``result`` as recorded: with the run's id, and each
+    candidate with its plan's id.
+
+    Two statements: the candidates' rows (from :func:`candidate_rows`, or copied), their plan
+    ids and the run's id drawn as they are inserted, then the run's row, naming its chosen
+    plan."""
     req, w = result.request, result.request.workload
     cands = result.candidates
-    names = ("planning_run_id", "chosen", "rank", "family", "topology_params",
-             "topology_seed", "weights_rule", "topology_id", "k_ratio", "algorithm",
-             "transport", "bits_per_coord", "snr_db", "g_th", "tx_power_dbm", "est_rounds", "reaches_target",
-             "est_accuracy", "est_accuracy_lo", "est_accuracy_hi", "channel_uses", "slots",
-             "airtime_s", "energy_j", "bits", "privacy_epsilon", "total_cost",
-             "pruned_reason", "calibration_ids", "terms")
     if step is not None:
         step(f"recording {len(cands)} candidates in the catalog")
-    params_json: dict[TopologySpec, str] = {}
     with catalog.transaction():
-        # the plans' ids first, so that the run row names its chosen plan as it is inserted
-        ids = catalog.next_ids("plans", len(cands))
-        chosen_id = next(int(pid) for c, pid in zip(cands, ids) if c is result.chosen)
-        run_id = catalog.insert_row("planning_runs", {
+        if copy_of is None:
+            ids, run_id = catalog.insert_numbered("plans", candidate_rows(catalog, result),
+                                                  key="rank", parent="planning_run_id")
+        else:
+            ids, run_id = catalog.insert_copies("plans", "planning_run_id", copy_of,
+                                                key="rank", keys=[c.rank for c in cands])
+        chosen = next(i for i, c in enumerate(cands) if c is result.chosen)
+        catalog.insert_row("planning_runs", {
+            "planning_run_id": run_id,
             "workload_id": (register_workload(catalog, w) if workload_id is None
                             else workload_id),
             "statement": req.statement or f"plan {w.dataset} on {w.clients} clients",
@@ -45,28 +80,15 @@ def record(catalog: Catalog, result: PlanResult, workload_id: int | None,
             "sla": req.sla.render(), "sla_threshold": result.target_accuracy,
             "n_candidates": len(cands), "fallback": result.fallback,
             "warnings": list(result.warnings),
-            "planning_time_ms": result.planning_time_ms, "chosen_plan_id": chosen_id,
+            "planning_time_ms": result.planning_time_ms, "chosen_plan_id": int(ids[chosen]),
             **pilot_columns(result)})
-        rows = []
-        for c in cands:
-            bd, e, spec, ch = c.cost.breakdown(), c.cost.estimate, c.plan.topology, \
-                c.plan.channel
-            if spec not in params_json:
-                params_json[spec] = spec.params_json()
-            rows.append((
-                run_id, c is result.chosen, c.rank, spec.family, params_json[spec],
-                spec.seed, spec.weights, c.topology_id, c.plan.k_ratio,
-                c.plan.effective_algorithm, c.plan.transport, c.plan.bits, ch.snr_db, ch.g_th, ch.tx_power_dbm, e.rounds,
-                c.cost.reaches_target, e.accuracy, e.accuracy_lo, e.accuracy_hi,
-                bd["channel_uses"], bd["slots"], bd["airtime_s"], bd["energy_j"], bd["bits"],
-                bd["privacy_epsilon"], c.cost.total(), c.pruned_reason,
-                list(e.calibration_ids), _terms_json(finite(e.terms))))
-        cols: dict[str, Any] = dict(zip(names, (list(col) for col in zip(*rows))))
-        cols["plan_id"] = [int(pid) for pid in ids]
-        catalog.insert_rows("plans", cols)
-    recorded = tuple(attrs.evolve(c, plan_id=int(pid)) for c, pid in zip(cands, ids))
-    chosen = next(r for c, r in zip(cands, recorded) if c is result.chosen)
-    return attrs.evolve(result, candidates=recorded, chosen=chosen, planning_run_id=int(run_id))
+    # each candidate with its plan id (the constructor: a third of attrs.evolve's time)
+    recorded = tuple(Candidate(plan=c.plan, stats=c.stats, cost=c.cost,
+                               pruned_reason=c.pruned_reason, plan_id=pid, rank=c.rank,
+                               topology_id=c.topology_id, topology_details=c.topology_details)
+                     for c, pid in zip(cands, ids.tolist()))
+    return attrs.evolve(result, candidates=recorded, chosen=recorded[chosen],
+                        planning_run_id=int(run_id))
 
 
 #: ``json.dumps(terms, sort_keys=True)`` with its encoder built once (one per candidate).
@@ -127,4 +149,5 @@ def store_topologies(catalog: Catalog, computed: list[tuple[TopologyStats, Weigh
     return [int(i) for i in ids]
 
 
-__all__ = ["finite", "pilot_columns", "record", "store_topologies"]
+__all__ = ["PLAN_COLUMNS", "candidate_rows", "finite", "pilot_columns", "record",
+           "store_topologies"]

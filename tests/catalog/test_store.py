@@ -619,6 +619,104 @@ def test_insert_rows_returns_ids_in_row_order():
         assert _count(cat, "round_stats") == 3
 
 
+def test_insert_numbered_draws_ids_and_one_parent_id_in_the_statement():
+    with Catalog.open(":memory:") as cat:
+        cat.next_ids("plans", 5)   # the sequence does not start at 1
+        rows = cat.arrow_rows("plans", {
+            "rank": [3, 1, 2], "family": ["ring"] * 3, "weights_rule": ["w"] * 3,
+            "k_ratio": [0.1, 0.5, 1.0], "algorithm": ["dsgd"] * 3,
+            "reaches_target": [True, False, True], "terms": [{"b": 1, "a": 2}, "{}", "{}"]})
+        ids, run = cat.insert_numbered("plans", rows, key="rank", parent="planning_run_id")
+        assert ids.dtype == np.int64 and len(set(ids.tolist())) == 3 and min(ids) > 5
+        got = {r["rank"]: r for r in cat.query("SELECT * FROM airplan.plans")}
+        assert [got[k]["plan_id"] for k in (3, 1, 2)] == ids.tolist()
+        assert {r["planning_run_id"] for r in got.values()} == {run}
+        assert got[3]["terms"] == '{"a":2,"b":1}' and got[1]["terms"] == "{}"
+        # the parent's sequence moved on: its row takes the drawn id, the next one another
+        assert cat.insert_row("planning_runs", {"planning_run_id": run, "statement": "s",
+                                                "estimator": "e", "objective": "o",
+                                                "n_candidates": 3}) == run
+        assert cat.next_ids("planning_runs", 1)[0] == run + 1
+        empty, parent = cat.insert_numbered("plans", rows.slice(0, 0), key="rank",
+                                            parent="planning_run_id")
+        assert len(empty) == 0 and parent == run + 2
+        with pytest.raises(ValidationError, match="does not tell the rows"):
+            cat.insert_numbered("plans", cat.arrow_rows("plans", {
+                "rank": [1, 1], "family": ["r"] * 2, "weights_rule": ["w"] * 2,
+                "k_ratio": [1.0] * 2, "algorithm": ["a"] * 2, "reaches_target": [True] * 2}),
+                key="rank")
+        with pytest.raises(ValidationError, match="not the generated id"):
+            cat.insert_numbered("plans", rows, key="rank", parent="rank")
+        with pytest.raises(ValidationError, match="no generated id"):
+            cat.insert_numbered("round_stats", rows, key="rank")
+        assert _count(cat, "plans") == 3
+
+
+def test_insert_copies_copies_a_parents_rows_with_new_ids():
+    with Catalog.open(":memory:") as cat:
+        rows = cat.arrow_rows("plans", {
+            "rank": [2, 1], "family": ["ring", "complete"], "weights_rule": ["w"] * 2,
+            "k_ratio": [0.1, 1.0], "algorithm": ["dsgd"] * 2, "reaches_target": [False, True],
+            "calibration_ids": [[4, 5], []], "terms": ['{"a":1}', "{}"]})
+        first, run = cat.insert_numbered("plans", rows, key="rank", parent="planning_run_id")
+        ids, run2 = cat.insert_copies("plans", "planning_run_id", run, key="rank",
+                                      keys=np.array([1, 2]))
+        assert run2 != run and not set(ids.tolist()) & set(first.tolist())
+        cols = "rank, family, weights_rule, k_ratio, algorithm, reaches_target, " \
+               "calibration_ids, terms"
+        got = [cat.query(f"SELECT {cols} FROM airplan.plans WHERE planning_run_id = ? "
+                         "ORDER BY rank", [r]) for r in (run, run2)]
+        assert got[0] == got[1] and len(got[0]) == 2
+        by_rank = {r["rank"]: r["plan_id"] for r in cat.query(
+            "SELECT rank, plan_id FROM airplan.plans WHERE planning_run_id = ?", [run2])}
+        assert ids.tolist() == [by_rank[1], by_rank[2]]
+        # copies that are not the rows expected raise: the caller's transaction undoes them
+        with pytest.raises(CatalogError, match="not the 3 expected"), cat.transaction():
+            cat.insert_copies("plans", "planning_run_id", run, key="rank", keys=[1, 2, 3])
+        with pytest.raises(CatalogError, match="2 rows"), cat.transaction():
+            cat.insert_copies("plans", "planning_run_id", run, key="rank", keys=[1, 3])
+        assert _count(cat, "plans") == 4
+        with pytest.raises(ValidationError, match="not the generated id"):
+            cat.insert_copies("plans", "plan_id", run, key="rank", keys=[1, 2])
+
+
+def test_changes_count_writes_per_table_across_connections_and_transactions(tmp_path):
+    path = tmp_path / "c.duckdb"
+    with Catalog.open(path) as cat, Catalog.open(path) as other:
+        watched = ("workloads", "calibration")
+        start = cat.changes(watched)
+        assert other.changes(watched) == start   # one count per file in the process
+        cat.query("SELECT * FROM airplan.workloads")
+        cat.query("  -- a read\n select 1 AS x")
+        cat.insert_row("feedback", {"exec_id": 1, "plan_id": 1, "estimator": "e",
+                                    "metric": "m", "estimated": 1.0, "actual": 1.0})
+        assert cat.changes(watched) == start     # reads and other tables do not count
+        _workload(other)                          # another connection's write counts
+        assert cat.changes(watched) > start
+        # a write counts when it runs and again when its transaction ends
+        now = cat.changes(watched)
+        with other.transaction():
+            other.supersede_calibration("ttt", "global", "", {"x": 1.0}, n_obs=1, source="t")
+            during = cat.changes(watched)
+            assert during > now
+        assert cat.changes(watched) > during
+        # a rolled back write counts as well
+        now = cat.changes(watched)
+        with pytest.raises(RuntimeError), other.transaction():
+            _workload(other, "fp2")
+            raise RuntimeError("undo")
+        assert cat.changes(watched) >= now + 2
+        # a statement that is not a SELECT counts for every table
+        now = cat.changes(["topologies"])
+        cat.query("UPDATE airplan.executions SET reason = 'r' WHERE exec_id = -1 "
+                  "RETURNING exec_id")
+        assert cat.changes(["topologies"]) > now
+    with Catalog.open(":memory:") as a, Catalog.open(":memory:") as b:
+        before_a, before_b = a.changes(["workloads"]), b.changes(["workloads"])
+        _workload(a)   # each in-memory catalog is a database of its own
+        assert b.changes(["workloads"]) == before_b and a.changes(["workloads"]) > before_a
+
+
 def test_insert_arrow_matches_columns_by_name_and_fills_defaults():
     with Catalog.open(":memory:") as cat:
         table = pa.table({"round": pa.array([1, 2], pa.int32()), "exec_id": [9, 9],
