@@ -15,6 +15,80 @@ import scipy.sparse as sp
 from scipy.sparse import csgraph
 
 
+class PairsGraph(nx.Graph):
+    """An undirected networkx graph made from numpy node pairs whose adjacency dicts are filled
+    on first use.
+
+    It is the graph ``nx.empty_graph(n)`` + ``add_edges_from(zip(u, v))`` builds (same adjacency,
+    same neighbour order, one attribute dict shared by both directions of an edge; a repeated
+    pair is one edge). Planning reads only its edge arrays (cached at construction) and the
+    matrices made from them, so at N = 1e5 the millions of dict entries of a dense family are
+    never made there; anything that reads ``_adj`` through networkx (edges, neighbours, degree,
+    a change) fills them first, in one pass (:func:`fill_adjacency`).
+    """
+
+    @property
+    def _adj(self):
+        store = self.__dict__
+        pending = store.get("_pending_pairs")
+        if pending is not None:
+            store["_pending_pairs"] = None
+            fill_adjacency(store["_adj_dicts"], *pending)
+        return store["_adj_dicts"]
+
+    @_adj.setter
+    def _adj(self, value):
+        self.__dict__["_adj_dicts"] = value
+        self.__dict__["_pending_pairs"] = None
+
+    @classmethod
+    def from_pairs(cls, n: int, u: np.ndarray, v: np.ndarray) -> "PairsGraph":
+        g = cls()
+        g._node.update(zip(range(n), ({} for _ in range(n))))
+        g.__dict__["_adj_dicts"] = {i: {} for i in range(n)}
+        g.__dict__["_pending_pairs"] = (n, np.asarray(u, dtype=np.int64),
+                                        np.asarray(v, dtype=np.int64))
+        return g
+
+
+def fill_adjacency(adj: dict, n: int, u: np.ndarray, v: np.ndarray) -> None:
+    """Fill networkx's adjacency dicts ``adj`` (one empty dict per node 0..n-1) with the pairs
+    (u, v) as ``add_edges_from(zip(u, v))`` would, a node at a time from numpy: the order in
+    which each node meets its neighbours is sorted out in numpy, then each node's dict takes
+    them in one ``update`` (per-edge Python work cost ~2x the time at 10^6 edges)."""
+    m = u.size
+    if m == 0:
+        return
+    key = np.minimum(u, v) * n + np.maximum(u, v)
+    if bool(np.all(u < v)) and bool(np.all(key[1:] > key[:-1])):
+        # sorted distinct pairs u < v (G(n, p)): edge t is pair t, and a node meets its
+        # neighbours b < a (pairs (b, a), in order) before its pairs (a, c): the v side first
+        src, dst = np.concatenate([v, u]), np.concatenate([u, v])
+        eid = np.concatenate([np.arange(m), np.arange(m)])
+        order = np.argsort(src, kind="stable")
+        n_edges = m
+    else:
+        _keys, first, edge_of = np.unique(key, return_index=True, return_inverse=True)
+        loop = u == v   # a self-loop is one entry of its node's dict
+        t = np.arange(m)
+        src, dst = np.concatenate([u, v[~loop]]), np.concatenate([v, u[~loop]])
+        pos = np.concatenate([t, t[~loop]])
+        eid = np.concatenate([edge_of, edge_of[~loop]]).ravel()
+        order = np.lexsort((pos, src))
+        src, dst, eid = src[order], dst[order], eid[order]
+        _k, keep = np.unique(src * n + dst, return_index=True)   # each neighbour's first time
+        order = np.sort(keep)
+        n_edges = first.size
+    src, dst, eid = src[order], dst[order], eid[order]
+    data = [{} for _ in range(n_edges)]
+    bounds = np.searchsorted(src, np.arange(n + 1)).tolist()
+    dst_l, eid_l = dst.tolist(), eid.tolist()
+    attrs_of = data.__getitem__
+    for a in np.flatnonzero(np.diff(bounds)).tolist():
+        lo, hi = bounds[a], bounds[a + 1]
+        adj[a].update(zip(dst_l[lo:hi], map(attrs_of, eid_l[lo:hi])))
+
+
 def edge_arrays(graph: nx.Graph) -> tuple[np.ndarray, np.ndarray]:
     """Undirected edges as two int arrays (u < v), in a deterministic order.
 
@@ -59,10 +133,29 @@ def set_edge_arrays(graph: nx.Graph, u: np.ndarray, v: np.ndarray
 
 
 def from_edge_weights(n: int, u: np.ndarray, v: np.ndarray, w: np.ndarray) -> sp.csr_matrix:
-    """W = I - L_w: off-diagonal weights w on edges (u, v), the diagonal making rows sum to one."""
-    off = sp.coo_matrix((np.concatenate([w, w]), (np.concatenate([u, v]), np.concatenate([v, u]))),
-                        shape=(n, n)).tocsr()
-    return (sp.identity(n, format="csr") - csgraph.laplacian(off)).tocsr()
+    """W = I - L_w: off-diagonal weights w on edges (u, v), the diagonal making rows sum to one
+    (a diagonal entry that comes out exactly zero is not stored)."""
+    u, v = np.asarray(u, dtype=np.int64), np.asarray(v, dtype=np.int64)
+    w = np.asarray(w, dtype=np.float64)
+    if not _sorted_distinct_pairs(n, u, v):
+        off = sp.coo_matrix((np.concatenate([w, w]), (np.concatenate([u, v]),
+                                                      np.concatenate([v, u]))),
+                            shape=(n, n)).tocsr()
+        return (sp.identity(n, format="csr") - csgraph.laplacian(off)).tocsr()
+    off = _symmetric_csr(n, u, v, w)
+    diag = 1.0 - np.asarray(off.sum(axis=0)).ravel()   # as csgraph.laplacian sums the degrees
+    out = (off + sp.diags(diag, format="csr")).tocsr()
+    out.eliminate_zeros()
+    return out
+
+
+def _sorted_distinct_pairs(n: int, u: np.ndarray, v: np.ndarray) -> bool:
+    """Whether the pairs are u < v, distinct and sorted by (u, v), as :func:`edge_arrays`
+    gives them."""
+    if not len(u):
+        return True
+    key = u * n + v
+    return bool(np.all(u < v)) and bool(np.all(key[1:] > key[:-1])) and int(v.max()) < n
 
 
 def directed_links(graph: nx.Graph, w: sp.spmatrix
@@ -87,15 +180,59 @@ def directed_links(graph: nx.Graph, w: sp.spmatrix
 
 
 def adjacency(graph: nx.Graph) -> sp.csr_matrix:
-    """0/1 adjacency matrix (CSR) of an undirected graph with nodes 0..n-1.
+    """0/1 adjacency matrix (CSR, canonical) of an undirected graph with nodes 0..n-1.
 
     Built from the cached edge arrays rather than ``networkx.to_scipy_sparse_array``, which walks
-    the graph's dicts again on every call.
+    the graph's dicts again on every call, and cached beside them (the spectra, the schedule,
+    the weights rules and the connectivity check all read it): callers must not change it.
     """
+    store = getattr(graph, "__networkx_cache__", None)
+    if store is not None:
+        cached = store.get(_ADJACENCY)
+        if cached is not None and store.get(_EDGE_ARRAYS) is not None:
+            return cached
     n = graph.number_of_nodes()
     u, v = edge_arrays(graph)
-    return sp.coo_matrix((np.ones(2 * len(u)), (np.concatenate([u, v]), np.concatenate([v, u]))),
-                         shape=(n, n)).tocsr()
+    a = _symmetric_csr(n, u, v, np.ones(len(u)))
+    if store is not None:
+        store[_ADJACENCY] = a
+    return a
+
+
+_ADJACENCY = "airplan_adjacency"
+
+
+def _symmetric_csr(n: int, u: np.ndarray, v: np.ndarray, w: np.ndarray) -> sp.csr_matrix:
+    """The symmetric n x n CSR matrix with w on (u, v) and (v, u), for distinct pairs u < v
+    sorted by (u, v) (:func:`edge_arrays`), built in O(n + edges) by placing each entry at its
+    final position: row r holds its pairs (b, r), b < r, in the order of b, then its pairs
+    (r, c) in the order of c, so every row's columns come out sorted (canonical CSR)."""
+    m = len(u)
+    counts = np.bincount(u, minlength=n) + np.bincount(v, minlength=n)
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    idx_dtype = np.int32 if 2 * m < 2**31 and n < 2**31 else np.int64
+    indices = np.empty(2 * m, dtype=idx_dtype)
+    data = np.empty(2 * m, dtype=np.asarray(w).dtype)
+    if m:
+        # the lower part of row v: its pairs (u, v) sorted by u. Sorting by v (stably) keeps
+        # the pairs' order, which is by u within each v.
+        by_v = np.argsort(v, kind="stable")
+        lower_count = np.bincount(v, minlength=n)
+        start = indptr[:-1]
+        rank = np.arange(m) - np.repeat(np.cumsum(lower_count) - lower_count, lower_count)
+        pos_low = start[v[by_v]] + rank
+        indices[pos_low] = u[by_v]
+        data[pos_low] = w[by_v]
+        # the upper part of row u: pairs (u, v) in their order, after the lower part
+        upper_count = np.bincount(u, minlength=n)
+        rank = np.arange(m) - np.repeat(np.cumsum(upper_count) - upper_count, upper_count)
+        pos_up = start[u] + lower_count[u] + rank
+        indices[pos_up] = v
+        data[pos_up] = w
+    a = sp.csr_matrix((data, indices, indptr.astype(idx_dtype)), shape=(n, n))
+    a.has_sorted_indices = True
+    return a
 
 
 def laplacian(graph: nx.Graph, *, normed: bool = False) -> sp.csr_matrix:

@@ -122,3 +122,24 @@ def test_edge_arrays_follow_changes_to_the_graph():
     assert len(u2) == len(u) + 1 and (a, b) in set(zip(u2.tolist(), v2.tolist()))
     g.remove_edge(a, b)
     assert len(edge_arrays(g)[0]) == len(u)
+
+
+def test_weights_matrix_is_identity_minus_weighted_laplacian():
+    import networkx as nx
+    import scipy.sparse as sp
+    from scipy.sparse import csgraph
+
+    from airplan_qo.plans.graphs import edge_arrays, from_edge_weights
+
+    rng = np.random.default_rng(0)
+    for seed in range(40):
+        n = int(rng.integers(2, 40))
+        g = nx.gnp_random_graph(n, float(rng.random()), seed=seed)
+        u, v = edge_arrays(g)
+        w = rng.random(len(u))
+        off = sp.coo_matrix((np.concatenate([w, w]), (np.concatenate([u, v]),
+                                                      np.concatenate([v, u]))), shape=(n, n))
+        ref = sp.identity(n, format="csr") - csgraph.laplacian(off.tocsr())
+        for uu, vv in ((u, v), (v[::-1], u[::-1])):   # sorted pairs, and any other order
+            got = from_edge_weights(n, uu, vv, w if uu is u else w[::-1])
+            assert got.nnz == ref.nnz and (got != ref).nnz == 0
