@@ -149,6 +149,85 @@ def from_edge_weights(n: int, u: np.ndarray, v: np.ndarray, w: np.ndarray) -> sp
     return out
 
 
+def weights_matrix(graph: nx.Graph, w: np.ndarray) -> sp.csr_matrix:
+    """:func:`from_edge_weights` for weights w on the graph's edges (in :func:`edge_arrays`
+    order), the same matrix: its sparsity layout (rows: the lower neighbours, the diagonal, the
+    upper neighbours) is computed once per graph and cached beside the edge arrays, so each
+    weights rule only places its values."""
+    layout = _weights_layout(graph)
+    n = graph.number_of_nodes()
+    data = np.empty(len(layout.indices), dtype=np.float64)
+    w = np.asarray(w, dtype=np.float64)
+    data[layout.pos_up] = w
+    data[layout.pos_low] = w[layout.low_edge]
+    data[layout.pos_diag] = 0.0
+    out = sp.csr_matrix((data, layout.indices.copy(), layout.indptr.copy()), shape=(n, n))
+    out.has_sorted_indices = True
+    # the off-diagonal row sums in row order, as csgraph.laplacian sums the degrees (adding
+    # the zero diagonal changes no sum)
+    out.data[layout.pos_diag] = 1.0 - out @ np.ones(n)
+    if not np.all(out.data):    # as I - L_w stores no zero
+        out.eliminate_zeros()
+    return out
+
+
+def edge_weights(graph: nx.Graph, w: sp.spmatrix) -> np.ndarray:
+    """W[u, v] for the graph's edges (u, v) in :func:`edge_arrays` order: read from W's data
+    when W has the layout :func:`weights_matrix` gives, else looked up pair by pair."""
+    u, v = edge_arrays(graph)
+    if sp.issparse(w) and w.format == "csr":
+        layout = _weights_layout(graph)
+        if (w.nnz == len(layout.indices) and np.array_equal(w.indptr, layout.indptr)
+                and np.array_equal(w.indices, layout.indices)):
+            return np.asarray(w.data[layout.pos_up], dtype=np.float64)
+    return np.asarray(sp.csr_matrix(w)[u, v]).ravel() if len(u) else np.zeros(0)
+
+
+class _WeightsLayout:
+    """Where W's entries go in CSR: ``pos_up[t]`` holds edge t's (u, v) entry, ``pos_low[k]``
+    the (v, u) entry of edge ``low_edge[k]``, ``pos_diag[r]`` the diagonal."""
+
+    def __init__(self, n: int, u: np.ndarray, v: np.ndarray):
+        m = len(u)
+        upper_count = np.bincount(u, minlength=n)
+        lower_count = np.bincount(v, minlength=n)
+        indptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(upper_count + lower_count + 1, out=indptr[1:])
+        idx_dtype = np.int32 if indptr[-1] < 2**31 else np.int64
+        start = indptr[:-1]
+        up_ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(upper_count, out=up_ptr[1:])
+        self.pos_up = start[u] + lower_count[u] + 1 + (np.arange(m) - up_ptr[u])
+        upper = sp.csr_matrix((np.arange(m, dtype=np.int64), v.astype(idx_dtype),
+                               up_ptr.astype(idx_dtype)), shape=(n, n))
+        low = upper.tocsc()     # for each r, its pairs (b, r) by increasing b
+        col = np.repeat(np.arange(n), np.diff(low.indptr))
+        self.pos_low = start[col] + (np.arange(m) - low.indptr[col])
+        self.low_edge = np.asarray(low.data, dtype=np.int64)
+        self.pos_diag = start + lower_count
+        indices = np.empty(int(indptr[-1]), dtype=idx_dtype)
+        indices[self.pos_up] = v
+        indices[self.pos_low] = low.indices
+        indices[self.pos_diag] = np.arange(n)
+        self.indices = indices
+        self.indptr = indptr.astype(idx_dtype)
+
+
+def _weights_layout(graph: nx.Graph) -> _WeightsLayout:
+    store = getattr(graph, "__networkx_cache__", None)
+    cached = None if store is None else store.get(_WEIGHTS_LAYOUT)
+    if cached is not None and store.get(_EDGE_ARRAYS) is not None:
+        return cached
+    u, v = edge_arrays(graph)
+    layout = _WeightsLayout(graph.number_of_nodes(), u, v)
+    if store is not None:
+        store[_WEIGHTS_LAYOUT] = layout
+    return layout
+
+
+_WEIGHTS_LAYOUT = "airplan_weights_layout"
+
+
 def _sorted_distinct_pairs(n: int, u: np.ndarray, v: np.ndarray) -> bool:
     """Whether the pairs are u < v, distinct and sorted by (u, v), as :func:`edge_arrays`
     gives them."""
@@ -206,38 +285,61 @@ def _symmetric_csr(n: int, u: np.ndarray, v: np.ndarray, w: np.ndarray) -> sp.cs
     """The symmetric n x n CSR matrix with w on (u, v) and (v, u), for distinct pairs u < v
     sorted by (u, v) (:func:`edge_arrays`), built in O(n + edges) by placing each entry at its
     final position: row r holds its pairs (b, r), b < r, in the order of b, then its pairs
-    (r, c) in the order of c, so every row's columns come out sorted (canonical CSR)."""
+    (r, c) in the order of c, so every row's columns come out sorted (canonical CSR). The pairs
+    (b, r) of each r come from the transpose of the upper triangle (a counting sort in C)."""
     m = len(u)
-    counts = np.bincount(u, minlength=n) + np.bincount(v, minlength=n)
+    upper_count = np.bincount(u, minlength=n)
+    lower_count = np.bincount(v, minlength=n)
     indptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(counts, out=indptr[1:])
+    np.cumsum(upper_count + lower_count, out=indptr[1:])
     idx_dtype = np.int32 if 2 * m < 2**31 and n < 2**31 else np.int64
     indices = np.empty(2 * m, dtype=idx_dtype)
     data = np.empty(2 * m, dtype=np.asarray(w).dtype)
     if m:
-        # the lower part of row v: its pairs (u, v) sorted by u. Sorting by v (stably) keeps
-        # the pairs' order, which is by u within each v.
-        by_v = np.argsort(v, kind="stable")
-        lower_count = np.bincount(v, minlength=n)
         start = indptr[:-1]
-        rank = np.arange(m) - np.repeat(np.cumsum(lower_count) - lower_count, lower_count)
-        pos_low = start[v[by_v]] + rank
-        indices[pos_low] = u[by_v]
-        data[pos_low] = w[by_v]
-        # the upper part of row u: pairs (u, v) in their order, after the lower part
-        upper_count = np.bincount(u, minlength=n)
-        rank = np.arange(m) - np.repeat(np.cumsum(upper_count) - upper_count, upper_count)
-        pos_up = start[u] + lower_count[u] + rank
+        up_ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(upper_count, out=up_ptr[1:])
+        # pair t sits at rank t - up_ptr[u] among its row's pairs (r, c), after the (b, r)
+        pos_up = start[u] + lower_count[u] + (np.arange(m) - up_ptr[u])
         indices[pos_up] = v
         data[pos_up] = w
+        # the transpose lists, for each r, the pairs (b, r) by increasing b, with their ids
+        upper = sp.csr_matrix((np.arange(m, dtype=np.int64), v.astype(idx_dtype),
+                               up_ptr.astype(idx_dtype)), shape=(n, n))
+        low = upper.tocsc()
+        col = np.repeat(np.arange(n), np.diff(low.indptr))
+        pos_low = start[col] + (np.arange(m) - low.indptr[col])
+        indices[pos_low] = low.indices
+        data[pos_low] = w[low.data]
     a = sp.csr_matrix((data, indices, indptr.astype(idx_dtype)), shape=(n, n))
     a.has_sorted_indices = True
     return a
 
 
 def laplacian(graph: nx.Graph, *, normed: bool = False) -> sp.csr_matrix:
-    """L = D - A of the graph, or D^-1/2 L D^-1/2 with ``normed`` (CSR)."""
-    return sp.csr_matrix(csgraph.laplacian(adjacency(graph), normed=normed))
+    """L = D - A of the graph, or D^-1/2 L D^-1/2 with ``normed`` (CSR, canonical): the
+    values ``csgraph.laplacian`` gives (entry (r, c) of the normalised one is
+    -(1 / sqrt(d_r)) / sqrt(d_c), rounded as it rounds), placed in the graph's cached layout."""
+    deg = degrees(graph)
+    if not len(deg) or not np.all(deg > 0):   # an isolated node: csgraph's own conventions
+        return sp.csr_matrix(csgraph.laplacian(adjacency(graph), normed=normed))
+    layout = _weights_layout(graph)
+    u, v = edge_arrays(graph)
+    data = np.empty(len(layout.indices), dtype=np.float64)
+    if normed:
+        s = np.sqrt(deg)
+        data[layout.pos_up] = -((1.0 / s[u]) / s[v])
+        low_u, low_v = u[layout.low_edge], v[layout.low_edge]
+        data[layout.pos_low] = -((1.0 / s[low_v]) / s[low_u])   # row v, column u
+        data[layout.pos_diag] = 1.0
+    else:
+        data[layout.pos_up] = -1.0
+        data[layout.pos_low] = -1.0
+        data[layout.pos_diag] = deg
+    n = graph.number_of_nodes()
+    out = sp.csr_matrix((data, layout.indices.copy(), layout.indptr.copy()), shape=(n, n))
+    out.has_sorted_indices = True
+    return out
 
 
 def degrees(graph: nx.Graph) -> np.ndarray:

@@ -143,3 +143,44 @@ def test_weights_matrix_is_identity_minus_weighted_laplacian():
         for uu, vv in ((u, v), (v[::-1], u[::-1])):   # sorted pairs, and any other order
             got = from_edge_weights(n, uu, vv, w if uu is u else w[::-1])
             assert got.nnz == ref.nnz and (got != ref).nnz == 0
+
+
+def test_weights_on_a_graph_are_the_matrix_from_its_edge_weights():
+    import networkx as nx
+
+    from airplan_qo.plans.graphs import edge_arrays, edge_weights, weights_matrix
+
+    rng = np.random.default_rng(1)
+    for seed in range(40):
+        n = int(rng.integers(2, 40))
+        g = nx.gnp_random_graph(n, float(rng.random()), seed=seed)
+        u, v = edge_arrays(g)
+        w = rng.random(len(u))
+        if seed % 4 == 0 and len(w):
+            w[0] = 0.0                      # a zero weight is not stored
+        ref = from_edge_weights(n, u, v, w)
+        got = weights_matrix(g, w)
+        assert got.nnz == ref.nnz and (got != ref).nnz == 0
+        on_edges = np.array([ref[a, b] for a, b in zip(u.tolist(), v.tolist())])
+        assert np.array_equal(edge_weights(g, got), on_edges)
+        assert np.array_equal(edge_weights(g, ref.tocsc()), on_edges)
+    g = build_graph("small_world", 200, seed=2, k=6)
+    for rule in ("metropolis_hastings", "max_degree", "best_constant"):
+        w = WEIGHTS.get(rule)(g)
+        assert abs(w - w.T).max() == 0 and np.allclose(np.asarray(w.sum(axis=1)).ravel(), 1.0)
+
+
+def test_laplacians_are_what_csgraph_gives():
+    from scipy.sparse import csgraph
+
+    from airplan_qo.plans.graphs import adjacency
+
+    for g in (build_graph("erdos_renyi", 150, seed=3, p=0.05),
+              build_graph("small_world", 120, seed=1, k=4), build_graph("ring", 7)):
+        for normed in (False, True):
+            ref = sp.csr_matrix(csgraph.laplacian(adjacency(g), normed=normed))
+            got = laplacian(g, normed=normed)
+            # the same entries, bit for bit, in the same order
+            assert np.array_equal(got.indptr, ref.indptr)
+            assert np.array_equal(got.indices, ref.indices)
+            assert np.array_equal(got.data, ref.data)
