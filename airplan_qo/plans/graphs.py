@@ -343,7 +343,20 @@ def laplacian(graph: nx.Graph, *, normed: bool = False) -> sp.csr_matrix:
 
 
 def degrees(graph: nx.Graph) -> np.ndarray:
-    """Node degrees (float) counted from the cached edge arrays, for the same reason."""
+    """Node degrees (float) counted from the cached edge arrays, for the same reason, and
+    cached beside them (read-only)."""
+    store = getattr(graph, "__networkx_cache__", None)
+    if store is not None:
+        cached = store.get(_DEGREES)
+        if cached is not None and store.get(_EDGE_ARRAYS) is not None:
+            return cached
     n = graph.number_of_nodes()
     u, v = edge_arrays(graph)
-    return np.bincount(np.concatenate([u, v]), minlength=n).astype(float)
+    deg = (np.bincount(u, minlength=n) + np.bincount(v, minlength=n)).astype(float)
+    if store is not None:
+        deg.flags.writeable = False
+        store[_DEGREES] = deg
+    return deg
+
+
+_DEGREES = "airplan_degrees"

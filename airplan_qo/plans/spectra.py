@@ -325,8 +325,10 @@ def eigenpair_ok(m: sp.spmatrix, x: np.ndarray, lam: float, norm: float | None =
 
 
 #: Lanczos stops once the estimated residual of the wanted Ritz pairs is below this times
-#: the Ritz value (smallest) or ||M|| (largest).
-LANCZOS_TOL = 1e-7
+#: the Ritz value (smallest) or ||M|| (largest): the residual check's own tolerance
+#: (:data:`RESIDUAL_TOL`). The eigenvalues' error is far smaller (about residual^2 / gap): at
+#: N = 1e5 they moved by at most 3e-11 relative against 1e-7, which took 12% more steps.
+LANCZOS_TOL = 1e-6
 #: Weight of the random vector mixed into a warm start (it keeps every eigenvector present).
 START_NOISE = 0.1
 #: At most this many Lanczos steps; its basis is kept in float32 within LANCZOS_MEMORY bytes.
