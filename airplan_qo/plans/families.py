@@ -198,7 +198,13 @@ def _unit(v, n):
 @family("ring")
 def ring(n: int, *, seed: int = 0) -> nx.Graph:
     """Cycle over all clients (a path for n = 2): the sparsest connected regular graph."""
-    return nx.cycle_graph(n)
+    # networkx.cycle_graph(n)'s graph, edge order included: (0, 1), ..., (n - 2, n - 1), (n - 1, 0)
+    u = np.arange(n, dtype=np.int64)
+    g = _graph_from_pairs(n, u, (u + 1) % n)
+    from .graphs import set_edge_arrays
+
+    set_edge_arrays(g, *_sorted_unique_edges(n, u, (u + 1) % n))
+    return g
 
 
 @family("erdos_renyi", Param("p", float, 0.2, "edge probability", _prob))

@@ -44,7 +44,7 @@ class PairsGraph(nx.Graph):
     @classmethod
     def from_pairs(cls, n: int, u: np.ndarray, v: np.ndarray) -> "PairsGraph":
         g = cls()
-        g._node.update(zip(range(n), ({} for _ in range(n))))
+        g._node = {i: {} for i in range(n)}
         g.__dict__["_adj_dicts"] = {i: {} for i in range(n)}
         g.__dict__["_pending_pairs"] = (n, np.asarray(u, dtype=np.int64),
                                         np.asarray(v, dtype=np.int64))

@@ -191,3 +191,13 @@ def test_pairs_graph_fills_its_dicts_only_when_read():
     assert adjacency(g) is a   # cached beside the edge arrays ...
     g.add_edge(0, 299)          # ... until the graph changes
     assert adjacency(g) is not a and adjacency(g)[0, 299] == 1
+
+
+def test_ring_is_networkx_cycle_graph():
+    from airplan_qo.plans.graphs import edge_arrays
+
+    for n in (2, 3, 4, 7, 50):
+        ours, ref = build_graph("ring", n), nx.cycle_graph(n)
+        _same_graph(ref, ours)
+        u, v = edge_arrays(ours)
+        assert list(zip(u.tolist(), v.tolist())) == sorted(tuple(sorted(e)) for e in ref.edges)
