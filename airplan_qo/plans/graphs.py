@@ -1,8 +1,11 @@
 """Graph arrays shared by the mixing rules, the spectra, the OTA schedule and the runtime: edge
-arrays (cached on the graph), adjacency, Laplacian, degrees, and the directed links of a round.
+arrays, adjacency, degrees and the CSR layout of W (each cached on the graph), the Laplacians,
+W from edge weights, and the directed links of a round.
 
 Topologies are networkx graphs with nodes 0..n-1, built once and never mutated, so the edge
-arrays are computed once per graph and everything else is derived from them.
+arrays are computed once per graph and everything else is derived from them. Families that
+draw their edges in numpy return a :class:`PairsGraph`, whose networkx dicts are filled only
+when something reads them.
 """
 
 from __future__ import annotations

@@ -21,6 +21,10 @@ at N = 1e5, whose G^2 has 1e8 edges) G^2 is not formed: the schedule is one gree
 arrays, in decreasing order of walks of length 2 (a valid schedule, a few slots more than the
 stages would find: 321 against 319 there, in 1 s against 21 s and without ~1.7 GiB).
 
+Above 1000 nodes only stage 1 runs, and it reads G's own arrays: G^2's degrees (the greedy
+order) are counted a block of rows at a time and the iterated-greedy passes and the clique use
+bit sets of the colours next to each node, so G^2 is never stored (the same colourings).
+
 Each stage is skipped once the colouring meets a lower bound (a clique of G^2 grown from the
 closed neighbourhood of a max-degree node), so paths, rings with 3 | n and some tori stop at
 stage 1. On small graphs stage 3 usually proves the result optimal: C_n^2 gets its chromatic
