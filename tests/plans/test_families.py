@@ -201,3 +201,19 @@ def test_ring_is_networkx_cycle_graph():
         _same_graph(ref, ours)
         u, v = edge_arrays(ours)
         assert list(zip(u.tolist(), v.tolist())) == sorted(tuple(sorted(e)) for e in ref.edges)
+
+
+def test_pairs_graph_pickles_and_copies_as_its_networkx_graph():
+    import copy
+    import pickle
+
+    from airplan_qo.plans.graphs import adjacency
+
+    g = build_graph("clustered", 120, seed=2)
+    adjacency(g)                                   # caches beside the edge arrays
+    ref = _reference_graph(120, *(np.asarray(x) for x in zip(*g.edges)))  # fills g's dicts
+    for other in (pickle.loads(pickle.dumps(build_graph("clustered", 120, seed=2))),
+                  copy.deepcopy(build_graph("clustered", 120, seed=2)),
+                  build_graph("clustered", 120, seed=2).copy(), nx.Graph(g)):
+        assert sorted(map(sorted, other.edges)) == sorted(map(sorted, ref.edges))
+        assert (adjacency(other) != adjacency(g)).nnz == 0
