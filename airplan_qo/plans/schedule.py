@@ -194,6 +194,10 @@ def _square_degrees(a: sp.csr_matrix) -> np.ndarray:
     (A + I)^2 formed a block of rows at a time and not kept (its rows' entries, less the
     diagonal)."""
     n = a.shape[0]
+    offsets = _circulant_offsets(a)
+    if offsets is not None:   # every node sees the same offsets, so the same G^2 degree
+        reach = np.unique((offsets[:, None] + np.concatenate([[0], offsets])[None, :]) % n)
+        return np.full(n, int(np.count_nonzero(reach)), dtype=np.int64)
     # boolean entries: a sum of products is their OR, so no entry cancels (and a quarter of
     # the bytes of float32 counts: ~25% faster)
     a1 = (a + sp.identity(n, format="csr")).astype(np.bool_)
@@ -207,6 +211,19 @@ def _square_degrees(a: sp.csr_matrix) -> np.ndarray:
         if hi > lo:
             out[lo:hi] = np.diff((a1[lo:hi] @ a1).indptr) - 1
     return out
+
+
+def _circulant_offsets(a: sp.csr_matrix) -> np.ndarray | None:
+    """The neighbour offsets s (v = u + s mod n) when the graph is circulant (every node has the
+    same ones: rings, the exponential graph), else None."""
+    n = a.shape[0]
+    deg = np.diff(a.indptr)
+    k = int(deg[0]) if n else 0
+    if n < 3 or k == 0 or np.any(deg != k):
+        return None
+    rel = (a.indices.astype(np.int64) - np.repeat(np.arange(n, dtype=np.int64), k)) % n
+    rel = np.sort(rel.reshape(n, k), axis=1)
+    return rel[0] if np.all(rel == rel[0]) else None
 
 
 def _square_row(a: sp.csr_matrix, v: int) -> np.ndarray:

@@ -258,3 +258,19 @@ def test_greedy_with_integer_bit_sets_is_the_same_greedy(monkeypatch, family, n,
         rows = schedule._distance2_greedy(a, order)
         monkeypatch.setattr(schedule, "BITSET_GREEDY_MAX_DEGREE", n)      # bit sets
         assert np.array_equal(schedule._distance2_greedy(a, order), rows)
+
+
+@pytest.mark.parametrize("family,n,params", [("ring", 1001, {}), ("exponential", 1500, {}),
+                                             ("exponential", 1024, {}), ("torus", 1200, {}),
+                                             ("small_world", 1200, {"k": 4, "beta": 0.0})])
+def test_square_degrees_of_circulant_graphs_come_from_their_offsets(monkeypatch, family, n,
+                                                                    params):
+    from airplan_qo.plans import schedule
+    from airplan_qo.plans.graphs import adjacency
+
+    a = adjacency(build_graph(family, n, **params))
+    circulant = family != "torus"   # a torus's wrap-around offsets differ by column
+    assert (schedule._circulant_offsets(a) is not None) == circulant
+    got = schedule._square_degrees(a)
+    monkeypatch.setattr(schedule, "_circulant_offsets", lambda a: None)
+    assert np.array_equal(got, schedule._square_degrees(a))
