@@ -159,8 +159,10 @@ def weights_matrix(graph: nx.Graph, w: np.ndarray) -> sp.csr_matrix:
     weights rule only places its values."""
     layout = _weights_layout(graph)
     n = graph.number_of_nodes()
-    data = np.empty(len(layout.indices), dtype=np.float64)
     w = np.asarray(w, dtype=np.float64)
+    if layout is None:
+        return from_edge_weights(n, *edge_arrays(graph), w)
+    data = np.empty(len(layout.indices), dtype=np.float64)
     data[layout.pos_up] = w
     data[layout.pos_low] = w[layout.low_edge]
     data[layout.pos_diag] = 0.0
@@ -180,7 +182,7 @@ def edge_weights(graph: nx.Graph, w: sp.spmatrix) -> np.ndarray:
     u, v = edge_arrays(graph)
     if sp.issparse(w) and w.format == "csr":
         layout = _weights_layout(graph)
-        if (w.nnz == len(layout.indices) and np.array_equal(w.indptr, layout.indptr)
+        if (layout is not None and w.nnz == len(layout.indices) and np.array_equal(w.indptr, layout.indptr)
                 and np.array_equal(w.indices, layout.indices)):
             return np.asarray(w.data[layout.pos_up], dtype=np.float64)
     return np.asarray(sp.csr_matrix(w)[u, v]).ravel() if len(u) else np.zeros(0)
@@ -216,13 +218,17 @@ class _WeightsLayout:
         self.indptr = indptr.astype(idx_dtype)
 
 
-def _weights_layout(graph: nx.Graph) -> _WeightsLayout:
+def _weights_layout(graph: nx.Graph) -> _WeightsLayout | None:
+    """The graph's cached :class:`_WeightsLayout` (None for a graph with a self-loop)."""
     store = getattr(graph, "__networkx_cache__", None)
     cached = None if store is None else store.get(_WEIGHTS_LAYOUT)
     if cached is not None and store.get(_EDGE_ARRAYS) is not None:
         return cached
     u, v = edge_arrays(graph)
-    layout = _WeightsLayout(graph.number_of_nodes(), u, v)
+    n = graph.number_of_nodes()
+    if not _sorted_distinct_pairs(n, u, v):
+        return None
+    layout = _WeightsLayout(n, u, v)
     if store is not None:
         store[_WEIGHTS_LAYOUT] = layout
     return layout
@@ -275,7 +281,11 @@ def adjacency(graph: nx.Graph) -> sp.csr_matrix:
             return cached
     n = graph.number_of_nodes()
     u, v = edge_arrays(graph)
-    a = _symmetric_csr(n, u, v, np.ones(len(u)))
+    if _sorted_distinct_pairs(n, u, v):
+        a = _symmetric_csr(n, u, v, np.ones(len(u)))
+    else:   # a self-loop (not a topology): each pair as COO counts it
+        a = sp.coo_matrix((np.ones(2 * len(u)), (np.concatenate([u, v]), np.concatenate([v, u]))),
+                          shape=(n, n)).tocsr()
     if store is not None:
         store[_ADJACENCY] = a
     return a
@@ -324,9 +334,9 @@ def laplacian(graph: nx.Graph, *, normed: bool = False) -> sp.csr_matrix:
     values ``csgraph.laplacian`` gives (entry (r, c) of the normalised one is
     -(1 / sqrt(d_r)) / sqrt(d_c), rounded as it rounds), placed in the graph's cached layout."""
     deg = degrees(graph)
-    if not len(deg) or not np.all(deg > 0):   # an isolated node: csgraph's own conventions
+    layout = _weights_layout(graph) if len(deg) and np.all(deg > 0) else None
+    if layout is None:   # an isolated node or a self-loop: csgraph's own conventions
         return sp.csr_matrix(csgraph.laplacian(adjacency(graph), normed=normed))
-    layout = _weights_layout(graph)
     u, v = edge_arrays(graph)
     data = np.empty(len(layout.indices), dtype=np.float64)
     if normed:

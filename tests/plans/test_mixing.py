@@ -184,3 +184,21 @@ def test_laplacians_are_what_csgraph_gives():
             assert np.array_equal(got.indptr, ref.indptr)
             assert np.array_equal(got.indices, ref.indices)
             assert np.array_equal(got.data, ref.data)
+
+
+def test_graph_matrices_of_a_graph_with_a_self_loop_are_as_before():
+    import networkx as nx
+    from scipy.sparse import csgraph
+
+    from airplan_qo.plans.graphs import adjacency, edge_arrays, weights_matrix
+
+    g = nx.cycle_graph(6)
+    g.add_edge(2, 2)
+    u, v = edge_arrays(g)
+    a = adjacency(g)
+    ref = sp.coo_matrix((np.ones(2 * len(u)), (np.concatenate([u, v]), np.concatenate([v, u]))),
+                        shape=(6, 6)).tocsr()
+    assert (a != ref).nnz == 0 and a[2, 2] == 2
+    assert (laplacian(g) != sp.csr_matrix(csgraph.laplacian(ref))).nnz == 0
+    w = np.full(len(u), 0.2)
+    assert (weights_matrix(g, w) != from_edge_weights(6, u, v, w)).nnz == 0
