@@ -51,7 +51,8 @@ def _force(solver: str) -> None:
 def run_one(family: str, n: int, seed: int, solver: str = "default",
             baseline: bool = True) -> dict:
     from airplan_qo.plans.families import build_graph
-    from airplan_qo.plans.mixing import WEIGHTS, laplacian
+    from airplan_qo.plans.graphs import laplacian
+    from airplan_qo.plans.mixing import WEIGHTS
     from airplan_qo.plans.schedule import ota_schedule
     from airplan_qo.plans.spectra import _closed_form, spectral_stats
 

@@ -14,7 +14,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..registry import Registry
-from .graphs import degrees, edge_arrays, from_edge_weights
+from .graphs import degrees, edge_arrays, weights_matrix
 
 WeightsRule = Callable[[nx.Graph], sp.csr_matrix]
 WEIGHTS: Registry[WeightsRule] = Registry("mixing weights rule")
@@ -31,7 +31,7 @@ def metropolis_hastings(graph: nx.Graph) -> sp.csr_matrix:
     """W_ij = 1 / (1 + max(d_i, d_j)): locally computable, the default."""
     deg = degrees(graph)
     u, v = edge_arrays(graph)
-    return from_edge_weights(len(deg), u, v, 1.0 / (1.0 + np.maximum(deg[u], deg[v])))
+    return weights_matrix(graph, 1.0 / (1.0 + np.maximum(deg[u], deg[v])))
 
 
 @WEIGHTS.register("max_degree")
@@ -39,7 +39,7 @@ def max_degree(graph: nx.Graph) -> sp.csr_matrix:
     """W_ij = 1 / (1 + d_max): one constant weight on every edge."""
     deg = degrees(graph)
     u, v = edge_arrays(graph)
-    return from_edge_weights(len(deg), u, v, np.full(len(u), 1.0 / (1.0 + deg.max())))
+    return weights_matrix(graph, np.full(len(u), 1.0 / (1.0 + deg.max())))
 
 
 @WEIGHTS.register("best_constant")
@@ -49,7 +49,7 @@ def best_constant(graph: nx.Graph) -> sp.csr_matrix:
 
     lam2, lam_n = laplacian_extremes(graph)
     u, v = edge_arrays(graph)
-    return from_edge_weights(graph.number_of_nodes(), u, v, np.full(len(u), 2.0 / (lam2 + lam_n)))
+    return weights_matrix(graph, np.full(len(u), 2.0 / (lam2 + lam_n)))
 
 
 @WEIGHTS.register("fastest_mixing")

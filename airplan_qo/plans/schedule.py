@@ -21,6 +21,10 @@ at N = 1e5, whose G^2 has 1e8 edges) G^2 is not formed: the schedule is one gree
 arrays, in decreasing order of walks of length 2 (a valid schedule, a few slots more than the
 stages would find: 321 against 319 there, in 1 s against 21 s and without ~1.7 GiB).
 
+Above 1000 nodes only stage 1 runs, and it reads G's own arrays: G^2's degrees (the greedy
+order) are counted a block of rows at a time and the iterated-greedy passes and the clique use
+bit sets of the colours next to each node, so G^2 is never stored (the same colourings).
+
 Each stage is skipped once the colouring meets a lower bound (a clique of G^2 grown from the
 closed neighbourhood of a max-degree node), so paths, rings with 3 | n and some tori stop at
 stage 1. On small graphs stage 3 usually proves the result optimal: C_n^2 gets its chromatic
@@ -97,17 +101,22 @@ def ota_schedule(graph: nx.Graph) -> Schedule:
     lower = int(deg.max()) + 1 if n else 0
     if lower == n:  # a node sees everyone (star, complete): every receiver needs its own slot
         return Schedule(slots=tuple((i,) for i in range(n)), lower_bound=lower)
+    hub = int(np.argmax(deg))
+    seed = [hub, *a.indices[a.indptr[hub]:a.indptr[hub + 1]].tolist()]
     if _square_entries(a) > SQUARE_ENTRY_LIMIT:
         best = _distance2_greedy(a)
+    elif n > max(INTERCHANGE_NODE_LIMIT, DSATUR_NODE_LIMIT, EXACT_NODE_LIMIT):
+        # only stage 1 runs at this size, and it reads G's arrays: G^2 is not stored
+        deg2 = _square_degrees(a)
+        best = _distance2_greedy(a, np.argsort(-deg2, kind="stable"))
+        if _colours(best) > len(_clique_distance2(a, deg2, seed)):
+            best = _iterated_greedy_distance2(a, best, int(deg2.sum()))
     else:
         a2 = square_adjacency(graph)
-        hub = int(np.argmax(deg))
         # the first greedy pass reads G itself: the same colouring as over G^2's rows, faster
         first = _distance2_greedy(a, np.argsort(-np.diff(a2.indptr), kind="stable"))
-        best = _staged_colouring(a2, [hub, *a.indices[a.indptr[hub]:a.indptr[hub + 1]].tolist()],
-                                 first=first)
-    slots = tuple(tuple(np.flatnonzero(best == k).tolist()) for k in range(_colours(best)))
-    return Schedule(slots=slots, lower_bound=lower)
+        best = _staged_colouring(a2, seed, first=first)
+    return Schedule(slots=_slots(best), lower_bound=lower)
 
 
 #: Above this many entries of G^2 (estimated: :func:`_square_entries`) the schedule is one
@@ -157,6 +166,8 @@ def _distance2_greedy(a: sp.csr_matrix, order: np.ndarray | None = None) -> np.n
     if order is None:
         walks = np.bincount(np.repeat(np.arange(n), deg), weights=deg[indices], minlength=n)
         order = np.argsort(-walks, kind="stable")
+    if n and len(indices) <= BITSET_GREEDY_MAX_DEGREE * n:
+        return _distance2_greedy_bitsets(indptr, indices, order)
     colour = np.full(n, -1, dtype=np.int64)
     width = 64
     near = np.zeros((n, width), dtype=bool)
@@ -172,6 +183,152 @@ def _distance2_greedy(a: sp.csr_matrix, order: np.ndarray | None = None) -> np.n
         colour[node] = c
         near[nb, c] = True
     return colour
+
+
+#: G^2's degrees are counted this many (estimated) entries of (A + I)^2 at a time.
+SQUARE_BLOCK_ENTRIES = 20_000_000
+
+
+def _square_degrees(a: sp.csr_matrix) -> np.ndarray:
+    """The degree of every node in G^2 (nodes within distance 2), from the product
+    (A + I)^2 formed a block of rows at a time and not kept (its rows' entries, less the
+    diagonal)."""
+    n = a.shape[0]
+    offsets = _circulant_offsets(a)
+    if offsets is not None:   # every node sees the same offsets, so the same G^2 degree
+        reach = np.unique((offsets[:, None] + np.concatenate([[0], offsets])[None, :]) % n)
+        return np.full(n, int(np.count_nonzero(reach)), dtype=np.int64)
+    # boolean entries: a sum of products is their OR, so no entry cancels (and a quarter of
+    # the bytes of float32 counts: ~25% faster)
+    a1 = (a + sp.identity(n, format="csr")).astype(np.bool_)
+    deg = np.diff(a1.indptr).astype(np.int64)
+    walks = np.bincount(np.repeat(np.arange(n), deg), weights=deg[a1.indices], minlength=n)
+    bounds = np.searchsorted(np.cumsum(walks), np.arange(SQUARE_BLOCK_ENTRIES,
+                                                         float(walks.sum()),
+                                                         SQUARE_BLOCK_ENTRIES)) + 1
+    out = np.empty(n, dtype=np.int64)
+    for lo, hi in zip([0, *bounds.tolist()], [*bounds.tolist(), n]):
+        if hi > lo:
+            out[lo:hi] = np.diff((a1[lo:hi] @ a1).indptr) - 1
+    return out
+
+
+def _circulant_offsets(a: sp.csr_matrix) -> np.ndarray | None:
+    """The neighbour offsets s (v = u + s mod n) when the graph is circulant (every node has the
+    same ones: rings, the exponential graph), else None."""
+    n = a.shape[0]
+    deg = np.diff(a.indptr)
+    k = int(deg[0]) if n else 0
+    if n < 3 or k == 0 or np.any(deg != k):
+        return None
+    rel = (a.indices.astype(np.int64) - np.repeat(np.arange(n, dtype=np.int64), k)) % n
+    rel = np.sort(rel.reshape(n, k), axis=1)
+    return rel[0] if np.all(rel == rel[0]) else None
+
+
+def _square_row(a: sp.csr_matrix, v: int) -> np.ndarray:
+    """Row v of G^2 (sorted, without v) from G's arrays: the closed neighbourhoods of v's
+    neighbours."""
+    nb = a.indices[a.indptr[v]:a.indptr[v + 1]]
+    hood = np.unique(np.concatenate([nb, *(a.indices[a.indptr[x]:a.indptr[x + 1]]
+                                           for x in nb.tolist())]))
+    return hood[hood != v].astype(np.int64)
+
+
+def _clique_distance2(a: sp.csr_matrix, deg2: np.ndarray, seed: list[int]) -> list[int]:
+    """:func:`_clique` of G^2 read from G's arrays and G^2's degrees (the same clique)."""
+    members = list(seed)
+    hits = np.bincount(np.concatenate([_square_row(a, v) for v in members]),
+                       minlength=a.shape[0])
+    common = np.flatnonzero(hits == len(members))
+    while common.size:
+        v = int(common[np.argmax(deg2[common])])
+        members.append(v)
+        common = np.intersect1d(common, _square_row(a, v), assume_unique=True)
+    return members
+
+
+def _iterated_greedy_distance2(a: sp.csr_matrix, colour: np.ndarray, entries: int
+                               ) -> np.ndarray:
+    """:func:`_iterated_greedy` of G^2 (``entries`` of it) read from G's arrays: the same
+    passes and the same colourings (:func:`_recolour_classes_distance2`)."""
+    early = entries > ITERATED_GREEDY_FULL_NNZ
+    for p in range(ITERATED_GREEDY_PASSES):
+        k = _colours(colour)
+        order = np.arange(k)[::-1] if p % 2 == 0 else np.argsort(
+            -np.bincount(colour, minlength=k), kind="stable")
+        colour = _recolour_classes_distance2(a, colour, order)
+        if early and _colours(colour) >= k:
+            break
+    return colour
+
+
+def _recolour_classes_distance2(a: sp.csr_matrix, colour: np.ndarray, class_order: np.ndarray
+                                ) -> np.ndarray:
+    """:func:`_recolour_classes` over G^2 read from G's adjacency ``a``: each class takes, node
+    by node, the smallest colour no node within distance 2 has taken in this pass.
+
+    ``near[x]`` is a bit set of the new colours of x's neighbours (64 colours a word), so the
+    colours within distance 2 of v are the union of ``near`` over v and its neighbours. A class
+    is independent in G^2, so the closed neighbourhoods of its nodes are disjoint: the class is
+    recoloured at once and its colours marked with one assignment."""
+    n = len(colour)
+    k = _colours(colour)
+    words = k // 64 + 1            # a recoloured node takes a colour < k
+    near = np.zeros((n, words), dtype=np.uint64)
+    new = np.full(n, -1, dtype=np.int64)
+    indptr, indices = a.indptr.astype(np.int64), a.indices.astype(np.int64)
+    deg = np.diff(indptr)
+    by_class = np.argsort(colour, kind="stable")
+    bounds = np.searchsorted(colour[by_class], np.arange(k + 1))
+    one = np.uint64(1)
+    for c in np.asarray(class_order).tolist():
+        members = by_class[bounds[c]:bounds[c + 1]]
+        if members.size == 0:
+            continue
+        d = deg[members]
+        first = np.cumsum(d) - d
+        total = int(d.sum())
+        nbrs = indices[np.arange(total) - np.repeat(first - indptr[members], d)]
+        taken = near[members]
+        if total:
+            has = d > 0
+            taken[has] |= np.bitwise_or.reduceat(near[nbrs], first[has], axis=0)
+        free = ~taken
+        word = np.argmax(free != 0, axis=1)
+        x = free[np.arange(members.size), word]
+        low = x & (~x + one)        # the lowest free bit, a power of two
+        got = word * 64 + (np.frexp(low.astype(np.float64))[1] - 1)
+        new[members] = got
+        owner = np.repeat(got, d)
+        near[nbrs, owner // 64] |= np.left_shift(one, (owner % 64).astype(np.uint64))
+    return new
+
+
+#: Up to this mean degree the sequential greedy pass keeps ``near`` as one Python integer bit
+#: set per node (:func:`_distance2_greedy_bitsets`): a few integer operations per neighbour
+#: beat a numpy call per node there (small-world k = 8 at N = 1e5: 0.3 s against 0.7 s);
+#: on denser graphs the numpy rows win.
+BITSET_GREEDY_MAX_DEGREE = 16
+
+
+def _distance2_greedy_bitsets(indptr: np.ndarray, indices: np.ndarray, order) -> np.ndarray:
+    """:func:`_distance2_greedy` with ``near[u]`` a Python integer (bit c: a neighbour of u
+    has colour c): the same colouring."""
+    n = len(indptr) - 1
+    ind, ptr = indices.tolist(), indptr.tolist()
+    near = [0] * n
+    colour = [0] * n
+    for v in np.asarray(order).tolist():
+        nb = ind[ptr[v]:ptr[v + 1]]
+        taken = near[v]
+        for x in nb:
+            taken |= near[x]
+        bit = ~taken & (taken + 1)     # the lowest colour not taken
+        colour[v] = bit.bit_length() - 1
+        for x in nb:
+            near[x] |= bit
+    return np.array(colour, dtype=np.int64)
 
 
 def directed_conflicts(n: int, recv: np.ndarray, send: np.ndarray) -> sp.csr_matrix:
@@ -240,6 +397,15 @@ def _staged_colouring(a2: sp.csr_matrix, seed: list[int], first: np.ndarray | No
     if _colours(best) > len(clique) and n <= EXACT_NODE_LIMIT:
         best = _exact_improve(a2, best, clique, EXACT_STEP_BUDGET)
     return best
+
+
+def _slots(colour: np.ndarray) -> tuple[tuple[int, ...], ...]:
+    """The receivers of each colour, in increasing order (every colour below the largest
+    used: an unused one is an empty slot)."""
+    by_colour = np.argsort(colour, kind="stable")
+    bounds = np.searchsorted(colour[by_colour], np.arange(_colours(colour) + 1)).tolist()
+    nodes = by_colour.tolist()
+    return tuple(tuple(nodes[lo:hi]) for lo, hi in zip(bounds[:-1], bounds[1:]))
 
 
 def _colours(colour: np.ndarray) -> int:

@@ -19,7 +19,7 @@ import scipy.sparse as sp
 
 from ..errors import ValidationError
 from .families import FAMILIES, build_graph, build_rounds, union_graph, validate_n
-from .graphs import directed_links, edge_arrays
+from .graphs import directed_links, edge_arrays, edge_weights
 from .mixing import DEFAULT_WEIGHTS, PRESCRIBED, WEIGHTS
 from .schedule import Schedule, directed_schedule, ota_schedule
 from .spectra import (SpectralStats, complete_stats, graph_lambda2, periodic_spectral_stats,
@@ -333,7 +333,7 @@ def describe_many(specs: list[TopologySpec], *, max_edges_kept: int = 0
             spectra = spectral_stats(graph, w, family=family, laplacian_lambda2=lam)
             arrays = None
             if len(u) <= max_edges_kept:
-                arrays = WeightArrays(u, v, np.asarray(w[u, v]).ravel(), w.diagonal())
+                arrays = WeightArrays(u, v, edge_weights(graph, w), w.diagonal())
             out[spec] = (TopologyStats(spec, spectra, schedule.slots_per_round,
                                        schedule.lower_bound,
                                        shared_ms + (time.perf_counter() - t0) * 1e3), arrays)

@@ -159,3 +159,61 @@ def test_graph_from_pairs_is_what_add_edges_from_builds():
     for seed in range(20):  # sorted distinct pairs u < v (the G(n, p) path)
         u, v = _gnp_arrays(60, 0.1, seed)
         _same_graph(_reference_graph(60, u, v), _graph_from_pairs(60, u, v))
+
+
+def test_small_world_is_networkx_watts_strogatz():
+    from airplan_qo.plans.families import _watts_strogatz
+    from airplan_qo.plans.graphs import edge_arrays
+
+    cases = [(n, k, p, s) for n in (5, 7, 10, 23, 60) for k in (2, 4) if k < n - 1
+             for p in (0.0, 0.3, 1.0) for s in range(3)]
+    cases += [(n, n - 2 - n % 2, 1.0, s) for n in (8, 9, 12) for s in range(3)]  # crowded
+    cases += [(1000, 8, 0.3, 3)]
+    for n, k, p, s in cases:
+        ours = _watts_strogatz(n, k, p, s)
+        ref = nx.watts_strogatz_graph(n, k, p, seed=s)
+        u, v = edge_arrays(ours)   # cached at construction
+        assert list(zip(u.tolist(), v.tolist())) == sorted(tuple(sorted(e)) for e in ref.edges)
+        _same_graph(ref, ours)
+
+
+def test_pairs_graph_fills_its_dicts_only_when_read():
+    from airplan_qo.plans.graphs import PairsGraph, adjacency, degrees
+
+    g = build_graph("erdos_renyi", 300, p=0.05, seed=1)
+    assert isinstance(g, PairsGraph)
+    a = adjacency(g)
+    assert degrees(g).sum() == a.nnz
+    assert g.__dict__["_pending_pairs"] is not None   # arrays only so far
+    ref = nx.to_scipy_sparse_array(g, nodelist=range(300), format="csr")  # reads the dicts
+    assert g.__dict__["_pending_pairs"] is None
+    assert (a != ref).nnz == 0 and a.has_sorted_indices
+    assert adjacency(g) is a   # cached beside the edge arrays ...
+    g.add_edge(0, 299)          # ... until the graph changes
+    assert adjacency(g) is not a and adjacency(g)[0, 299] == 1
+
+
+def test_ring_is_networkx_cycle_graph():
+    from airplan_qo.plans.graphs import edge_arrays
+
+    for n in (2, 3, 4, 7, 50):
+        ours, ref = build_graph("ring", n), nx.cycle_graph(n)
+        _same_graph(ref, ours)
+        u, v = edge_arrays(ours)
+        assert list(zip(u.tolist(), v.tolist())) == sorted(tuple(sorted(e)) for e in ref.edges)
+
+
+def test_pairs_graph_pickles_and_copies_as_its_networkx_graph():
+    import copy
+    import pickle
+
+    from airplan_qo.plans.graphs import adjacency
+
+    g = build_graph("clustered", 120, seed=2)
+    adjacency(g)                                   # caches beside the edge arrays
+    ref = _reference_graph(120, *(np.asarray(x) for x in zip(*g.edges)))  # fills g's dicts
+    for other in (pickle.loads(pickle.dumps(build_graph("clustered", 120, seed=2))),
+                  copy.deepcopy(build_graph("clustered", 120, seed=2)),
+                  build_graph("clustered", 120, seed=2).copy(), nx.Graph(g)):
+        assert sorted(map(sorted, other.edges)) == sorted(map(sorted, ref.edges))
+        assert (adjacency(other) != adjacency(g)).nnz == 0

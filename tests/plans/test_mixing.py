@@ -122,3 +122,83 @@ def test_edge_arrays_follow_changes_to_the_graph():
     assert len(u2) == len(u) + 1 and (a, b) in set(zip(u2.tolist(), v2.tolist()))
     g.remove_edge(a, b)
     assert len(edge_arrays(g)[0]) == len(u)
+
+
+def test_weights_matrix_is_identity_minus_weighted_laplacian():
+    import networkx as nx
+    import scipy.sparse as sp
+    from scipy.sparse import csgraph
+
+    from airplan_qo.plans.graphs import edge_arrays, from_edge_weights
+
+    rng = np.random.default_rng(0)
+    for seed in range(40):
+        n = int(rng.integers(2, 40))
+        g = nx.gnp_random_graph(n, float(rng.random()), seed=seed)
+        u, v = edge_arrays(g)
+        w = rng.random(len(u))
+        off = sp.coo_matrix((np.concatenate([w, w]), (np.concatenate([u, v]),
+                                                      np.concatenate([v, u]))), shape=(n, n))
+        ref = sp.identity(n, format="csr") - csgraph.laplacian(off.tocsr())
+        for uu, vv in ((u, v), (v[::-1], u[::-1])):   # sorted pairs, and any other order
+            got = from_edge_weights(n, uu, vv, w if uu is u else w[::-1])
+            assert got.nnz == ref.nnz and (got != ref).nnz == 0
+
+
+def test_weights_on_a_graph_are_the_matrix_from_its_edge_weights():
+    import networkx as nx
+
+    from airplan_qo.plans.graphs import edge_arrays, edge_weights, weights_matrix
+
+    rng = np.random.default_rng(1)
+    for seed in range(40):
+        n = int(rng.integers(2, 40))
+        g = nx.gnp_random_graph(n, float(rng.random()), seed=seed)
+        u, v = edge_arrays(g)
+        w = rng.random(len(u))
+        if seed % 4 == 0 and len(w):
+            w[0] = 0.0                      # a zero weight is not stored
+        ref = from_edge_weights(n, u, v, w)
+        got = weights_matrix(g, w)
+        assert got.nnz == ref.nnz and (got != ref).nnz == 0
+        on_edges = np.array([ref[a, b] for a, b in zip(u.tolist(), v.tolist())])
+        assert np.array_equal(edge_weights(g, got), on_edges)
+        assert np.array_equal(edge_weights(g, ref.tocsc()), on_edges)
+    g = build_graph("small_world", 200, seed=2, k=6)
+    for rule in ("metropolis_hastings", "max_degree", "best_constant"):
+        w = WEIGHTS.get(rule)(g)
+        assert abs(w - w.T).max() == 0 and np.allclose(np.asarray(w.sum(axis=1)).ravel(), 1.0)
+
+
+def test_laplacians_are_what_csgraph_gives():
+    from scipy.sparse import csgraph
+
+    from airplan_qo.plans.graphs import adjacency
+
+    for g in (build_graph("erdos_renyi", 150, seed=3, p=0.05),
+              build_graph("small_world", 120, seed=1, k=4), build_graph("ring", 7)):
+        for normed in (False, True):
+            ref = sp.csr_matrix(csgraph.laplacian(adjacency(g), normed=normed))
+            got = laplacian(g, normed=normed)
+            # the same entries, bit for bit, in the same order
+            assert np.array_equal(got.indptr, ref.indptr)
+            assert np.array_equal(got.indices, ref.indices)
+            assert np.array_equal(got.data, ref.data)
+
+
+def test_graph_matrices_of_a_graph_with_a_self_loop_are_as_before():
+    import networkx as nx
+    from scipy.sparse import csgraph
+
+    from airplan_qo.plans.graphs import adjacency, edge_arrays, weights_matrix
+
+    g = nx.cycle_graph(6)
+    g.add_edge(2, 2)
+    u, v = edge_arrays(g)
+    a = adjacency(g)
+    ref = sp.coo_matrix((np.ones(2 * len(u)), (np.concatenate([u, v]), np.concatenate([v, u]))),
+                        shape=(6, 6)).tocsr()
+    assert (a != ref).nnz == 0 and a[2, 2] == 2
+    assert (laplacian(g) != sp.csr_matrix(csgraph.laplacian(ref))).nnz == 0
+    w = np.full(len(u), 0.2)
+    assert (weights_matrix(g, w) != from_edge_weights(6, u, v, w)).nnz == 0

@@ -209,3 +209,68 @@ def test_greedy_over_g_is_the_greedy_over_its_square(family, n, params):
     for order in (np.argsort(-np.diff(a2.indptr), kind="stable"),
                   np.random.default_rng(0).permutation(n)):
         assert np.array_equal(schedule._distance2_greedy(adjacency(g), order), _greedy(a2, order))
+
+
+@pytest.mark.parametrize("family,n,params", [("small_world", 3000, {"k": 6}),
+                                             ("erdos_renyi", 2000, {"p": 0.01}),
+                                             ("clustered", 1500, {}),
+                                             ("exponential", 1500, {})])
+def test_large_schedules_read_g_and_match_the_stages_over_its_square(monkeypatch, family, n,
+                                                                    params):
+    from airplan_qo.plans import schedule
+    from airplan_qo.plans.graphs import adjacency
+
+    g = build_graph(family, n, seed=1, **params)
+    a, a2 = adjacency(g), square_adjacency(g)
+    monkeypatch.setattr(schedule, "SQUARE_BLOCK_ENTRIES", 5000)   # many blocks of rows
+    deg2 = schedule._square_degrees(a)
+    assert np.array_equal(deg2, np.diff(a2.indptr))
+    hub = int(np.argmax(np.diff(a.indptr)))
+    seed = [hub, *a.indices[a.indptr[hub]:a.indptr[hub + 1]].tolist()]
+    assert schedule._clique_distance2(a, deg2, seed) == schedule._clique(a2, seed)
+    first = schedule._distance2_greedy(a, np.argsort(-deg2, kind="stable"))
+    k = schedule._colours(first)
+    for order in (np.arange(k)[::-1], np.random.default_rng(0).permutation(k)):
+        assert np.array_equal(schedule._recolour_classes_distance2(a, first, order),
+                              schedule._recolour_classes(schedule._structure(a2), first, order))
+    for limit in (a2.nnz, a2.nnz - 1):      # all passes, and stopping at the first without gain
+        monkeypatch.setattr(schedule, "ITERATED_GREEDY_FULL_NNZ", limit)
+        assert np.array_equal(schedule._iterated_greedy_distance2(a, first, a2.nnz),
+                              _iterated_greedy(a2, first))
+    squared = []
+    monkeypatch.setattr(schedule, "square_adjacency",
+                        lambda graph: squared.append(1) or square_adjacency(graph))
+    s = ota_schedule(g)
+    assert not squared   # G^2 is not formed above the size of the later stages
+    assert np.array_equal(s.slot_of(), schedule._staged_colouring(a2, seed, first=first))
+    assert is_valid(g, s)
+
+
+@pytest.mark.parametrize("family,n,params", [("ring", 301, {}), ("small_world", 400, {"k": 6}),
+                                             ("erdos_renyi", 300, {"p": 0.2})])
+def test_greedy_with_integer_bit_sets_is_the_same_greedy(monkeypatch, family, n, params):
+    from airplan_qo.plans import schedule
+    from airplan_qo.plans.graphs import adjacency
+
+    a = adjacency(build_graph(family, n, seed=4, **params))
+    for order in (None, np.random.default_rng(1).permutation(n)):
+        monkeypatch.setattr(schedule, "BITSET_GREEDY_MAX_DEGREE", 0)      # numpy rows
+        rows = schedule._distance2_greedy(a, order)
+        monkeypatch.setattr(schedule, "BITSET_GREEDY_MAX_DEGREE", n)      # bit sets
+        assert np.array_equal(schedule._distance2_greedy(a, order), rows)
+
+
+@pytest.mark.parametrize("family,n,params", [("ring", 1001, {}), ("exponential", 1500, {}),
+                                             ("exponential", 1024, {}), ("torus", 1200, {}),
+                                             ("small_world", 1200, {"k": 4, "beta": 0.0})])
+def test_square_degrees_of_circulant_graphs_come_from_their_offsets(monkeypatch, family, n,
+                                                                    params):
+    from airplan_qo.plans import schedule
+    from airplan_qo.plans.graphs import adjacency
+
+    a = adjacency(build_graph(family, n, **params))
+    circulant = family != "torus"   # a torus's wrap-around offsets differ by column
+    assert (schedule._circulant_offsets(a) is not None) == circulant
+    got = schedule._square_degrees(a)
+    monkeypatch.setattr(schedule, "_circulant_offsets", lambda a: None)
+    assert np.array_equal(got, schedule._square_degrees(a))
