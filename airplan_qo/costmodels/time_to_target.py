@@ -269,62 +269,6 @@ def fit_ceiling(rows: Sequence[Mapping[str, float]], accuracy: Sequence[float],
                     float(np.sqrt(np.mean(resid ** 2))), int(y.size), 0, 0.0)
 
 
-# ---- where a plan levels off: its accuracy at the end of the budget ---------------------------
-
-#: Below this P(accuracy after the budget >= the target) a plan is taken to level off below the
-#: target (:func:`plateau_cap`).
-PLATEAU_THRESHOLD = 0.5
-
-
-def plateau_features(relative: Mapping[str, float], budget: float) -> dict[str, float]:
-    """The plateau model's inputs: a plan's features relative to the fully connected reference
-    (:data:`PLAN_FEATURES`, difficulty terms included), an intercept, the log of the round
-    budget over 100, and each relative feature times that log (a slow plan closes more of its
-    gap in a longer budget; one that levels off does not)."""
-    lb = math.log(max(float(budget), 1.0) / 100.0)
-    out = {"one": 1.0, "log_budget": lb}
-    for name, v in relative.items():
-        out[name] = float(v)
-        out[f"{name}:log_budget"] = float(v) * lb
-    return out
-
-
-def fit_plateau(rows: Sequence[Mapping[str, float]], gaps: Sequence[float], *,
-                ridge: float = 1.0) -> TobitFit:
-    """The logit of a run's accuracy after its budget minus the logit of its workload's fully
-    connected accuracy, by ridge least squares on :func:`plateau_features` (the intercept
-    unpenalised). Never censored: every run has a final accuracy."""
-    names = sorted({n for r in rows for n in r})
-    X = np.array([[float(r.get(n, 0.0)) for n in names] for r in rows], dtype=float)
-    y = np.asarray(gaps, dtype=float)
-    if y.size < 2:
-        raise ValidationError(f"fit_plateau needs at least 2 observations, got {y.size}")
-    lam = np.diag([0.0 if n == "one" else ridge for n in names])
-    beta = np.linalg.solve(X.T @ X + lam + 1e-9 * np.eye(len(names)), X.T @ y)
-    resid = y - X @ beta
-    return TobitFit({n: float(b) for n, b in zip(names, beta)},
-                    float(np.sqrt(np.mean(resid ** 2))), int(y.size), 0, 0.0)
-
-
-def plateau_probability(gap: float, sd: float, rho: float, ceiling: float) -> float:
-    """P(a plan's accuracy after the budget >= rho x the fully connected accuracy ``ceiling``)
-    for a predicted logit gap ``gap`` (sd ``sd``) below the reference's."""
-    def logit(a: float) -> float:
-        a = min(max(a, 1e-6), 1.0 - 1e-6)
-        return math.log(a / (1.0 - a))
-
-    need = logit(rho * ceiling) - logit(ceiling)
-    return norm_cdf((gap - need) / max(sd, 1e-9))
-
-
-def plateau_cap(p_plateau: float) -> float:
-    """The bound a plan's predicted plateau puts on its P(meets SLA): none (1) unless the plan
-    more likely levels off below the target than above it (:data:`PLATEAU_THRESHOLD`); then
-    that probability. The time-to-target model lets every plan reach the fully connected
-    plan's plateau, later; on data-hungry tasks sparser and compressed plans level off lower."""
-    return 1.0 if p_plateau >= PLATEAU_THRESHOLD else p_plateau
-
-
 #: Target ratios (of the fully connected plan's final accuracy) at which the level shift is
 #: measured on every run's curve, besides the ratio the model is fitted at.
 TARGET_RATIOS = (0.8, 0.85, 0.9, 0.93, 0.95, 0.97)
@@ -456,7 +400,6 @@ class ChooserPlan:
     mu: float                 # predicted mean of log T
     per_round_cost: float
     startup: float = 0.0
-    cap: float = 1.0          # an upper bound on P(meets SLA) (:func:`plateau_cap`)
 
 
 def choose(candidates: Sequence[ChooserPlan], sd: float, budget: float,
@@ -466,7 +409,7 @@ def choose(candidates: Sequence[ChooserPlan], sd: float, budget: float,
     when none is, the most likely to meet it. Returns (candidate, its P, whether feasible)."""
     if not candidates:
         raise ValidationError("choose: no candidates")
-    scored = [(c, min(meets_probability(c.mu, sd, budget), c.cap),
+    scored = [(c, meets_probability(c.mu, sd, budget),
                c.startup + c.per_round_cost * expected_rounds(c.mu, sd, budget))
               for c in candidates]
     ok = [t for t in scored if t[1] >= confidence]
@@ -714,16 +657,15 @@ def flatten(plan_fit: "TobitFit", fc_fit: "TobitFit",
             ceiling_fit: "TobitFit | None" = None,
             joint_fit: "TobitFit | None" = None,
             target_fit: "TobitFit | None" = None,
-            spreads: Mapping[str, Mapping[str, float]] | None = None,
-            plateau_fit: "TobitFit | None" = None) -> dict[str, float]:
+            spreads: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, float]:
     """The (plan, fc, ceiling, joint, target) fits as the estimator's flat named constants
     (``joint``: only ``joint.sd``, the spread of log T about the end-to-end prediction;
     ``target``: the level shift of :func:`target_shift` and the ratio it is relative to;
     ``spreads``: kind -> dataset -> that dataset's spread, ``KIND.sd.dataset:NAME``, see
-    :func:`dataset_spread`; ``plateau``: :func:`fit_plateau`)."""
+    :func:`dataset_spread`)."""
     out: dict[str, float] = {}
     for prefix, f in (("plan", plan_fit), ("fc", fc_fit), ("ceil", ceiling_fit),
-                      ("joint", joint_fit), ("target", target_fit), ("plateau", plateau_fit)):
+                      ("joint", joint_fit), ("target", target_fit)):
         if f is None:
             continue
         out.update({f"{prefix}.{n}": float(v) for n, v in f.coef.items()})
@@ -916,10 +858,7 @@ class TimeToTargetEstimator:
             log_t_fc=used_log_t_fc, sd=used_sd, pilot_terms=pilot_terms,
             plan_coef=tuple((f, c.get(f"plan.{f}", PLAN_PRIORS.get(f, 0.0)))
                             for f in PLAN_FEATURES),
-            unseen=unseen, unseen_what=what,
-            plateau_coef={k[len("plateau."):]: v for k, v in c.items()
-                          if k.startswith("plateau.") and not k.startswith("plateau.sd")},
-            plateau_sd=dataset_spread(c, "plateau", ctx.dataset, 0.0))
+            unseen=unseen, unseen_what=what)
 
     def accuracy_at(self, ctx, plan, stats, rounds):
         ref = self.reference_terms(ctx, stats.spectra.n_nodes, plan.channel)
@@ -947,11 +886,6 @@ class TimeToTargetEstimator:
         delta = sum(coef * (x[f] - x_fc[f]) for f, coef in ref.plan_coef)
         out = {"p_random": p_random, "zeta2": ref.zeta2, "log_t_fc": ref.log_t_fc,
                "relative_log_t": delta, "mu": ref.log_t_fc + delta, "sd": ref.sd}
-        rel = {f: x[f] - x_fc[f] for f, _ in ref.plan_coef} if ref.plateau_coef else {}
-        if any(rel.values()):     # not the reference itself, whose plateau sets the target
-            coef = ref.plateau_coef
-            out["plateau_gap"] = sum(coef.get(k, 0.0) * v for k, v in
-                                     plateau_features(rel, ctx.round_budget).items())
         if ref.pilot_terms:
             out.update(ref.pilot_terms)
         return out
@@ -1116,11 +1050,6 @@ class TimeToTargetEstimator:
             # accuracy are the fitted datasets' mean, as uncertain as those levels are spread
             sd = math.hypot(sd, unseen[0])
         p = meets_probability(mu, sd, budget) * p_ceiling
-        if "plateau_gap" in t and ref.plateau_sd > 0:
-            # where the plan levels off within the budget (fit_plateau)
-            p_plateau = plateau_probability(t["plateau_gap"], ref.plateau_sd, rho, ceiling)
-            t["p_plateau"] = p_plateau
-            p = min(p, plateau_cap(p_plateau))
         rounds = max(1.0, expected_rounds(mu, sd, budget))
         lo = math.exp(min(mu - 1.6448536269514722 * sd, 700.0))
         hi = math.exp(min(mu + 1.6448536269514722 * sd, 700.0))
@@ -1162,10 +1091,6 @@ class ReferenceTerms:
     plan_coef: tuple[tuple[str, float], ...]
     unseen: tuple[float, float] | None
     unseen_what: tuple[str, ...]
-    #: the plateau model's coefficients (:func:`fit_plateau`; empty for a fit without one) and
-    #: the dataset's spread of its gap
-    plateau_coef: dict = attrs.field(factory=dict)
-    plateau_sd: float = 0.0
     noise: dict = attrs.field(factory=dict, eq=False)
     notes: dict = attrs.field(factory=dict, eq=False)
     targets: dict = attrs.field(factory=dict, eq=False)
@@ -1174,6 +1099,4 @@ class ReferenceTerms:
 __all__ += ["DEFAULT_FITTED_ALGORITHMS", "DEFAULT_FITTED_TRANSPORTS", "FittedOperators",
             "fitted_operators", "operator_fitted", "OPERATOR_SD", "ReferenceTerms",
             "TimeToTargetEstimator", "load_reference", "flatten", "CONSTANTS_FILE",
-            "DATASET_SPREAD_PRIOR_RUNS", "pooled_spread", "dataset_spread",
-            "PLATEAU_THRESHOLD", "plateau_features", "fit_plateau", "plateau_probability",
-            "plateau_cap"]
+            "DATASET_SPREAD_PRIOR_RUNS", "pooled_spread", "dataset_spread"]

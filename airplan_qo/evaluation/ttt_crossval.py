@@ -30,13 +30,12 @@ from ..costmodels.time_to_target import (PLAN_FEATURES, PLAN_INTERACTIONS, PLAN_
                                          fc_features, fit_ceiling, fit_target_shift, fit_tobit,
                                          meets_probability, model_features, norm_cdf,
                                          pilot_update, plan_inputs, plan_inputs_features,
-                                         fit_plateau, plateau_cap, plateau_features,
-                                         plateau_probability, pooled_spread,
+                                         pooled_spread,
                                          target_level, with_fc_error)
 from ..plans.request import DEFAULT_CONFIDENCE
-from ..plans.sla import first_crossing, parse_sla
+from ..plans.sla import first_crossing
 from ..errors import ValidationError
-from .metrics import compare, measured_target
+from .metrics import compare
 
 #: Ridge weights: interactions shrunk towards zero, main effects barely.
 PENALTY = {**{f: 0.1 for f in PLAN_FEATURES}, **{f: 5.0 for f in PLAN_INTERACTIONS},
@@ -92,7 +91,6 @@ def observations(measured, outcome_of) -> list[dict[str, Any]]:
                     continue
                 x = _features(sp, c)
                 rows.append({"workload": key, "plan": c.plan.label(), "seed": seed,
-                             "budget": sp.result.context.round_budget,
                              "family": c.plan.topology.family, "is_fc": c.plan.label() == fc_label,
                              "x": {f: x[f] - x_fc[f] for f in PLAN_FEATURES}, "fc_row": fc_row,
                              "log_t": math.log(max(o.rounds, 1)), "censored": not o.reached,
@@ -159,49 +157,7 @@ def fit(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     plan_mu = [plan.mean(x, offsets[r["workload"]]) for x, r in zip(xs, use)]
     spreads = {kind: dataset_spreads(use, mu, overall.sd)
                for kind, mu, overall in (("plan", plan_mu, plan), ("joint", joint_mu, joint))}
-    out = {"plan": plan, "fc": fc, "ceiling": ceiling, "joint": joint, "spreads": spreads}
-    plateau = plateau_fit(use, xs)
-    if plateau is not None:
-        out["plateau"], spreads["plateau"] = plateau
-    return out
-
-
-def _logit(a: float) -> float:
-    a = min(max(float(a), 1e-6), 1.0 - 1e-6)
-    return math.log(a / (1.0 - a))
-
-
-def plateau_fit(rows: Sequence[Mapping[str, Any]], xs: Sequence[Mapping[str, float]]):
-    """The plateau model (:func:`~airplan_qo.costmodels.time_to_target.fit_plateau`) on the
-    runs other than the reference's (features ``xs``, relative to it), each run's gap the logit
-    of its final accuracy minus the logit of its workload's mean fully connected accuracy; and
-    each dataset's spread of the gap, shrunk like the time model's. None when no run records its
-    budget or no workload has a reference run."""
-    fc_acc: dict[str, list[float]] = defaultdict(list)
-    for r in rows:
-        if r["is_fc"]:
-            fc_acc[r["workload"]].append(r["final_accuracy"])
-    use = [(r, x) for r, x in zip(rows, xs)
-           if not r["is_fc"] and r.get("budget") and r["workload"] in fc_acc]
-    if len(use) < 2:
-        return None
-    feats = [plateau_features(x, r["budget"]) for r, x in use]
-    gaps = [_logit(r["final_accuracy"]) - _logit(float(np.mean(fc_acc[r["workload"]])))
-            for r, _ in use]
-    fit_ = fit_plateau(feats, gaps)
-    resid = np.array(gaps) - np.array([fit_.mean(f) for f in feats])
-    by: dict[str, list[float]] = defaultdict(list)
-    for (r, _), e in zip(use, resid):
-        by[_dataset(r)].append(float(e))
-    spreads = {d: pooled_spread(float(np.sqrt(np.mean(np.square(v)))), len(v), fit_.sd)
-               for d, v in sorted(by.items())}
-    return fit_, spreads
-
-
-def _dataset(row: Mapping[str, Any]) -> str:
-    """A run's dataset: the reference's indicator feature, ``dataset:NAME``."""
-    return next((n.removeprefix("dataset:") for n in row["fc_row"] if n.startswith("dataset:")),
-                "")
+    return {"plan": plan, "fc": fc, "ceiling": ceiling, "joint": joint, "spreads": spreads}
 
 
 def dataset_spreads(rows: Sequence[Mapping[str, Any]], mu: Sequence[float],
@@ -211,7 +167,9 @@ def dataset_spreads(rows: Sequence[Mapping[str, Any]], mu: Sequence[float],
     target (:func:`~airplan_qo.costmodels.time_to_target.pooled_spread`)."""
     by: dict[str, list[int]] = defaultdict(list)
     for i, r in enumerate(rows):
-        by[_dataset(r)].append(i)
+        # the dataset is the reference's indicator feature, ``dataset:NAME``
+        by[next((n.removeprefix("dataset:") for n in r["fc_row"] if n.startswith("dataset:")),
+                "")].append(i)
     out = {}
     for dataset, idx in sorted(by.items()):
         if len(idx) < 2:
@@ -307,31 +265,19 @@ def evaluate(measured, outcome_of, summaries: Mapping[str, Mapping[str, Any]],
                        "predicted_fc": fcm.mean(_fc_row(m, sp))}
             relative = [with_fc_error({f: x[f] - x_fc[f] for f in PLAN_FEATURES}, 1.0 - fc_pred)
                         for x in (_features(sp, c) for c in sp.candidates)]
-            caps = [1.0] * len(relative)
-            if "plateau" in models:
-                # where each candidate levels off within the budget (plateau_cap)
-                rho = measured_target(parse_sla(m.spec.sla), fc_pred) / fc_pred
-                psd = models["spreads"]["plateau"].get(m.spec.workload.dataset,
-                                                       models["plateau"].sd)
-                caps = [plateau_cap(plateau_probability(
-                            models["plateau"].mean(plateau_features(rel, budget)), psd, rho,
-                            fc_pred)) if any(rel.values()) else 1.0
-                        for rel in (with_fc_error({f: x[f] - x_fc[f] for f in PLAN_FEATURES},
-                                                  1.0 - fc_pred)
-                                    for x in (_features(sp, c) for c in sp.candidates))]
             for variant, off in offsets.items():
                 if off is None:
                     continue
                 cands = [ChooserPlan(c.plan.label(), plan.mean(rel, off),
                                    float(c.cost.per_round.channel_uses),
-                                   float(c.cost.startup), cap)
-                         for c, rel, cap in zip(sp.candidates, relative, caps)]
+                                   float(c.cost.startup))
+                         for c, rel in zip(sp.candidates, relative)]
                 sd = spread["plan"] if variant == "measured_fc" else spread["joint"]
                 pick, p, feasible = choose(cands, sd, budget, confidence)
                 comparisons[variant].append(
                     compare(key, pick.label, summaries[key], cand_labels, seed_costs))
                 if variant == "predicted_fc":
-                    p_meets[key] = {c.label: min(meets_probability(c.mu, sd, budget), c.cap)
+                    p_meets[key] = {c.label: meets_probability(c.mu, sd, budget)
                                     for c in cands}
                     raced, pilot_cost = _race(m, seed0, cands, pick, sd, budget, confidence,
                                               fc_pred)
@@ -401,6 +347,9 @@ def _race(m, seed: int, cands: Sequence[ChooserPlan], pick: ChooserPlan, sd: flo
 
 def m_target(m) -> float:
     """The measured target of a workload (its SLA with the measured fc, as the analysis uses)."""
+    from ..plans.sla import parse_sla
+    from .metrics import measured_target
+
     ref = m.seeds[min(m.seeds)].fc_candidate.plan.label()
     fc = float(np.mean([r.final_accuracy for r in m.runs if r.plan == ref]))
     return measured_target(parse_sla(m.spec.sla), fc)
@@ -486,7 +435,7 @@ def reference(fit_pair: Mapping[str, Any], measured, source: str) -> dict[str, A
                          "fc": fit_pair["fc"].n_obs},
         "constants": flatten(fit_pair["plan"], fit_pair["fc"], fit_pair.get("ceiling"),
                              fit_pair.get("joint"), fit_pair.get("target"),
-                             fit_pair.get("spreads"), fit_pair.get("plateau")),
+                             fit_pair.get("spreads")),
         "range": {
             "clients": [min(s.workload.clients for s in specs),
                         max(s.workload.clients for s in specs)],
@@ -515,6 +464,6 @@ def reference(fit_pair: Mapping[str, Any], measured, source: str) -> dict[str, A
     }
 
 
-__all__ = ["observations", "fit", "dataset_spreads", "plateau_fit", "target_shifts", "evaluate", "censored_coverage",
+__all__ = ["observations", "fit", "dataset_spreads", "target_shifts", "evaluate", "censored_coverage",
            "prediction_quality", "workload_bootstrap",
            "reference", "CONFIDENCE", "PENALTY"]

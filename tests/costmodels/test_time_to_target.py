@@ -545,10 +545,9 @@ def test_a_datasets_wider_spread_makes_its_sparse_plans_less_certain(monkeypatch
     kw = dict(estimator="ttt", topologies=["ring", "small_world", "complete"], sparsity=[1.0],
               fallback="complete")
 
-    def p_meets(db):   # of the plans the plateau model does not cap
+    def p_meets(db):
         r = db.plan(w, **kw)
-        return {c.plan.label(): c.cost.estimate.p_meets for c in r.candidates
-                if c.cost.estimate.terms.get("p_plateau", 1.0) >= 0.5}
+        return {c.plan.label(): c.cost.estimate.p_meets for c in r.candidates}
 
     with aq.connect(":memory:") as db:
         before = p_meets(db)
@@ -559,86 +558,3 @@ def test_a_datasets_wider_spread_makes_its_sparse_plans_less_certain(monkeypatch
     # a likely plan becomes less likely, an unlikely one more so: both move towards 1/2
     assert all(abs(after[k] - 0.5) < abs(before[k] - 0.5) for k in before
                if abs(before[k] - 0.5) > 0.05)
-
-
-def test_the_plateau_model_rules_out_plans_that_level_off_below_the_target():
-    """Runs whose final accuracy falls short of the reference's by a gap that grows with a
-    feature: the fit recovers it, and a plan predicted to level off below the target is capped
-    below any confidence, one predicted above it is not capped at all."""
-    from airplan_qo.costmodels.time_to_target import (PLATEAU_THRESHOLD, fit_plateau,
-                                                      plateau_cap, plateau_features,
-                                                      plateau_probability)
-
-    rng = np.random.default_rng(1)
-    rows, gaps = [], []
-    for _ in range(300):
-        lp, budget = float(rng.uniform(0, 3)), float(rng.choice([40, 100]))
-        f = plateau_features({"log_inv_p": lp}, budget)
-        rows.append(f)
-        gaps.append(-0.1 - 0.4 * lp + 0.05 * rng.normal())
-    fit = fit_plateau(rows, gaps)
-    assert fit.coef["log_inv_p"] == pytest.approx(-0.4, abs=0.03)
-    assert fit.coef["one"] == pytest.approx(-0.1, abs=0.03)
-    assert fit.sd == pytest.approx(0.05, rel=0.2)
-    assert plateau_features({"a": 2.0}, 100.0) == {"one": 1.0, "log_budget": 0.0, "a": 2.0,
-                                                   "a:log_budget": 0.0}
-    # fc 0.6, target 0.9 x fc = 0.54: logit gap needed about -0.245
-    near = fit.mean(plateau_features({"log_inv_p": 0.2}, 100))      # about -0.18
-    far = fit.mean(plateau_features({"log_inv_p": 2.0}, 100))       # about -0.9
-    p_near = plateau_probability(near, 0.1, 0.9, 0.6)
-    p_far = plateau_probability(far, 0.1, 0.9, 0.6)
-    assert p_near > PLATEAU_THRESHOLD > p_far
-    assert plateau_cap(p_near) == 1.0 and plateau_cap(p_far) == p_far < 0.05
-    with pytest.raises(ValidationError, match="at least 2"):
-        fit_plateau(rows[:1], gaps[:1])
-
-
-def test_the_chooser_respects_a_plans_cap():
-    cheap = ChooserPlan("sparse", mu=math.log(10.0), per_round_cost=1.0, cap=0.2)
-    dear = ChooserPlan("complete", mu=math.log(10.0), per_round_cost=5.0)
-    pick, p, feasible = choose([cheap, dear], 0.3, 40, 0.95)
-    assert pick.label == "complete" and feasible
-    pick, p, feasible = choose([cheap], 0.3, 40, 0.95)
-    assert pick.label == "sparse" and p == 0.2 and not feasible
-
-
-def test_the_shipped_fit_keeps_to_the_complete_graph_where_sparser_plans_level_off():
-    """mnist1d at N = 80 over 200 rounds (outside the fitted grid): D-Cliques levels off below
-    0.9 of the fully connected accuracy (measured: 0.50-0.54 against 0.61, the `hungry` grid),
-    which the time-to-target model alone, stretching the reference's curve, does not see."""
-    import airplan_qo as aq
-
-    with aq.connect(":memory:") as db:
-        r = db.plan(aq.Workload(dataset="mnist1d", clients=80, alpha=1.0, snr_db=10,
-                                rounds=200, lr=0.05, local_steps=5),
-                    sla="accuracy >= 0.9 * fc", topologies=["d_cliques", "complete"],
-                    sparsity=[0.3, 1.0])
-    dc = [c for c in r.candidates if c.plan.topology.family == "d_cliques"]
-    assert dc and all(c.cost.estimate.terms["p_plateau"] < 0.5 for c in dc)
-    assert all(c.cost.estimate.p_meets < 0.5 for c in dc)
-    assert r.chosen.plan.topology.family == "complete"
-    assert "p_plateau" not in r.chosen.cost.estimate.terms       # the reference itself
-
-
-def test_the_grid_fit_fits_the_plateau_on_every_run_but_the_references():
-    from airplan_qo.evaluation.ttt_crossval import plateau_fit
-
-    rng = np.random.default_rng(2)
-    rows, xs = [], []
-    for w in range(12):
-        fc_acc = float(rng.uniform(0.6, 0.9))
-        for seed in range(3):
-            rows.append({"workload": f"w{w}", "is_fc": True, "budget": 100,
-                         "fc_row": {"dataset:d": 1.0}, "final_accuracy": fc_acc})
-            xs.append({"log_inv_p": 0.0})
-            for lp in (0.5, 1.5):
-                gap = -0.5 * lp + 0.02 * rng.normal()
-                acc = 1.0 / (1.0 + math.exp(-(math.log(fc_acc / (1 - fc_acc)) + gap)))
-                rows.append({"workload": f"w{w}", "is_fc": False, "budget": 100,
-                             "fc_row": {"dataset:d": 1.0}, "final_accuracy": acc})
-                xs.append({"log_inv_p": lp})
-    fit, spreads = plateau_fit(rows, xs)
-    assert fit.n_obs == 72                       # the references' runs are not fitted
-    assert fit.coef["log_inv_p"] == pytest.approx(-0.5, abs=0.03)
-    assert set(spreads) == {"d"} and spreads["d"] < 0.1
-    assert plateau_fit([{**r, "budget": None} for r in rows], xs) is None   # no budgets
