@@ -158,8 +158,13 @@ def test_statistics_and_registrations_replan(db, planned):
     planned.clear()
     from airplan_qo.data import load
 
+    from airplan_qo.data import DATASETS
+
     aq.register_dataset("plan_cache_test_data", load("digits"), replace=True)
-    db.plan(W, **SPACE)
+    try:
+        db.plan(W, **SPACE)
+    finally:
+        DATASETS._items.pop("plan_cache_test_data", None)   # leave the registry as found
     assert len(planned) == 1
 
 

@@ -43,7 +43,8 @@ def test_each_rule_names_its_reason(planned):
     ring = next(x for x in planned.candidates if x.plan.topology.family == "ring")
     assert pruning.connectivity(ring, _facts(planned, min_mixing_p=1.0)).startswith(
         "connectivity: mixing p")
-    assert pruning.connectivity(c, _facts(planned, min_mixing_p=1.0)) is None
+    complete = next(x for x in planned.candidates if x.plan.topology.family == "complete")
+    assert pruning.connectivity(complete, _facts(planned, min_mixing_p=1.0)) is None
     assert pruning.budgets(c, _facts(planned, budgets=(("seconds", 1e-12),))).startswith(
         "budget: airtime")
     assert pruning.budgets(c, _facts(planned, budgets=(("joules", 1e-12),))).startswith(
