@@ -252,15 +252,8 @@ def _iterated_greedy_distance2(a: sp.csr_matrix, colour: np.ndarray, entries: in
                                ) -> np.ndarray:
     """:func:`_iterated_greedy` of G^2 (``entries`` of it) read from G's arrays: the same
     passes and the same colourings (:func:`_recolour_classes_distance2`)."""
-    early = entries > ITERATED_GREEDY_FULL_NNZ
-    for p in range(ITERATED_GREEDY_PASSES):
-        k = _colours(colour)
-        order = np.arange(k)[::-1] if p % 2 == 0 else np.argsort(
-            -np.bincount(colour, minlength=k), kind="stable")
-        colour = _recolour_classes_distance2(a, colour, order)
-        if early and _colours(colour) >= k:
-            break
-    return colour
+    return _greedy_passes(colour, lambda c, order: _recolour_classes_distance2(a, c, order),
+                          early=entries > ITERATED_GREEDY_FULL_NNZ)
 
 
 def _recolour_classes_distance2(a: sp.csr_matrix, colour: np.ndarray, class_order: np.ndarray
@@ -457,13 +450,20 @@ def _iterated_greedy(a2: sp.csr_matrix, colour: np.ndarray) -> np.ndarray:
     On a large G^2 (more than :data:`ITERATED_GREEDY_FULL_NNZ` entries) the passes stop at the
     first one that saves no colour: there each pass costs seconds, and the later ones saved
     nothing (or 2 colours of 319 on G(1e5, 4 ln n / n)) on the default families at N = 1e5."""
-    early = a2.nnz > ITERATED_GREEDY_FULL_NNZ
     rows = _structure(a2)
+    return _greedy_passes(colour, lambda c, order: _recolour_classes(rows, c, order),
+                          early=a2.nnz > ITERATED_GREEDY_FULL_NNZ)
+
+
+def _greedy_passes(colour: np.ndarray, recolour, *, early: bool) -> np.ndarray:
+    """The passes of :func:`_iterated_greedy`: ``recolour(colour, class_order)`` with the
+    classes in reverse order, then largest first, alternating; with ``early``, stopping at the
+    first pass that saves no colour."""
     for p in range(ITERATED_GREEDY_PASSES):
         k = _colours(colour)
         order = np.arange(k)[::-1] if p % 2 == 0 else np.argsort(
             -np.bincount(colour, minlength=k), kind="stable")
-        colour = _recolour_classes(rows, colour, order)
+        colour = recolour(colour, order)
         if early and _colours(colour) >= k:
             break
     return colour
