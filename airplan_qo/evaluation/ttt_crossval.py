@@ -464,6 +464,6 @@ def reference(fit_pair: Mapping[str, Any], measured, source: str) -> dict[str, A
     }
 
 
-__all__ = ["observations", "fit", "dataset_spreads", "target_shifts", "evaluate", "censored_coverage",
-           "prediction_quality", "workload_bootstrap",
+__all__ = ["observations", "fit", "dataset_spreads", "target_shifts", "evaluate",
+           "censored_coverage", "prediction_quality", "workload_bootstrap",
            "reference", "CONFIDENCE", "PENALTY"]
