@@ -296,6 +296,8 @@ class Catalog:
         """Close the connection (and release the file lock with the last user); idempotent."""
         self._released = False
         self._disconnect()
+        if self.path == MEMORY:     # its write counts die with it (a file's are shared)
+            _changes.pop(self._changes_key, None)
 
     def release(self) -> None:
         """Give the file back to other processes until this Catalog is used again: close the

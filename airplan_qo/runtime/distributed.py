@@ -444,6 +444,9 @@ class DistributedTrainer(Trainer):
         import torch.distributed as dist
 
         needs = self.needed()
+        if numbers and table.dtype != torch.float32:
+            raise ExecutionError(f"rows passed with per-client numbers must be float32 (their "
+                                 f"float64 bits take 2 columns), got {table.dtype}")
         cols = table.shape[1] if columns is None else int(columns.numel())
         width = cols + 2 * len(numbers)
         ops, landing = [], []
@@ -456,8 +459,9 @@ class DistributedTrainer(Trainer):
             if out.size:
                 index = to_device(out, self.device)
                 payload = torch.empty(out.size, width, dtype=table.dtype, device=self.device)
-                picked = table[index]
-                payload[:, :cols] = picked if columns is None else picked[:, columns]
+                # only the columns that travel (CHOCO's k masked ones), not whole rows
+                payload[:, :cols] = (table[index] if columns is None
+                                     else table[index.unsqueeze(1), columns.unsqueeze(0)])
                 for c, values in enumerate(numbers):
                     payload[:, cols + 2 * c:cols + 2 * c + 2] = \
                         values[index].double().unsqueeze(1).view(table.dtype)
