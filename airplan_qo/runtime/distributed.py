@@ -548,7 +548,7 @@ class DistributedTrainer(Trainer):
         self.gather_models()          # the average model needs every client's
         return super()._evaluate()
 
-    def step(self) -> dict:
+    def step(self, train: bool = True) -> dict:
         """:meth:`Trainer.step`; a round that will be evaluated with a stateless rule gathers
         every half-step model instead of the neighbours' (the average model needs them all)."""
         cfg = self.config
@@ -556,7 +556,7 @@ class DistributedTrainer(Trainer):
         self._traffic = RoundTraffic(r)
         self._full_round = self._stateless() and (r % cfg.eval_every == 0 or r == cfg.rounds)
         try:
-            return super().step()
+            return super().step(train)
         finally:
             self._full_round = False
             self.traffic_log.append(self._traffic)

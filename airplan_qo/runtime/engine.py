@@ -604,10 +604,20 @@ class Trainer:
         losses = self._minibatch_gradient(params, grads, idx[rows])
         return grads, losses
 
-    def step(self) -> dict:
-        """Run one round and return its dict (keys :data:`ROUND_KEYS`)."""
+    def step(self, train: bool = True) -> dict:
+        """Run one round and return its dict (keys :data:`ROUND_KEYS`).
+
+        ``train=False`` runs a *mixing-only* round: nobody takes a local step (the models,
+        momentum buffers and the round's minibatch draws are left as a training round with
+        every client offline would leave them) and the rule exchanges and mixes the models
+        as in any round, over the same channel and at the same cost. A few such rounds at
+        the end of a run draw the clients' models together (docs/runtime.md, Mixing-only
+        rounds). Gradient tracking, whose exchange carries gradients, refuses them."""
         if self.failure is not None:
             raise ExecutionError(f"run already failed: {self.failure}")
+        if not train and self.algorithm == "gradient_tracking":
+            raise ExecutionError("gradient tracking cannot run a mixing-only round: its "
+                                 "exchange carries gradient trackers, which need local steps")
         cfg = self.config
         start = time.perf_counter()
         self._in_round = True
@@ -616,7 +626,7 @@ class Trainer:
             draw = getattr(self.rule, "draw", None)
             links = (draw(self.channel, self.links) if draw is not None
                      else self.channel.draw(self.n, self.links.u, self.links.v))
-            trainable = links.active & self.has_data
+            trainable = links.active & self.has_data & train
             x_prev = self.x.clone() if self.algorithm == "paper_literal" \
                 or self.clique_averaging is not None \
                 or getattr(self.rule, "needs_prev", False) else None

@@ -688,6 +688,7 @@ def test_changes_count_writes_per_table_across_connections_and_transactions(tmp_
         assert other.changes(watched) == start   # one count per file in the process
         cat.query("SELECT * FROM airplan.workloads")
         cat.query("  -- a read\n select 1 AS x")
+        cat.query("WITH w AS (SELECT 1 AS x) SELECT x FROM w")
         cat.insert_row("feedback", {"exec_id": 1, "plan_id": 1, "estimator": "e",
                                     "metric": "m", "estimated": 1.0, "actual": 1.0})
         assert cat.changes(watched) == start     # reads and other tables do not count
@@ -710,6 +711,9 @@ def test_changes_count_writes_per_table_across_connections_and_transactions(tmp_
         now = cat.changes(["topologies"])
         cat.query("UPDATE airplan.executions SET reason = 'r' WHERE exec_id = -1 "
                   "RETURNING exec_id")
+        assert cat.changes(["topologies"]) > now
+        now = cat.changes(["topologies"])      # so does a SELECT followed by a write
+        cat.query("SELECT 1; DELETE FROM airplan.feedback WHERE exec_id = -1")
         assert cat.changes(["topologies"]) > now
     with Catalog.open(":memory:") as a, Catalog.open(":memory:") as b:
         before_a, before_b = a.changes(["workloads"]), b.changes(["workloads"])

@@ -1,0 +1,149 @@
+"""Mixing-only rounds at the end of a sparse plan, against the fully connected plan.
+
+Where collaboration matters (mnist1d with the MLP at N = 80), sparse plans level off below the
+target when the target is judged on the clients' own models (`accuracy`, the mean accuracy of
+the models the devices hold), although their network-average model is nearly as good as the
+fully connected plan's: the clients' models stay apart (the consensus distance). This measures
+what a few mixing-only rounds (``Trainer.step(train=False)``: the rule mixes, nobody trains)
+after T training rounds buy:
+
+- per (alpha, seed): the fully connected, uncompressed plan over the air (``complete``, k = 1)
+  trained for the whole budget; ``fc`` = its clients' final mean accuracy averaged over the
+  seeds, the target ``ratio x fc``, and its channel uses to the target (the SLA's smoothed
+  rule, :func:`airplan_qo.evaluation.metrics.outcome_from_curve`);
+- per sparse plan and seed: T training rounds (each T of ``--at``), then up to ``--finish``
+  mixing-only rounds; the round at which the clients' mean accuracy reaches the target on the
+  same smoothed rule over the whole curve (training then mixing), and its channel uses against
+  the fully connected plan's on the same seed.
+
+Each plan is planned as the planner would (its weights rule, the workload's channel) with the
+topology, k = 1 and over-the-air transport fixed. Prints one JSON line per (plan, seed, T) and a
+summary table.
+
+    OMP_NUM_THREADS=1 nice python benchmarks/bench_finish.py
+    OMP_NUM_THREADS=1 nice python benchmarks/bench_finish.py --alphas 0.3 1 --seeds 0 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+import airplan_qo as aq
+from airplan_qo.evaluation.metrics import outcome_from_curve
+from airplan_qo.plans.workload import Workload
+from airplan_qo.runtime import Trainer
+from airplan_qo.runtime.execution import prepare, trainer_inputs
+
+PLANS = ("one_peer_exponential", "small_world(k=4)", "d_cliques")
+
+
+def _trainer(db, w: Workload, topology: str) -> tuple[Trainer, str]:
+    # the SLA only has to admit the fixed plan: this measures it, whatever its prediction
+    result = db.plan(w, sla="accuracy >= 0.1 * fc", topologies=[topology], sparsity=[1.0],
+                     transports=["ota"], fallback="error")
+    job, _, _ = prepare(db.catalog, result, stop_at_target=False)
+    return Trainer(job.config, *trainer_inputs(job.workload, job.spec)), \
+        result.chosen.plan.label()
+
+
+def _curve(rows: list[dict]) -> tuple[list, list]:
+    return [r["client_acc_mean"] for r in rows], [r["channel_uses"] for r in rows]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--dataset", default="mnist1d")
+    ap.add_argument("--clients", type=int, default=80)
+    ap.add_argument("--alphas", type=float, nargs="+", default=[1.0])
+    ap.add_argument("--snr-db", type=float, default=10.0)
+    ap.add_argument("--rounds", type=int, default=200)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0])
+    ap.add_argument("--plans", nargs="+", default=list(PLANS))
+    ap.add_argument("--at", type=int, nargs="+", default=[100, 150, 200],
+                    help="training rounds after which the mixing-only rounds start")
+    ap.add_argument("--finish", type=int, default=40, help="mixing-only rounds at most")
+    ap.add_argument("--ratio", type=float, default=0.95, help="target = ratio x fc")
+    args = ap.parse_args()
+    if max(args.at) > args.rounds:
+        ap.error(f"--at {max(args.at)} is past --rounds {args.rounds}")
+    torch.set_num_threads(1)
+    print(f"# {platform.node()} torch {torch.__version__}, one thread; {args.dataset} "
+          f"N={args.clients}, {args.snr_db} dB, {args.rounds} rounds, target {args.ratio} x fc")
+    db = aq.connect(":memory:")
+    tmp = Path(tempfile.mkdtemp(prefix="bench_finish_"))
+    summary = []
+    for alpha in args.alphas:
+        runs, fc_runs = {}, {}
+        for seed in args.seeds:
+            w = Workload.from_params(args.dataset, args.clients, {
+                "alpha": alpha, "snr_db": args.snr_db, "rounds": args.rounds, "seed": seed})
+            db.analyze(w)           # D-Cliques forms its cliques from the label statistics
+            t0 = time.perf_counter()
+            fc, _ = _trainer(db, w, "complete")
+            fc_runs[seed] = [fc.step() for _ in range(args.rounds)]
+            fc_time = time.perf_counter() - t0
+            for topology in args.plans:
+                trainer, label = _trainer(db, w, topology)
+                rows, saved = [], {}
+                for r in range(1, args.rounds + 1):
+                    rows.append(trainer.step())
+                    if r in args.at:
+                        saved[r] = tmp / f"{alpha}-{seed}-{len(runs)}-{r}.pt"
+                        trainer.save(saved[r])
+                finishes = {}
+                for t, path in saved.items():
+                    again, _ = _trainer(db, w, topology)
+                    again.load(path)
+                    finishes[t] = [again.step(train=False) for _ in range(args.finish)]
+                runs[(topology, seed)] = (label, rows, finishes)
+            print(f"# alpha {alpha} seed {seed}: {time.perf_counter() - t0:.0f} s "
+                  f"(fc {fc_time:.0f} s)", flush=True)
+        fc_acc = statistics.mean(rows[-1]["client_acc_mean"] for rows in fc_runs.values())
+        target = args.ratio * fc_acc
+        fc_cost = {}
+        for seed, rows in fc_runs.items():
+            reached, rounds, cost = outcome_from_curve(*_curve(rows), 0.0, target)
+            fc_cost[seed] = cost if reached else None
+            print(json.dumps({"alpha": alpha, "seed": seed, "plan": "complete", "fc": fc_acc,
+                              "target": target, "reached": reached, "rounds": rounds,
+                              "channel_uses": cost}))
+        for (topology, seed), (label, rows, finishes) in runs.items():
+            for t, extra in finishes.items():
+                acc, cost = _curve(rows[:t] + extra)
+                reached, rounds, spent = outcome_from_curve(acc, cost, 0.0, target)
+                line = {"alpha": alpha, "seed": seed, "plan": label, "train_rounds": t,
+                        "avg_model_at_t": rows[t - 1]["test_accuracy"],
+                        "clients_at_t": rows[t - 1]["client_acc_mean"],
+                        "clients_after_finish": extra[-1]["client_acc_mean"],
+                        "reached": reached,
+                        "mixing_rounds": max(0, rounds - t) if reached else None,
+                        "channel_uses": spent,
+                        "vs_fc": (spent / fc_cost[seed]) if reached and fc_cost[seed] else None}
+                print(json.dumps(line))
+                summary.append(line)
+        no_finish = {(tp, s): outcome_from_curve(*_curve(rows), 0.0, target)[0]
+                     for (tp, s), (_, rows, _) in runs.items()}
+        print(f"# alpha {alpha}: fc {fc_acc:.4f}, target {target:.4f}; without mixing-only "
+              f"rounds {sum(no_finish.values())} of {len(no_finish)} sparse runs reach it")
+    print("\n| alpha | plan | T | avg model at T | clients at T | mixing rounds to target "
+          "| clients after all | channel uses / fc's |")
+    print("|---|---|---|---|---|---|---|---|")
+    for s in summary:
+        ratio = f"{s['vs_fc']:.3f}" if s["vs_fc"] is not None else "not reached"
+        print(f"| {s['alpha']} | {s['plan'][:40]} (seed {s['seed']}) | {s['train_rounds']} | "
+              f"{s['avg_model_at_t']:.3f} | {s['clients_at_t']:.3f} | "
+              f"{s['mixing_rounds'] if s['mixing_rounds'] is not None else '-'} | "
+              f"{s['clients_after_finish']:.3f} | {ratio} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

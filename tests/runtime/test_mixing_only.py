@@ -1,0 +1,74 @@
+"""Mixing-only rounds (``Trainer.step(train=False)``): the rule mixes, nobody trains."""
+
+import numpy as np
+import pytest
+import torch
+
+from airplan_qo.data import partition
+from airplan_qo.errors import ExecutionError
+from airplan_qo.plans.channel_config import ChannelConfig
+from airplan_qo.plans.cliques import encode_cliques
+from airplan_qo.plans.topology import TopologySpec, build
+from airplan_qo.runtime.engine import RunConfig, Trainer
+
+
+def _trained(cfg, digits, part, topology, rounds=3):
+    trainer = Trainer(cfg, digits, part, topology)
+    for _ in range(rounds):
+        trainer.step()
+    return trainer
+
+
+def test_a_mixing_only_round_keeps_the_average_and_the_momentum(digits, digits_skewed, ring10):
+    cfg = RunConfig(model="logistic", rounds=10, lr=0.1, local_steps=2)
+    trainer = _trained(cfg, digits, digits_skewed, ring10)
+    x, m = trainer.x.clone(), trainer.m.clone()
+    before = trainer.history[-1]["consensus_distance"]
+    row = trainer.step(train=False)
+    # no local step: the momentum buffers are untouched and the round has no training loss
+    assert torch.equal(trainer.m, m)
+    assert row["train_loss"] is None
+    # the ring's weights are doubly stochastic: mixing keeps the network average ...
+    torch.testing.assert_close(trainer.x.mean(dim=0), x.mean(dim=0), rtol=0, atol=1e-6)
+    # ... and is exactly one application of W to the models (ideal channel)
+    w = torch.from_numpy(ring10.weights.toarray()).float()
+    torch.testing.assert_close(trainer.x, w @ x, rtol=1e-5, atol=1e-6)
+    # ... which draws the clients together
+    assert row["consensus_distance"] < before
+    assert row["channel_uses"] == trainer.history[-2]["channel_uses"] > 0
+    assert trainer.round == 4
+
+
+def test_mixing_only_rounds_over_the_air_close_the_consensus_gap(digits):
+    part = partition("dirichlet", digits.y_train, 10, seed=0, alpha=0.3)
+    cfg = RunConfig(model="logistic", rounds=30, lr=0.1, local_steps=5,
+                    channel=ChannelConfig(kind="ota", snr_db=20.0))
+    ring = build(TopologySpec.create("ring", 10))
+    trainer = _trained(cfg, digits, part, ring, rounds=8)
+    gap = trainer.history[-1]["consensus_distance"]
+    for _ in range(15):
+        row = trainer.step(train=False)
+    assert row["consensus_distance"] < 0.5 * gap
+    assert all(h["train_loss"] is None for h in trainer.history[-15:])
+    assert all(h["channel_uses"] > 0 for h in trainer.history[-15:])
+
+
+def test_clique_averaging_has_nothing_to_average_in_a_mixing_only_round(digits):
+    part = partition("dirichlet", digits.y_train, 20, seed=0, alpha=0.5)
+    cliques = [list(range(0, 10)), list(range(10, 20))]
+    topology = build(TopologySpec.create("d_cliques", 20, cliques=encode_cliques(cliques),
+                                         averaging="clique"))
+    cfg = RunConfig(model="logistic", rounds=10, lr=0.1)
+    trainer = _trained(cfg, digits, part, topology, rounds=2)
+    m = trainer.m.clone()
+    row = trainer.step(train=False)
+    assert torch.equal(trainer.m, m) and row["train_loss"] is None
+    assert np.isfinite(row["consensus_distance"])
+
+
+def test_gradient_tracking_refuses_a_mixing_only_round(digits, digits_skewed, ring10):
+    cfg = RunConfig(model="logistic", rounds=5, algorithm="gradient_tracking")
+    trainer = _trained(cfg, digits, digits_skewed, ring10, rounds=1)
+    with pytest.raises(ExecutionError, match="gradient tracking cannot run a mixing-only"):
+        trainer.step(train=False)
+    assert trainer.round == 1
