@@ -22,6 +22,8 @@ summary table.
 
     OMP_NUM_THREADS=1 nice python benchmarks/bench_finish.py
     OMP_NUM_THREADS=1 nice python benchmarks/bench_finish.py --alphas 0.3 1 --seeds 0 1
+    OMP_NUM_THREADS=1 nice python benchmarks/bench_finish.py --dataset leaf_synthetic \
+        --clients 40 --param partition=natural --rounds 100 --at 50 100 --seeds 0 1
 """
 
 from __future__ import annotations
@@ -71,6 +73,8 @@ def main() -> int:
                     help="training rounds after which the mixing-only rounds start")
     ap.add_argument("--finish", type=int, default=40, help="mixing-only rounds at most")
     ap.add_argument("--ratio", type=float, default=0.95, help="target = ratio x fc")
+    ap.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                    help="another workload parameter (e.g. partition=natural)")
     args = ap.parse_args()
     if max(args.at) > args.rounds:
         ap.error(f"--at {max(args.at)} is past --rounds {args.rounds}")
@@ -84,7 +88,8 @@ def main() -> int:
         runs, fc_runs = {}, {}
         for seed in args.seeds:
             w = Workload.from_params(args.dataset, args.clients, {
-                "alpha": alpha, "snr_db": args.snr_db, "rounds": args.rounds, "seed": seed})
+                "alpha": alpha, "snr_db": args.snr_db, "rounds": args.rounds, "seed": seed,
+                **dict(p.split("=", 1) for p in args.param)})
             db.analyze(w)           # D-Cliques forms its cliques from the label statistics
             t0 = time.perf_counter()
             fc, _ = _trainer(db, w, "complete")
