@@ -17,7 +17,7 @@ from airplan_qo.evaluation import advisor
 from airplan_qo.evaluation.metrics import (RunOutcome, assign_folds, compare, family_scores,
                                            mape, measured_target, oracle, outcome_from_curve,
                                            paired_test, summarize)
-from airplan_qo.evaluation.runner import cache_key
+from airplan_qo.evaluation.runner import cache_key, measure
 from airplan_qo.plans.sla import parse_sla
 
 # ---- a hand-made table of measurements ------------------------------------------------------
@@ -823,3 +823,27 @@ def test_the_ttt_analysis_reports_per_task_and_fits_a_model_shift(tmp_path):
     assert ref["range"]["models"] == ["logistic", "mlp"]
     report = (tmp_path / "o" / "report.md").read_text()
     assert "| digits (logistic) | 2 | advisor |" in report
+
+
+def test_an_average_model_sla_is_judged_on_the_average_models_curve(tmp_path):
+    # the same runs, judged once on the clients' mean and once on the average model
+    text = TTT_GRID.replace("alpha = [0.1, 1.0]", "alpha = 0.1")
+    curves = {}
+    with aq.connect(str(tmp_path / "c.duckdb")) as db:
+        for sla in ("accuracy >= 0.9 * fc", "avg_model_accuracy >= 0.9 * fc"):
+            grid = parse_grid(text.replace("[[workloads]]", f'sla = "{sla}"\n[[workloads]]'),
+                              source="avg.toml")
+            (m,) = measure(db, grid)
+            curves[sla.split()[0]] = {r.exec_id: (r.final_accuracy, r.accuracy) for r in m.runs}
+        stats = {(r["exec_id"], r["round"]): r for r in db.catalog.query(
+            "SELECT exec_id, round, test_accuracy, client_acc_mean FROM airplan.round_stats")}
+        finals = {r["exec_id"]: r for r in db.catalog.query(
+            "SELECT exec_id, final_accuracy, client_acc_mean FROM airplan.executions")}
+    assert curves["accuracy"].keys() == curves["avg_model_accuracy"].keys()  # cached: the same
+    for eid, (final, acc) in curves["avg_model_accuracy"].items():
+        assert final == finals[eid]["final_accuracy"]
+        assert list(acc) == [stats[(eid, r)]["test_accuracy"] for r in range(1, len(acc) + 1)]
+    for eid, (final, acc) in curves["accuracy"].items():
+        assert final == finals[eid]["client_acc_mean"]
+        assert list(acc) == [stats[(eid, r)]["client_acc_mean"] for r in range(1, len(acc) + 1)]
+    assert any(curves["accuracy"][e] != curves["avg_model_accuracy"][e] for e in curves["accuracy"])

@@ -37,6 +37,7 @@ import numpy as np
 
 from ..errors import ValidationError
 from ..plans.plan import PhysicalPlan
+from ..plans.sla import TARGET_METRICS, parse_sla
 from .advisor import REFERENCE_OPERATORS, fc_plan
 from .grid import Grid, WorkloadSpec
 
@@ -47,7 +48,9 @@ _REUSABLE = ("succeeded", "failed")
 
 @attrs.frozen
 class RunRecord:
-    """One measured run: a plan of a workload at one seed, as read back from the catalog."""
+    """One measured run: a plan of a workload at one seed, as read back from the catalog.
+    ``final_accuracy`` and the per-round ``accuracy`` are the workload SLA's accuracy: the
+    clients' mean for ``accuracy``, the average model's for ``avg_model_accuracy``."""
 
     workload: str
     seed: int
@@ -543,20 +546,25 @@ def _finish_workload(session, grid: Grid, p: _Pending, trainer: _Trainer, state:
 
 def load_runs(catalog, ws: WorkloadSpec, seeds: dict[int, SeedPlan],
               todo: list[tuple[int, str, bool, int, bool, float | None]]) -> list[RunRecord]:
-    """Read the runs back from the catalog (fresh and cached alike, one code path)."""
+    """Read the runs back from the catalog (fresh and cached alike, one code path). A run's
+    accuracies are those of the workload's SLA: the clients' mean (``accuracy``) or the
+    average model's (``avg_model_accuracy``), each round and at the end."""
     ids = [t[3] for t in todo]
+    curve = TARGET_METRICS[parse_sla(ws.sla).accuracy_metric]
+    final = {"client_acc_mean": "client_acc_mean", "test_accuracy": "final_accuracy"}[curve]
     rows = {int(r["exec_id"]): r for r in catalog.query(
-        "SELECT exec_id, status, client_acc_mean AS final_accuracy, options "
+        f"SELECT exec_id, status, {final} AS final_accuracy, options "
         "FROM airplan.executions "
         "WHERE list_contains(?, exec_id)", [ids])}
     table = catalog.query_arrow(
-        "SELECT exec_id, round, client_acc_mean, channel_uses, energy_j FROM airplan.round_stats "
+        f"SELECT exec_id, round, {curve} AS accuracy, channel_uses, energy_j "
+        "FROM airplan.round_stats "
         "WHERE list_contains(?, exec_id) AND round >= 1 ORDER BY exec_id, round", [ids])
     curves: dict[int, tuple[list, list, list]] = {}
     if table.num_rows:
         cols = {n: table.column(n).to_pylist() for n in table.column_names}
         for eid, rnd, acc, uses, energy in zip(cols["exec_id"], cols["round"],
-                                               cols["client_acc_mean"], cols["channel_uses"],
+                                               cols["accuracy"], cols["channel_uses"],
                                                cols["energy_j"]):
             a, u, e = curves.setdefault(int(eid), ([], [], []))
             while len(a) < rnd - 1:
