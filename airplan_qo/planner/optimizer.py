@@ -312,6 +312,12 @@ class Optimizer:
         if chosen.cost.estimate.notes:
             warnings.append(f"the {est_name} estimate of the chosen plan extrapolates beyond "
                             "what it was fitted on: " + "; ".join(chosen.cost.estimate.notes))
+        if est_name == "ttt" and request.sla.accuracy_metric == "avg_model_accuracy":
+            warnings.append(
+                "the ttt model is fitted on the clients' own models (the SLA metric accuracy); "
+                "this avg_model_accuracy SLA is planned as if it bounded theirs, which is "
+                "conservative: the average model reaches a target sooner, most of all on sparse "
+                "plans (docs/planner.md, The SLA's metric)")
         if alpha_source.startswith("declared") and w.partition == "dirichlet":
             warnings.append("heterogeneity is the declared alpha; run ANALYZE WORKLOAD for "
                             "sketch-based statistics")
