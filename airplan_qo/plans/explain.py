@@ -304,7 +304,7 @@ def _text(result, tree: Node, verbose, costs, alternatives, analyze) -> str:
     lines: list[str] = []
     _text_node(tree, 0, costs, verbose, lines)
     sla = result.request.sla
-    lines.append(f"SLA: {sla.render()}  => accuracy >= {result.target_accuracy:.4f} "
+    lines.append(f"SLA: {sla.render()}  => {sla.accuracy_metric} >= {result.target_accuracy:.4f} "
                  f"(fc = {result.fc_accuracy:.4f} after {result.context.round_budget} rounds, "
                  f"{fc_source(result)})")
     lines.append(f"Figures: {figures_legend(result, bool(analyze))}")

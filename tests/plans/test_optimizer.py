@@ -141,7 +141,9 @@ def test_infeasible_sla_falls_back_to_fc_and_warns(db):
 def test_an_average_model_sla_is_planned_conservatively_and_says_so(db):
     r = db.plan(W, sla="avg_model_accuracy >= 0.9 * fc")
     assert any("avg_model_accuracy SLA is planned as if" in w for w in r.warnings)
-    assert "WARNING: the ttt model is fitted on the clients' own models" in r.explain()
+    text = r.explain()
+    assert "WARNING: the ttt model is fitted on the clients' own models" in text
+    assert f"=> avg_model_accuracy >= {r.target_accuracy:.4f}" in text
     assert not any("avg_model_accuracy" in w for w in db.plan(W).warnings)
     assert not any("avg_model_accuracy" in w
                    for w in db.plan(W, sla="avg_model_accuracy >= 0.9 * fc",
