@@ -76,13 +76,18 @@ def main() -> int:
     ap.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                     help="another workload parameter (e.g. partition=natural)")
     args = ap.parse_args()
-    if max(args.at) > args.rounds:
-        ap.error(f"--at {max(args.at)} is past --rounds {args.rounds}")
+    if not all(1 <= t <= args.rounds for t in args.at):
+        ap.error(f"every --at must be in 1..--rounds ({args.rounds}), got {args.at}")
+    with tempfile.TemporaryDirectory(prefix="bench_finish_") as tmp:
+        return measure(args, Path(tmp))
+
+
+def measure(args: argparse.Namespace, tmp: Path) -> int:
+    """Train, branch and print (the checkpoints at each T go to ``tmp``)."""
     torch.set_num_threads(1)
     print(f"# {platform.node()} torch {torch.__version__}, one thread; {args.dataset} "
           f"N={args.clients}, {args.snr_db} dB, {args.rounds} rounds, target {args.ratio} x fc")
     db = aq.connect(":memory:")
-    tmp = Path(tempfile.mkdtemp(prefix="bench_finish_"))
     summary = []
     for alpha in args.alphas:
         runs, fc_runs = {}, {}

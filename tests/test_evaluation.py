@@ -427,6 +427,7 @@ def test_a_grid_planned_with_the_time_to_target_estimator_is_analysed(tmp_path):
     ttt = rep.summary["time_to_target"]
     assert ttt is not None and set(ttt["prediction"]["predicted_fc"]["coverage90"]) == {"ring", "complete"}
     assert rep.summary["confidence"] is None and ttt["confidence"] == 0.95   # the default
+    assert ttt["reference"]["metric"] == "accuracy"     # what the fit's rounds were judged on
     # the report opens with three lines on the shipped advisor against the best fixed policy
     report = (tmp_path / "o" / "report.md").read_text()
     short = report.split("## In short\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
@@ -847,3 +848,17 @@ def test_an_average_model_sla_is_judged_on_the_average_models_curve(tmp_path):
         assert final == finals[eid]["client_acc_mean"]
         assert list(acc) == [stats[(eid, r)]["client_acc_mean"] for r in range(1, len(acc) + 1)]
     assert any(curves["accuracy"][e] != curves["avg_model_accuracy"][e] for e in curves["accuracy"])
+
+
+def test_a_grid_judges_one_accuracy_metric():
+    text = TTT_GRID.replace("alpha = [0.1, 1.0]", "alpha = 0.1") + """
+[[workloads]]
+clients = 6
+rounds = 3
+sla = "avg_model_accuracy >= 0.9 * fc"
+topologies = ["ring"]
+sparsity = [1.0]
+"""
+    with pytest.raises(ValidationError, match=r"grid mixed.toml: key 'sla': the workloads' SLAs "
+                                              r"bound accuracy and avg_model_accuracy; one grid"):
+        parse_grid(text, source="mixed.toml")

@@ -1254,15 +1254,28 @@ def _locked(message: str, exe: str, pid: int) -> CatalogLockedError:
 
 @functools.lru_cache(maxsize=512)       # the catalog's own queries are a few fixed texts
 def _is_select(sql: str) -> bool:
-    """Whether every statement of ``sql`` is a SELECT (``WITH ... SELECT`` included) by
-    DuckDB's own parser: a read. Text DuckDB cannot parse counts as a write (it fails when run,
-    and counting it only empties caches)."""
+    """Whether ``sql`` only reads: every statement a SELECT (``WITH ... SELECT`` included) by
+    DuckDB's own parser, and no keyword of a write in it (a ``WITH`` may hold a ``DELETE ...
+    RETURNING``, which DuckDB runs and still calls a SELECT). Text DuckDB cannot parse counts
+    as a write (it fails when run, and counting it only empties caches)."""
     try:
         statements = duckdb.extract_statements(sql)
+        tokens = duckdb.tokenize(sql)
     except duckdb.Error:
         return False
-    return bool(statements) and all(st.type == duckdb.StatementType.SELECT
-                                    for st in statements)
+    if not statements or any(st.type != duckdb.StatementType.SELECT for st in statements):
+        return False
+    for start, kind in tokens:
+        if kind == duckdb.token_type.keyword:
+            word = _WORD_RE.match(sql, start)
+            if word is not None and word.group(0).upper() in _WRITE_KEYWORDS:
+                return False
+    return True
+
+
+#: Keywords of the statements that write, which a read-only query never holds.
+_WRITE_KEYWORDS = frozenset({"INSERT", "UPDATE", "DELETE", "MERGE", "COPY", "TRUNCATE"})
+_WORD_RE = re.compile(r"[A-Za-z_]+")
 
 
 def _strip(msg: str) -> str:

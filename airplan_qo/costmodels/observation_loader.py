@@ -48,6 +48,7 @@ SELECT f.feedback_id, f.exec_id, f.plan_id, f.actual, f.censored,
        p.calibration_ids, pr.planning_run_id, pr.sla_threshold,
        coalesce(w.dataset, json_extract_string(e.options, '$.dataset'), '') AS dataset,
        e.actual_rounds, t.mixing_p AS topo_p, t.lambda2_laplacian AS topo_lambda2,
+       json_extract_string(e.options, '$.run_config.target_metric') AS target_metric,
        coalesce(t.n_nodes, w.n_clients,
                 TRY_CAST(json_extract_string(e.options, '$.clients') AS INTEGER)) AS n_clients
 FROM airplan.feedback AS f
@@ -88,6 +89,10 @@ def load(catalog: Catalog, estimator: str, scope: str, scope_key: str
             continue
         if actual is None:
             skipped.append(f"execution {exec_id}: no actual rounds")
+            continue
+        if r["target_metric"] not in (None, "accuracy"):
+            skipped.append(f"execution {exec_id}: its SLA bounds {r['target_metric']}, and the "
+                           "estimators are fitted on the clients' accuracy")
             continue
         t, e, drop = curves.get(exec_id, (np.empty(0), np.empty(0), None))
         common = dict(estimator=est.name, family=r["family"], dataset=r["dataset"],

@@ -784,6 +784,9 @@ class TimeToTargetEstimator:
                         "fully connected reference, with a chance-constrained SLA")
     priors: dict[str, float] = attrs.field(factory=lambda: dict(load_reference()["constants"]))
     fitted_range: dict = attrs.field(factory=lambda: dict(load_reference().get("range", {})))
+    #: the accuracy the fit's rounds were judged on (the SLA metric): ``accuracy``, the clients'
+    #: own models, for the shipped fit
+    fitted_metric: str = attrs.field(factory=lambda: load_reference().get("metric", "accuracy"))
     #: constants a calibration may add beyond the priors (the level of a dataset not in the grid)
     open_prefixes: tuple[str, ...] = ("fc.dataset:",)
 

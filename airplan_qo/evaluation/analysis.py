@@ -236,13 +236,22 @@ def analyze(session, grid: Grid, measured: Sequence[Measured], *,
         loaded = []
         notes.append(f"observations could not be loaded: {exc}")
     run_of_exec = {r.exec_id: r for r in runs}
+    #: workloads whose SLA bounds the average model: their runs' curves are its (RunRecord)
+    average_model = {m.spec.key: parse_sla(m.spec.sla).accuracy_metric == "avg_model_accuracy"
+                     for m in measured}
     for o in loaded:
         if o.exec_id not in run_of_exec:
             continue
         r = run_of_exec[o.exec_id]
         out = outcome_of[(r.workload, r.plan, r.seed)]
-        obs_all.append(attrs.evolve(o, target_error=1.0 - targets[r.workload],
-                                    rounds_actual=out.rounds, censored=not out.reached))
+        o = attrs.evolve(o, target_error=1.0 - targets[r.workload], rounds_actual=out.rounds,
+                         censored=not out.reached)
+        if average_model[r.workload]:   # the loader's curve is the clients' mean
+            acc = np.array([np.nan if a is None else a for a in r.accuracy], dtype=float)
+            seen = np.isfinite(acc)
+            o = attrs.evolve(o, rounds=np.arange(1, acc.size + 1, dtype=float)[seen],
+                             errors=1.0 - acc[seen])
+        obs_all.append(o)
     group_of = {m.spec.key: (m.spec.workload.dataset, m.spec.workload.clients,
                              m.spec.workload.alpha) for m in measured}
     folds_of = (assign_folds(keys, grid.folds, grid.cv_seed, group_of)

@@ -273,6 +273,10 @@ def parse_grid(data: bytes | str, *, source: str = "<grid>", default_name: str =
             workloads.append(_workload_spec(values, len(workloads), where, label, seeds[0],
                                             grid_sla))
     workloads = _name_workloads(workloads, where)
+    metrics = sorted({parse_sla(w.sla).accuracy_metric for w in workloads})
+    if len(metrics) > 1:
+        raise where.error("sla", f"the workloads' SLAs bound {' and '.join(metrics)}; one grid "
+                                 "judges (and fits) one accuracy metric: make a grid for each")
     reference = _int(doc.get("reference", 0), where, "reference", lo=0)
     if reference >= len(workloads):
         raise where.error("reference", f"must index a workload (0..{len(workloads) - 1}), got "

@@ -7,6 +7,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from ..plans.sla import parse_sla
+
 PAPER = {"match": "91.4% (topology)", "mape": "2.9-4.8% (C_ours, per topology)",
          "overhead": "< 1.8% of training cost (N = 100)", "f1": "> 0.87 per topology",
          "regret_acc": "<= 0.3 pp when wrong"}
@@ -97,6 +99,13 @@ def in_short(analysis) -> list[str]:
     else:
         lines.append("- No fixed single-plan policy could be scored on this grid.")
     return ["## In short", ""] + lines + [""]
+
+
+def _judged_on(grid) -> str:
+    """What the grid's runs are judged on (one grid judges one accuracy metric)."""
+    metric = parse_sla(grid.workloads[0].sla).accuracy_metric
+    return ("the accuracy of its network-average model (the SLA's avg_model_accuracy)"
+            if metric == "avg_model_accuracy" else "its mean client-model accuracy")
 
 
 def render(analysis, *, figures: list[Path], wall_s: float, command: str,
@@ -289,7 +298,7 @@ def render(analysis, *, figures: list[Path], wall_s: float, command: str,
               "accuracy of the fully connected, uncompressed plan (Metropolis weights) over the "
               "seeds; the planner's own target (from its predicted `fc`) is in the detail rows.",
               "- **measured run**: every candidate is trained for the whole round budget; its "
-              "rounds are the first round its mean client-model accuracy, smoothed by a centred "
+              f"rounds are the first round {_judged_on(g)}, smoothed by a centred "
               "3-evaluation moving average, reaches the target, its cost the "
               "channel uses up to that round plus the statistics broadcast (when it never "
               "does: the whole run, a lower bound).",

@@ -33,7 +33,7 @@ from ..costmodels.time_to_target import (PLAN_FEATURES, PLAN_INTERACTIONS, PLAN_
                                          pooled_spread,
                                          target_level, with_fc_error)
 from ..plans.request import DEFAULT_CONFIDENCE
-from ..plans.sla import first_crossing
+from ..plans.sla import first_crossing, parse_sla
 from ..errors import ValidationError
 from .metrics import compare
 
@@ -347,7 +347,6 @@ def _race(m, seed: int, cands: Sequence[ChooserPlan], pick: ChooserPlan, sd: flo
 
 def m_target(m) -> float:
     """The measured target of a workload (its SLA with the measured fc, as the analysis uses)."""
-    from ..plans.sla import parse_sla
     from .metrics import measured_target
 
     ref = m.seeds[min(m.seeds)].fc_candidate.plan.label()
@@ -431,6 +430,9 @@ def reference(fit_pair: Mapping[str, Any], measured, source: str) -> dict[str, A
     bits = [p.bits for p in plans if p.transport == "digital"]
     return {
         "version": 1, "source": source,
+        # what the fit's rounds were judged on (one grid judges one metric): the planner warns
+        # when an SLA bounds the other one
+        "metric": parse_sla(specs[0].sla).accuracy_metric,
         "observations": {"plan": fit_pair["plan"].n_obs, "censored": fit_pair["plan"].n_censored,
                          "fc": fit_pair["fc"].n_obs},
         "constants": flatten(fit_pair["plan"], fit_pair["fc"], fit_pair.get("ceiling"),

@@ -80,6 +80,9 @@ STATUSES = ("succeeded", "failed", "aborted")
 FEDPROX_MU = 0.01
 
 _EVAL_SAMPLES = 512
+#: The update rules that can run a mixing-only round (:meth:`Trainer.step` with
+#: ``train=False``): those whose exchange mixes the models themselves.
+MIXING_ONLY = ("dsgd", "choco", "push_sum", "matcha")
 _EVAL_CLIENTS = 16
 
 
@@ -612,12 +615,18 @@ class Trainer:
         every client offline would leave them) and the rule exchanges and mixes the models
         as in any round, over the same channel and at the same cost. A few such rounds at
         the end of a run draw the clients' models together (docs/runtime.md, Mixing-only
-        rounds). Gradient tracking, whose exchange carries gradients, refuses them."""
+        rounds). Only the rules that mix the models themselves run them (:data:`MIXING_ONLY`):
+        gradient tracking's exchange carries gradient trackers, and FedAvg, FedProx,
+        paper_literal and DLLR-OA send the round's update, which is zero without local steps."""
         if self.failure is not None:
             raise ExecutionError(f"run already failed: {self.failure}")
-        if not train and self.algorithm == "gradient_tracking":
-            raise ExecutionError("gradient tracking cannot run a mixing-only round: its "
-                                 "exchange carries gradient trackers, which need local steps")
+        if not train and self.algorithm not in MIXING_ONLY:
+            raise ExecutionError(
+                f"{self.algorithm} cannot run a mixing-only round: "
+                + ("its exchange carries gradient trackers, which need local steps"
+                   if self.algorithm == "gradient_tracking" else
+                   "it sends the round's update, which is zero when nobody trains")
+                + f"; the rules that can: {', '.join(MIXING_ONLY)}")
         cfg = self.config
         start = time.perf_counter()
         self._in_round = True

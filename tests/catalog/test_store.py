@@ -715,6 +715,13 @@ def test_changes_count_writes_per_table_across_connections_and_transactions(tmp_
         now = cat.changes(["topologies"])      # so does a SELECT followed by a write
         cat.query("SELECT 1; DELETE FROM airplan.feedback WHERE exec_id = -1")
         assert cat.changes(["topologies"]) > now
+        now = cat.changes(["topologies"])      # and a write inside a WITH
+        cat.query("WITH gone AS (DELETE FROM airplan.feedback WHERE exec_id = -1 RETURNING "
+                  "exec_id) SELECT count(*) AS n FROM gone")
+        assert cat.changes(["topologies"]) > now
+        now = cat.changes(["topologies"])      # a word in a string or a quoted name is not
+        cat.query("SELECT 'delete' AS \"update\" FROM airplan.feedback WHERE metric = 'insert'")
+        assert cat.changes(["topologies"]) == now
     with Catalog.open(":memory:") as a, Catalog.open(":memory:") as b:
         before_a, before_b = a.changes(["workloads"]), b.changes(["workloads"])
         _workload(a)   # each in-memory catalog is a database of its own

@@ -263,6 +263,20 @@ def test_load_observations_reads_the_feedback_contract_and_scopes():
         assert load_observations(cat, "paper") == []
 
 
+def test_executions_judged_on_the_average_model_are_left_out_of_the_fits():
+    from airplan_qo.costmodels.observation_loader import load
+
+    with Catalog(":memory:") as cat:
+        _populate(cat, synthetic(4), dataset="digits")
+        ex = cat.query("SELECT min(exec_id) AS e FROM airplan.executions")[0]["e"]
+        cat.update_row("executions", ex, {"options": {
+            "dataset": "digits", "run_config": {"target_metric": "avg_model_accuracy"}}})
+        got, skipped = load(cat, "dsgd", "global", "")
+    assert len(got) == 3 and ex not in {o.exec_id for o in got}
+    assert skipped == [f"execution {ex}: its SLA bounds avg_model_accuracy, and the "
+                       "estimators are fitted on the clients' accuracy"]
+
+
 def test_load_recovers_link_survival_and_dataset_from_execution_options():
     p, k, q, beta = 0.2, 0.1, 0.9, 0.7
     o = Observation("dsgd", "ring", 0.3, 40, p=p, k_ratio=k, p_eff=p * k**beta * q, e0=E0,

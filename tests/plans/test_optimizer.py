@@ -150,6 +150,21 @@ def test_an_average_model_sla_is_planned_conservatively_and_says_so(db):
                                     estimator="dsgd").warnings)
 
 
+def test_a_fit_of_the_average_model_planning_the_clients_accuracy_says_it_is_optimistic(
+        db, monkeypatch):
+    import attrs as _attrs
+    from airplan_qo.costmodels import ESTIMATORS
+
+    ttt = ESTIMATORS.get("ttt")
+    monkeypatch.setattr(ESTIMATORS, "get", lambda name, _get=ESTIMATORS.get: (
+        _attrs.evolve(ttt, fitted_metric="avg_model_accuracy") if name == "ttt" else _get(name)))
+    warned = [w for w in db.plan(W).warnings if "fitted on the network-average model" in w]
+    assert len(warned) == 1 and "this accuracy SLA is planned as if" in warned[0]
+    assert "optimistic" in warned[0]
+    assert not any("fitted on" in w for w in
+                   db.plan(W, sla="avg_model_accuracy >= 0.9 * fc").warnings)
+
+
 def test_round_budget_prunes(db):
     r = db.plan(W, budgets={"rounds": 5})
     assert any(c.pruned_reason and c.pruned_reason.startswith(("budget", "sla", "unlikely"))

@@ -66,9 +66,36 @@ def test_clique_averaging_has_nothing_to_average_in_a_mixing_only_round(digits):
     assert np.isfinite(row["consensus_distance"])
 
 
-def test_gradient_tracking_refuses_a_mixing_only_round(digits, digits_skewed, ring10):
-    cfg = RunConfig(model="logistic", rounds=5, algorithm="gradient_tracking")
+@pytest.mark.filterwarnings("ignore:algorithm 'paper_literal' reproduces")
+@pytest.mark.parametrize("algorithm, why", [
+    ("gradient_tracking", "gradient trackers"),
+    ("fedavg", "update, which is zero"),
+    ("paper_literal", "update, which is zero"),
+])
+def test_rules_that_send_updates_refuse_a_mixing_only_round(digits, digits_skewed, ring10,
+                                                             algorithm, why):
+    kw = {"k_ratio": 0.5} if algorithm == "paper_literal" else {}
+    cfg = RunConfig(model="logistic", rounds=5, algorithm=algorithm, **kw)
     trainer = _trained(cfg, digits, digits_skewed, ring10, rounds=1)
-    with pytest.raises(ExecutionError, match="gradient tracking cannot run a mixing-only"):
+    with pytest.raises(ExecutionError, match=f"{algorithm} cannot run a mixing-only round: "
+                                             f".*{why}.*the rules that can: dsgd"):
         trainer.step(train=False)
     assert trainer.round == 1
+
+
+def test_a_run_resumed_after_mixing_only_rounds_is_the_same_run(tmp_path, digits,
+                                                                  digits_skewed, ring10):
+    cfg = RunConfig(model="logistic", rounds=10, lr=0.1, local_steps=2,
+                    channel=ChannelConfig(kind="ota", snr_db=10.0))
+    trainer = _trained(cfg, digits, digits_skewed, ring10, rounds=2)
+    trainer.step(train=False)
+    trainer.save(tmp_path / "c.pt")
+    again = Trainer(cfg, digits, digits_skewed, ring10)
+    again.load(tmp_path / "c.pt")
+    for t in (trainer, again):
+        t.step(train=False)
+        t.step()
+    assert torch.equal(trainer.x, again.x) and torch.equal(trainer.m, again.m)
+    rows = [[{k: v for k, v in row.items() if k != "wall_time_s"} for row in t.history[-2:]]
+            for t in (trainer, again)]
+    assert rows[0] == rows[1]
