@@ -218,10 +218,11 @@ def restore(trainer: Any, state: dict[str, Any], path: str | os.PathLike,
             f"checkpoint {path} used local-training strategy '{state['strategy']}' but this "
             f"trainer resolved '{trainer.strategy}'; pass strategy='{state['strategy']}'"
         )
-    if tuple(state["x"].shape) != tuple(trainer.x.shape):
+    shape = (int(trainer.n), int(trainer.d))       # every client's model, as the file holds
+    if tuple(state["x"].shape) != shape:
         raise ExecutionError(
             f"checkpoint {path} holds models of shape {tuple(state['x'].shape)}, this trainer "
-            f"has {tuple(trainer.x.shape)}"
+            f"has {shape}"
         )
     if not same_schedule(trainer, state):
         raise ExecutionError(

@@ -80,13 +80,17 @@ import torch
 
 from ..errors import AirPlanError, ExecutionError
 from . import distributed_launch as launched
+from .channel import dbm_to_watt
 from .device import to_device
 from .digital import Digital
 from .engine import RunConfig, RunResult, Trainer
+from .clique_averaging import clique_averaging_enabled
 from .federated import FEDERATED
-from .gossip import DSGD, Choco
+from .gossip import DSGD, Choco, Exchange
 from .metrics import centred_row_norms, row_sum, sq_distance_of_norms
 from .push_sum import PushSum
+from .row_split import COLUMN_SLAB, HaloNoise, LocalLinks, column_mean, global_exchange, \
+    held_rows, local_round, set_rule_rows, splits
 
 __all__ = ["DISTRIBUTED_ALGORITHMS", "EXCHANGES", "DistributedTrainer", "Group",
            "RoundTraffic", "active", "blocks", "check_distributed", "init", "launched", "lead",
@@ -308,6 +312,13 @@ class DistributedTrainer(Trainer):
         self._traffic = RoundTraffic(0)
         #: the link set the rows below were worked out for, and per rank its needed rows
         self._needs: tuple[Any, list[np.ndarray]] | None = None
+        #: the clients whose rows this rank holds in ``x`` when the run is split by rows
+        #: (:mod:`.row_split`: its block and their senders, sorted), else None (all N rows);
+        #: its block is ``x[b0:b1]``
+        self.held: np.ndarray | None = None
+        self.b0 = self.b1 = 0
+        #: per link set of the schedule, this rank's share of it (split by rows)
+        self._local: list[tuple[Any, LocalLinks]] = []
         group = group or active()
         if group is None:
             raise ExecutionError("DistributedTrainer needs a process group: call "
@@ -323,6 +334,7 @@ class DistributedTrainer(Trainer):
 
             config = attrs.evolve(config, device=f"cuda:{group.local_rank}")
         super().__init__(config, dataset, partition, topology)
+        self._localise()
         self._attach()
         if group.backend == "gloo" and self.device.type == "cuda":
             raise ExecutionError(
@@ -340,6 +352,119 @@ class DistributedTrainer(Trainer):
 
     def _trained_rows(self) -> int:
         return self.hi - self.lo
+
+    # -------------------------------------------------------------------------------------
+    # the rows held (module docstring; :mod:`.row_split`)
+
+    def _rows_held(self) -> int:
+        self.held = self._split_rows()
+        if self.held is None:
+            self.b0, self.b1 = self.lo, self.hi
+            return self.n
+        self.b0 = int(np.searchsorted(self.held, self.lo))
+        self.b1 = self.b0 + (self.hi - self.lo)
+        return int(self.held.size)
+
+    def _split_rows(self) -> np.ndarray | None:
+        """The rows this rank holds when the run is split by rows (:func:`.row_split.splits`),
+        else None: its block and every sender into it over the period (MATCHA: every edge of
+        the graph, whose matchings it samples)."""
+        if self.exchange != "auto" or self.group.world < 2:
+            return None
+        cfg = self.config
+        if self.algorithm == "matcha":
+            from ..plans.graphs import edge_arrays
+
+            u, v = edge_arrays(self.topology.graph)
+            links = [(np.concatenate([u, v]), np.concatenate([v, u]))]
+            decay = 0.0
+        else:
+            links = [(ls.recv, ls.send) for ls in self.link_schedule]
+            decay = self._decay(self.topology) if self.algorithm == "dsgd" else 0.0
+        if not splits(self.algorithm, cfg.transport, cfg.bits, decay, self.device, self.n,
+                      links, clique_averaging_enabled(self.topology)):
+            return None
+        return held_rows(self.lo, self.hi, links)
+
+    def _localise(self) -> None:
+        """This rank's share of every link set of the schedule (split by rows)."""
+        self._local = ([(links, LocalLinks(links, self.held, self.lo, self.hi))
+                        for links in self.link_schedule] if self.held is not None else [])
+
+    def _local_index(self, rows: np.ndarray) -> np.ndarray:
+        """Rows of ``x`` holding the given clients."""
+        return rows if self.held is None else np.searchsorted(self.held, rows)
+
+    @property
+    def split(self) -> bool:
+        """Whether this run is split by rows: a rank holds its block and the rows its clients
+        mix with, not the whole stack (:mod:`.row_split`)."""
+        return self.held is not None
+
+    def models(self) -> torch.Tensor:
+        """Every client's model, (N x d), on every rank (every rank calls it): ``x`` itself
+        when every rank holds the whole stack, else a new tensor gathered from the blocks."""
+        if self.held is None:
+            self.gather_models()
+            return self.x
+        full = torch.empty(self.n, self.d, device=self.device)
+        self._gather_rows(full, self.x[self.b0:self.b1])
+        return full
+
+    def _mix(self, links: Any, x_prev: torch.Tensor | None) -> Exchange:
+        """Split by rows: the rule's round on this rank's table with its share of the links
+        and the round's noise drawn whole, its receivers' rows kept; the round's exchange (for
+        its traffic) is worked out from every link."""
+        if self.held is None:
+            return super()._mix(links, x_prev)
+        cfg = self.config
+        mine = next(local for whole, local in self._local if whole is self.links)
+        mine.seen = None
+        noise = HaloNoise(
+            self.channel,
+            lambda: np.flatnonzero(self.links.receiver_stats(mine.seen)[1] > 0),
+            self.lo, self.hi, draws=isinstance(_inner(self.rule), DSGD) and self.channel.noisy)
+        result = self.rule.communicate(self.x, mine, local_round(links, self.held), noise,
+                                       train_gen=self.train_gen, x_prev=x_prev,
+                                       scratch=self._scratch,
+                                       tx_power_w=dbm_to_watt(cfg.channel.tx_power_dbm),
+                                       bandwidth_hz=cfg.channel.bandwidth_hz)
+        noise.finish(self.d)
+        if result.x is not self.x:
+            self._scratch, self.x = self.x, result.x
+        return global_exchange(self.rule, self.links, mine.seen, self.d, self.x)
+
+    def _finite(self) -> bool:
+        import torch.distributed as dist
+
+        if self.held is None:
+            return super()._finite()
+        flag = torch.tensor([int(bool(torch.isfinite(self.x[self.b0:self.b1]).all()))])
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        return bool(flag.item())
+
+    def average_model(self) -> torch.Tensor:
+        """The mean of the client models (d,); split by rows, every rank computes it a slab of
+        columns at a time (:func:`.row_split.column_mean`), each slab's columns of every block
+        gathered (every rank calls it)."""
+        import torch.distributed as dist
+
+        if self.held is None:
+            return super().average_model()
+        sizes = [hi - lo for lo, hi in self.bounds]
+        pad = max(sizes)
+        # a slab of every client holds about as many numbers as a block
+        slab = max(COLUMN_SLAB, pad * self.d // self.n // COLUMN_SLAB * COLUMN_SLAB)
+
+        def columns(c0: int, c1: int) -> torch.Tensor:
+            send = torch.zeros(pad, c1 - c0, device=self.device)
+            send[:self.b1 - self.b0] = self.x[self.b0:self.b1, c0:c1]
+            parts = [torch.empty_like(send) for _ in sizes]
+            dist.all_gather(parts, send)
+            self._traffic.other_bytes += (pad * (self.group.world - 1) * (c1 - c0)
+                                          * send.element_size())
+            return torch.cat([part[:size] for part, size in zip(parts, sizes)])
+        return column_mean(self.d, slab, columns)
 
     # -------------------------------------------------------------------------------------
     # exchanges
@@ -378,6 +503,8 @@ class DistributedTrainer(Trainer):
         receivers mix with, :func:`_shares_replicas`) or ``rows`` (the half-step models its
         receivers mix with)."""
         algorithm = self.algorithm
+        if self.held is not None:
+            return "rows"
         if (self.exchange == "all" or algorithm in FEDERATED or algorithm == "paper_literal"
                 or self.clique_averaging is not None
                 or (algorithm == "choco" and self.config.mask != "common_randk")):
@@ -457,7 +584,7 @@ class DistributedTrainer(Trainer):
             theirs = needs[peer]
             out = theirs[(theirs >= self.lo) & (theirs < self.hi)]
             if out.size:
-                index = to_device(out, self.device)
+                index = to_device(self._local_index(out), self.device)
                 payload = torch.empty(out.size, width, dtype=table.dtype, device=self.device)
                 # only the columns that travel (CHOCO's k masked ones), not whole rows
                 payload[:, :cols] = (table[index] if columns is None
@@ -475,7 +602,7 @@ class DistributedTrainer(Trainer):
             for request in dist.batch_isend_irecv(ops):
                 request.wait()
         for rows, box in landing:
-            index = to_device(rows, self.device)
+            index = to_device(self._local_index(rows), self.device)
             if columns is None:
                 table[index] = box[:, :cols]
             else:
@@ -489,7 +616,12 @@ class DistributedTrainer(Trainer):
     def gather_models(self) -> None:
         """Every client's model into ``self.x`` on every rank (one all_gather; every rank
         calls it). Between rounds of a neighbour-only exchange a rank holds its own rows and
-        the ones it last received; :meth:`run`, evaluation and checkpoints call this."""
+        the ones it last received; :meth:`run`, evaluation and checkpoints call this. A run
+        split by rows holds no whole stack: :meth:`models` returns it instead."""
+        if self.held is not None:
+            raise ExecutionError("this run is split by rows: each rank holds its block and the "
+                                 "rows its clients mix with; trainer.models() gathers every "
+                                 "client's model")
         if self._reach() != "all":
             self._gather_rows(self.x, self.x[self.lo:self.hi])
 
@@ -530,22 +662,23 @@ class DistributedTrainer(Trainer):
         if self.rank > 0:
             dist.recv(acc, src=self.rank - 1)
             self._traffic.other_bytes += acc.numel() * acc.element_size()
-        row_sum(self.x[self.lo:self.hi], acc)
+        row_sum(self.x[self.b0:self.b1], acc)
         if self.rank < last:
             dist.send(acc, dst=self.rank + 1)
         mean = (acc / self.n).to(self.x.dtype)
         dist.broadcast(mean, src=last)
         if self.rank != last:
             self._traffic.other_bytes += mean.numel() * mean.element_size()
-        norms = centred_row_norms(self.x[self.lo:self.hi], mean,
-                                  self._scratch[self.lo:self.hi])
+        norms = centred_row_norms(self.x[self.b0:self.b1], mean,
+                                  self._scratch[self.b0:self.b1])
         everyone = torch.zeros(self.n, dtype=torch.float64, device=self.device)
         self._gather_rows(everyone, norms)
         value = sq_distance_of_norms(everyone)
         return math.sqrt(value) if value >= 0 else float("nan")
 
     def _evaluate(self) -> tuple[float, np.ndarray]:
-        self.gather_models()          # the average model needs every client's
+        if self.held is None:
+            self.gather_models()      # the average model needs every client's
         return super()._evaluate()
 
     def step(self) -> dict:
@@ -554,7 +687,8 @@ class DistributedTrainer(Trainer):
         cfg = self.config
         r = self.round + 1
         self._traffic = RoundTraffic(r)
-        self._full_round = self._stateless() and (r % cfg.eval_every == 0 or r == cfg.rounds)
+        self._full_round = (self.held is None and self._stateless()
+                            and (r % cfg.eval_every == 0 or r == cfg.rounds))
         try:
             return super().step()
         finally:
@@ -563,7 +697,8 @@ class DistributedTrainer(Trainer):
             self._traffic = RoundTraffic(-1)      # what moves between rounds is not counted
 
     def _result(self, status: str, reason: str | None, saved: str | None) -> RunResult:
-        self.gather_models()          # the run ends with every model on every rank
+        if self.held is None:
+            self.gather_models()      # the run ends with every model on every rank
         return super()._result(status, reason, saved)
 
     # -------------------------------------------------------------------------------------
@@ -578,7 +713,7 @@ class DistributedTrainer(Trainer):
         n_rows = int(mine.sum())
         every = bool(mine.all())
         rows = None if every else to_device(np.flatnonzero(mine), self.device)
-        block = self.x[lo:hi]
+        block = self.x[self.b0:self.b1]
         self._local_options(slice(lo, hi), rows)
         params = block if rows is None else block[rows]
         buf = self.m if rows is None else self.m[rows]
@@ -613,7 +748,7 @@ class DistributedTrainer(Trainer):
         return total / cfg.local_steps
 
     def client_accuracies(self) -> np.ndarray:
-        correct, samples = self._correct(self.lo, self.hi)
+        correct, samples = self._correct(self.b0, self.b1)
         everyone = torch.zeros(self.n, dtype=torch.int64, device=self.device)
         self._gather_rows(everyone, correct)
         return (everyone.double() / max(1, samples)).cpu().numpy()
@@ -702,6 +837,18 @@ class DistributedTrainer(Trainer):
     def _write(self, path: str | Path | None) -> None:
         from .checkpoint import save
 
+        if self.held is not None:
+            # split by rows (no rule state): rank 0 gathers the models, then the momentum
+            full = self._gather_to_root(self.x[self.b0:self.b1])
+            momentum = self._gather_to_root(self.m)
+            if self.rank == 0:
+                table, block = self.x, self.m
+                self.x, self.m = full, momentum
+                try:
+                    save(self, path)
+                finally:
+                    self.x, self.m = table, block
+            return
         self.gather_models()
         self._sync_rule_state()
         full = torch.empty(self.n, self.d, device=self.device)
@@ -712,6 +859,28 @@ class DistributedTrainer(Trainer):
                 save(self, path)
             finally:
                 self.m = block
+
+    def _gather_to_root(self, mine: torch.Tensor) -> torch.Tensor | None:
+        """Every rank's block of rows (``mine``, in rank order) on rank 0 as one (N x ...)
+        tensor (None elsewhere; every rank calls it)."""
+        import torch.distributed as dist
+
+        sizes = [hi - lo for lo, hi in self.bounds]
+        pad = max(sizes)
+        send = torch.zeros(pad, *mine.shape[1:], dtype=mine.dtype, device=mine.device)
+        send[:mine.shape[0]] = mine
+        if self.rank != 0:
+            dist.gather(send, None, dst=0)
+            return None
+        stack = torch.empty(pad * len(sizes), *mine.shape[1:], dtype=mine.dtype,
+                            device=mine.device)
+        dist.gather(send, list(stack.split(pad)), dst=0)
+        at = 0
+        for r, size in enumerate(sizes):       # close the padding's gaps, in rank order
+            if at != r * pad:
+                stack[at:at + size] = stack[r * pad:r * pad + size].clone()
+            at += size
+        return stack[:at]
 
     def _abort_checkpoint(self, path: str | Path | None) -> str:
         if self.rank == 0:
@@ -739,6 +908,9 @@ class DistributedTrainer(Trainer):
         from .checkpoint import restore
 
         restore(self, state, path, owner)
+        if self.held is not None:            # the rows this rank holds
+            self.x = self.x[to_device(self.held, self.device)]
+            self._scratch = torch.empty_like(self.x)
         self.m = self.m[self.lo:self.hi].clone()
         self._g = torch.empty_like(self.m)
 
@@ -749,10 +921,27 @@ class DistributedTrainer(Trainer):
 
     def _rewire(self, topology: Any, k_ratio: float | None) -> None:
         """:meth:`Trainer.rewire` with every client's model and rule state on every rank
-        first: new links need other rows (a rule that mixes every row may take over)."""
+        first: new links need other rows (a rule that mixes every row may take over). A run
+        split by rows holds every row for the rewiring, then the rows the new links need
+        (where the new topology is split too)."""
+        if self.held is not None:
+            self.x = self.models()
+            self.held, self._local = None, []
+            self.b0, self.b1 = self.lo, self.hi
+            self._scratch = torch.empty_like(self.x)
+            set_rule_rows(self.rule, self.n)
         self.gather_models()
         self._sync_rule_state()
         Trainer.rewire(self, topology, k_ratio)
+        held = self._split_rows()
+        if held is not None:
+            self.x = self.x[to_device(held, self.device)]
+            self.held = held
+            self.b0 = int(np.searchsorted(held, self.lo))
+            self.b1 = self.b0 + (self.hi - self.lo)
+            self._scratch = torch.empty_like(self.x)
+            set_rule_rows(self.rule, int(held.size))
+            self._localise()
         self._attach()
 
 

@@ -81,7 +81,7 @@ from .compression import ErrorFeedback, common_mask, compress
 from .device import to_device
 
 __all__ = ["ALGORITHMS", "Choco", "DSGD", "Exchange", "LinkSet", "OTA_PAYLOADS", "Operator",
-           "PaperLiteral", "check_schedule", "difference_decay", "dsgd_mix",
+           "PaperLiteral", "check_schedule", "dense_form", "difference_decay", "dsgd_mix",
            "link_schedule"]
 
 ALGORITHMS = ("auto", "dsgd", "choco", "paper_literal", "gradient_tracking", "push_sum",
@@ -167,6 +167,9 @@ class LinkSet:
         self.index = {(int(r), int(s)): i for i, (r, s) in enumerate(zip(self.recv, self.send))}
         self.weights = w
         self.device = torch.device(device or "cpu")
+        #: whether every operator built from these links takes the sparse form whatever its
+        #: density (a rank's share of the links in a run split by rows, :mod:`.row_split`)
+        self.sparse_only = False
         self._base: Operator | None = None
 
     def operator(self, up: np.ndarray) -> "Operator":
@@ -174,10 +177,10 @@ class LinkSet:
         if up.all():
             if self._base is None:
                 self._base = Operator(self.n, self.recv, self.send, self.w, self.diag,
-                                      device=self.device)
+                                      device=self.device, sparse=self.sparse_only)
             return self._base
         return Operator(self.n, self.recv[up], self.send[up], self.w[up], self.diag,
-                        device=self.device)
+                        device=self.device, sparse=self.sparse_only)
 
     def up(self, links: RoundLinks) -> np.ndarray:
         """Directed-link up mask (2E,) from the round's undirected edge mask."""
@@ -197,14 +200,16 @@ class Operator:
     dense ``torch.mm`` or sparse by density (see :data:`SPARSE_ADVANTAGE`). The sparse form is
     scipy CSR on the CPU and a torch CSR tensor elsewhere (``torch_sparse=True`` forces the
     torch form on the CPU too, to test it); the matrix is built in float64 and stored in float32
-    either way."""
+    either way. ``sparse=True`` takes the sparse form whatever the density: a row of the
+    scipy form adds its nonzeros one after the other in column order, so a rank of a run split
+    by rows (:mod:`.row_split`) computes its rows as the whole operator does."""
 
     def __init__(self, n: int, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray,
                  diag: np.ndarray | None = None, *, device: torch.device | str | None = None,
-                 torch_sparse: bool | None = None):
+                 torch_sparse: bool | None = None, sparse: bool = False):
         device = torch.device(device or "cpu")
         nnz = rows.size + (n if diag is not None else 0)
-        self.dense = n <= DENSE_MAX_N and nnz * SPARSE_ADVANTAGE >= n * n
+        self.dense = not sparse and dense_form(n, nnz)
         self.scipy = False
         if self.dense:
             m = np.zeros((n, n), dtype=np.float64)
@@ -249,6 +254,12 @@ class Operator:
         return torch.sparse.mm(self.matrix, y.contiguous())
 
 
+def dense_form(n: int, nnz: int) -> bool:
+    """Whether an N x N operator with ``nnz`` nonzeros is applied in the dense form
+    (:data:`DENSE_MAX_N`, :data:`SPARSE_ADVANTAGE`)."""
+    return n <= DENSE_MAX_N and nnz * SPARSE_ADVANTAGE >= n * n
+
+
 def link_schedule(topology, device: torch.device | str | None = None) -> tuple[LinkSet, ...]:
     """One :class:`LinkSet` per round of the topology's period (W_t = W_{t mod period}); a
     static topology has one. ``device``: where their operators apply."""
@@ -283,7 +294,7 @@ def dsgd_mix(x: torch.Tensor, links: LinkSet, up: np.ndarray,
     down = ~up
     np.add.at(diag, links.recv[down], links.w[down])
     return Operator(links.n, links.recv[up], links.send[up], links.w[up], diag,
-                    device=links.device).apply(x, out)
+                    device=links.device, sparse=links.sparse_only).apply(x, out)
 
 
 def _received_noise_rows(channel: Channel, power_per_coord: np.ndarray, g_min: np.ndarray,
@@ -432,7 +443,7 @@ class DSGD:
         lids = np.flatnonzero(up)
         tau = self.sent[lids]
         received = Operator(self.n, links.recv[lids], links.send[lids], links.w[lids],
-                            device=links.device).apply(p)
+                            device=links.device, sparse=links.sparse_only).apply(p)
         power = np.zeros(self.n)
         payload = np.empty(lids.size)
         for r in np.unique(tau):
@@ -443,7 +454,8 @@ class DSGD:
                 c = lam ** (t - int(r))
                 old = self.kept[int(r)]
                 received -= Operator(self.n, links.recv[lids[sel]], links.send[lids[sel]],
-                                     c * links.w[lids[sel]], device=links.device).apply(old)
+                                     c * links.w[lids[sel]], device=links.device,
+                                     sparse=links.sparse_only).apply(old)
                 norms = (torch.linalg.vector_norm(p - c * old, dim=1).double() ** 2
                          ).cpu().numpy()
             payload[sel] = links.w[lids[sel]] ** 2 * norms[links.send[lids[sel]]]

@@ -1,0 +1,213 @@
+"""A rank's rows of a run split by rows: its block of clients and their senders (the halo).
+
+In a run over several processes (:mod:`.distributed`) a rank trains a contiguous block
+[lo, hi) of the clients. Where the update rule keeps no per-client state between rounds and
+its receivers use only their own links and their senders' half-step models (D-SGD in either
+over-the-air form with decay 0, digital D-SGD with exact packets, MATCHA over either:
+:func:`splits`), the rank holds only the rows it needs: its block and the halo, the senders
+j of every link (i, j) with receiver i in the block over the topology's period
+(:func:`held_rows`). Those rows form its table, in the order of the clients (so the block is
+a contiguous slice of it and the halo rows lie before and after it), and the rule runs on that
+table with the rank's share of the links (:class:`LocalLinks`, indices of the table) as it runs
+on the whole stack in one process, with the same arithmetic per receiver:
+
+- mixing ``sum_j W_ij x_j`` is the scipy CSR product, whose row i adds its nonzeros one after
+  the other in column order; the table keeps the clients' order, so row i of the table's
+  operator has the same nonzeros in the same order. The split is used only where every
+  operator of the single-process run takes that sparse form (:func:`~.gossip.dense_form`:
+  more than 2000 clients, or fewer than N^2 / 8 nonzeros), on the CPU;
+- per-receiver quantities (noise level, shrinkage, a dropped link's weight moved to the
+  self-weight) come from the receiver's own links, in the same order;
+- the receivers' noise is drawn for the whole round, as one process draws it, 16 rows at a
+  time, and a rank keeps its receivers' rows (:class:`HaloNoise`): the CPU generator fills a
+  normal draw 16 numbers at a time, so 16-row pieces (16 d numbers) continue one stream
+  exactly (``tests/runtime/test_row_split.py`` checks it); a CUDA generator is not split;
+- the average model (:func:`column_mean`) is the mean of every client's model taken a slab of
+  columns at a time: torch's mean over the rows of one slab equals the same columns of the
+  whole stack's mean (checked by the tests for slabs of a multiple of 64 columns), so a rank
+  holds N x (slab) numbers of it at a time instead of N x d.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import attrs
+import numpy as np
+import torch
+
+from .channel import Channel, RoundLinks
+from .digital import Digital, DigitalGossip
+from .gossip import DSGD, Exchange, LinkSet, dense_form
+
+__all__ = ["COLUMN_SLAB", "NOISE_ROWS", "HaloNoise", "LocalLinks", "column_mean",
+           "global_exchange", "held_rows", "set_rule_rows", "splits"]
+
+#: Rows of one piece of the receivers' noise (the CPU generator's normal draws come in groups
+#: of 16 numbers, so pieces of 16 rows continue the stream of one whole draw exactly).
+NOISE_ROWS = 16
+#: Columns of the average model's slabs are a multiple of this.
+COLUMN_SLAB = 64
+
+
+def _inner(rule: Any) -> Any:
+    return getattr(rule, "inner", rule)
+
+
+def splits(algorithm: str, transport: str, bits: int, decay: float, device: torch.device,
+           n: int, links: list[tuple[np.ndarray, np.ndarray]], clique_averaging: bool) -> bool:
+    """Whether a run is split by rows: D-SGD or MATCHA keeping no state between rounds
+    (over the air with decay 0, or digital with exact 32-bit packets), on the CPU, without
+    Clique Averaging, where every round's operator with all links up takes the sparse form
+    (``links``: per round of the period, its (receivers, senders))."""
+    if algorithm not in ("dsgd", "matcha") or device.type != "cpu" or clique_averaging:
+        return False
+    if transport == "digital" and bits < 32:
+        return False
+    if transport != "digital" and decay:
+        return False
+    return all(not dense_form(n, int(recv.size) + n) for recv, _ in links)
+
+
+def held_rows(lo: int, hi: int, links: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """The clients whose rows a rank with block [lo, hi) holds: the block and every sender of
+    a link into it over the period (``links``: per round, (receivers, senders)), sorted."""
+    parts = [np.arange(lo, hi, dtype=np.int64)]
+    for recv, send in links:
+        into = (recv >= lo) & (recv < hi)
+        parts.append(np.asarray(send[into], dtype=np.int64))
+    return np.unique(np.concatenate(parts))
+
+
+class LocalLinks(LinkSet):
+    """A rank's share of a :class:`~.gossip.LinkSet`: the links whose receiver is in its block,
+    in the same order, with clients numbered by their row of the rank's table (``held``,
+    sorted); edges keep their global numbers, so the round's draws (:class:`~.channel.
+    RoundLinks` of every edge) apply as they are. Operators always take the sparse form.
+    :meth:`receiver_stats` remembers the round's draws it was given (MATCHA's, with the
+    inactive matchings down), from which the round's traffic is counted."""
+
+    def __init__(self, links: LinkSet, held: np.ndarray, lo: int, hi: int):
+        into = np.flatnonzero((links.recv >= lo) & (links.recv < hi))
+        self.n = int(held.size)
+        self.u, self.v = links.u, links.v
+        self.recv = np.searchsorted(held, links.recv[into]).astype(links.recv.dtype)
+        self.send = np.searchsorted(held, links.send[into]).astype(links.send.dtype)
+        if not np.array_equal(held[self.send], links.send[into]):
+            raise ValueError("a sender into the block is not among the rows held")
+        self.edge = links.edge[into]
+        self.w = links.w[into]
+        self.diag = links.diag[held]
+        self.complete_uniform = False
+        self.slot_of = links.slot_of[held]
+        self.index = {}
+        self.weights = None
+        self.device = links.device
+        self.sparse_only = True
+        self._base = None
+        #: the round's draws as the rule last used them
+        self.seen: RoundLinks | None = None
+
+    def receiver_stats(self, links: RoundLinks) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        self.seen = links
+        return super().receiver_stats(links)
+
+
+class HaloNoise:
+    """The channel as a rank's rule sees it: every draw and setting is the channel's, but
+    :meth:`randn` of the receivers' noise draws the whole round's noise (every receiver with
+    an active transmitter, as one process draws it) :data:`NOISE_ROWS` rows at a time and
+    returns the rows of this rank's receivers, without holding the rest. :meth:`finish` draws
+    the round's noise when the rank's own receivers drew none, so the generator advances as in
+    one process."""
+
+    def __init__(self, channel: Channel, receivers: Callable[[], np.ndarray], lo: int, hi: int,
+                 draws: bool):
+        self._channel = channel
+        self._receivers = receivers
+        self._lo, self._hi = lo, hi
+        self._draws = draws
+        self._drawn = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._channel, name)
+
+    def randn(self, *size: int) -> torch.Tensor:
+        if len(size) != 2 or self._drawn or not self._draws:
+            raise RuntimeError(f"unexpected noise draw of size {size} in a run split by rows")
+        rows, d = size
+        every = self._receivers()
+        first, last = np.searchsorted(every, [self._lo, self._hi])
+        if rows != last - first:
+            raise RuntimeError(f"{rows} noise rows asked, {last - first} receivers held")
+        self._drawn = True
+        return draw_rows(self._channel, int(every.size), d, int(first), int(last))
+
+    def finish(self, d: int) -> None:
+        """The round's noise, drawn and dropped, when no receiver of this rank drew it."""
+        if self._draws and not self._drawn:
+            every = self._receivers()
+            if every.size:
+                draw_rows(self._channel, int(every.size), d, 0, 0)
+            self._drawn = True
+
+
+def draw_rows(channel: Channel, rows: int, d: int, first: int, last: int) -> torch.Tensor:
+    """Rows first..last-1 of ``channel.randn(rows, d)``, drawn :data:`NOISE_ROWS` rows at a
+    time (the generator ends where the whole draw leaves it); a d below 16 draws it whole
+    (pieces of fewer than 16 numbers are drawn another way)."""
+    if d < NOISE_ROWS:
+        return channel.randn(rows, d)[first:last].clone()
+    out = torch.empty(last - first, d, device=channel.device)
+    for start in range(0, rows, NOISE_ROWS):
+        stop = min(rows, start + NOISE_ROWS)
+        piece = channel.randn(stop - start, d)
+        lo, hi = max(start, first), min(stop, last)
+        if lo < hi:
+            out[lo - first:hi - first] = piece[lo - start:hi - start]
+    return out
+
+
+def global_exchange(rule: Any, links: LinkSet, round_links: RoundLinks, d: int,
+                    x: torch.Tensor) -> Exchange:
+    """The :class:`~.gossip.Exchange` one process's rule returns for the round (what its
+    traffic is counted from), from every link and the round's draws as the rule used them:
+    d coordinates to every receiver and on every delivered link, and for digital D-SGD's
+    exact packets 32 d bits per delivered link."""
+    up, n_tx, _ = links.receiver_stats(round_links)
+    lids = np.flatnonzero(up)
+    inner = _inner(rule)
+    base = (np.full(links.n, d), n_tx, np.full(lids.size, d), np.zeros(lids.size), x)
+    if isinstance(inner, Digital):
+        return Exchange(*base, link_bits=np.full(lids.size, float(32 * d)),
+                        link_send=links.send[lids],
+                        link_h2=round_links.h2[links.edge[lids]])
+    return Exchange(*base)
+
+
+def local_round(round_links: RoundLinks, held: np.ndarray) -> RoundLinks:
+    """The round's draws for a rank's table: its rows' online flags, every edge's draws."""
+    return attrs.evolve(round_links, active=round_links.active[held])
+
+
+def set_rule_rows(rule: Any, rows: int) -> None:
+    """Make the rule (D-SGD, digital D-SGD, MATCHA over either) work on ``rows`` rows."""
+    inner = _inner(rule)
+    if isinstance(inner, Digital):
+        inner = inner.gossip
+    if not isinstance(inner, (DSGD, DigitalGossip)):
+        raise TypeError(f"{type(rule).__name__} is not split by rows")
+    inner.n = rows
+
+
+def column_mean(d: int, slab: int, columns: Callable[[int, int], torch.Tensor]) -> torch.Tensor:
+    """The mean over clients of every client's model, (d,), a slab of ``slab`` columns (a
+    multiple of :data:`COLUMN_SLAB`) at a time: ``columns(c0, c1)`` returns every client's
+    columns c0..c1-1 (N x (c1 - c0)), whose torch mean over the rows is those columns of the
+    whole stack's ``x.mean(dim=0)``."""
+    if slab % COLUMN_SLAB:
+        raise ValueError(f"slab must be a multiple of {COLUMN_SLAB}, got {slab}")
+    parts = []
+    for c0 in range(0, d, slab):
+        parts.append(columns(c0, min(d, c0 + slab)).mean(dim=0))
+    return torch.cat(parts)
