@@ -13,6 +13,13 @@ and efficiency = speedup / R against the 1-process run of the same invocation, a
 the median over the timed rounds of the bytes it received per round (all of them, and the
 models' share) and of the model rows. The runs are checked to end with the same models.
 
+Memory, per process: ``peak_rss_mb``, the peak resident memory (``getrusage`` maxrss) over the
+run, taken before the models are gathered for the check; ``start_rss_mb``, the resident memory
+before the trainer is built (the interpreter, torch, the dataset); ``held_mb``, the trainer's
+own tensors after the run (the models' table, its scratch buffer, the momentum, gradients and
+batch buffers, the rule's state); ``table_rows``, the rows of the table (N in one process and
+with exchange ``all``; a run split by rows holds its block and halo, ``auto`` where it applies).
+
     python benchmarks/bench_distributed.py [--ranks 1 2] [--rounds 12 --warmup 2]
         [--workloads mlp:100 cnn4:40] [--local-steps 1] [--exchanges auto all]
 """
@@ -22,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import socket
 import statistics
 import subprocess
@@ -54,6 +62,7 @@ def worker(out: Path, model: str, n: int, rounds: int, warmup: int, local_steps:
     torch.set_num_threads(1)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     args = _workload(model, n, rounds, local_steps)
+    start_rss = _rss_mb()
     spent, depth = [0.0], [0]
     if world == 1:
         from airplan_qo.runtime.engine import Trainer
@@ -87,14 +96,40 @@ def worker(out: Path, model: str, n: int, rounds: int, warmup: int, local_steps:
         if r >= warmup:
             times.append(took)
             shares.append(spent[0] / took)
-    received = []
+    memory = {"start_rss_mb": round(start_rss, 1),
+              "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+              "held_mb": round(_held_bytes(trainer) / 2 ** 20, 2),
+              "table_rows": int(trainer.x.shape[0])}
+    received, models = [], trainer.x
     if world > 1:
         received = [t.as_dict() for t in trainer.traffic_log[warmup:]]
-        trainer.gather_models()
-    torch.save({"times": times, "exchange_share": shares, "x": trainer.x,
-                "received": received}, out.with_suffix(f".rank{rank}.pt"))
+        models = trainer.models()
+    torch.save({"times": times, "exchange_share": shares, "x": models,
+                "received": received, "memory": memory}, out.with_suffix(f".rank{rank}.pt"))
     if world > 1:
         distributed.shutdown()
+
+
+def _rss_mb() -> float:
+    """This process's resident memory now, in MiB."""
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
+
+
+def _held_bytes(trainer) -> int:
+    """Bytes of the trainer's per-client tensors: the models' table, its scratch buffer, the
+    momentum, gradients, batch buffers and the rule's state."""
+    import torch
+
+    tensors = [trainer.x, trainer._scratch, trainer.m, trainer._g, trainer._batch_x,
+               trainer._batch_y]
+    tensors += [v for v in trainer.rule.state().values() if isinstance(v, torch.Tensor)]
+    seen, total = set(), 0
+    for t in tensors:
+        if t.data_ptr() not in seen:
+            seen.add(t.data_ptr())
+            total += t.numel() * t.element_size()
+    return total
 
 
 def _free_port() -> int:
@@ -170,7 +205,8 @@ def main() -> None:
                         "model": model, "clients": int(n), "processes": world,
                         "exchange": exchange, "s_per_round": round(median, 5),
                         "speedup": round(speedup, 3), "efficiency": round(speedup / world, 3),
-                        "same_models_as_1": bool(torch.equal(records[0]["x"], base_x))}
+                        "same_models_as_1": bool(torch.equal(records[0]["x"], base_x)),
+                        "memory": [r["memory"] for r in records]}
                     if world > 1:
                         run["exchange_share"] = round(
                             statistics.median(records[0]["exchange_share"]), 3)

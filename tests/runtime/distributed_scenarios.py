@@ -164,6 +164,10 @@ def main(out: Path, names: list[str]) -> None:
                 torch.save({**outcome(trainer, result, models), "split": split,
                             "held": None if trainer.held is None else trainer.held.tolist()},
                            out / f"{name}.pt")
+            # the rows this rank holds (split by rows) and the table's size
+            torch.save({"held": None if trainer.held is None else trainer.held.tolist(),
+                        "table_rows": trainer.x.shape[0], "split": split},
+                       out / f"{name}.held{group.rank}.pt")
             # what this rank received, round by round
             torch.save([t.as_dict() for t in trainer.traffic_log],
                        out / f"{name}.traffic{group.rank}.pt")

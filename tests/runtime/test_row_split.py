@@ -1,0 +1,165 @@
+"""A rank's rows of a run split by rows (airplan_qo/runtime/row_split.py): what it holds, and
+that its pieces compute what one process computes on the whole stack, bit for bit: the noise
+drawn 16 rows at a time, the average model a slab of columns at a time, the mixing of the
+rank's share of the links. (The runs over several processes: tests/runtime/test_distributed.py.)"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from airplan_qo.plans.topology import TopologySpec, build
+from airplan_qo.runtime.channel import Channel
+from airplan_qo.runtime.gossip import DSGD, LinkSet, dsgd_mix, link_schedule
+from airplan_qo.runtime.row_split import (COLUMN_SLAB, HaloNoise, LocalLinks, column_mean,
+                                          draw_rows, global_exchange, held_rows, local_round,
+                                          splits)
+
+CPU = torch.device("cpu")
+
+
+@pytest.mark.parametrize("rows", [1, 15, 16, 17, 50])
+@pytest.mark.parametrize("d", [16, 33, 2634, 7850])
+def test_noise_drawn_16_rows_at_a_time_is_the_whole_draw(rows, d):
+    whole = torch.randn(rows, d, generator=torch.Generator().manual_seed(7))
+    gen = torch.Generator().manual_seed(7)
+    pieces = torch.cat([torch.randn(min(16, rows - s), d, generator=gen)
+                        for s in range(0, rows, 16)])
+    assert torch.equal(pieces, whole)
+    # the generator ends where the whole draw leaves it
+    after = torch.Generator().manual_seed(7)
+    torch.randn(rows, d, generator=after)
+    assert torch.equal(torch.randn(5, generator=gen), torch.randn(5, generator=after))
+
+
+def test_noise_drawn_row_by_row_is_not_the_whole_draw():
+    """Why the pieces are 16 rows: a draw of fewer than 16 numbers is made another way."""
+    gen = torch.Generator().manual_seed(7)
+    rows = torch.cat([torch.randn(1, 33, generator=gen) for _ in range(4)])
+    assert not torch.equal(rows, torch.randn(4, 33, generator=torch.Generator().manual_seed(7)))
+
+
+@pytest.mark.parametrize("d", [5, 40, 4810])
+@pytest.mark.parametrize("first, last", [(0, 0), (0, 37), (3, 20), (16, 32), (30, 37)])
+def test_draw_rows_keeps_the_rows_asked_and_advances_as_the_whole_draw(d, first, last):
+    mine = Channel("ota", snr_db=5.0, g_th=0.2, dropout=0.0, seed=3)
+    one = Channel("ota", snr_db=5.0, g_th=0.2, dropout=0.0, seed=3)
+    got = draw_rows(mine, 37, d, first, last)
+    whole = one.randn(37, d)
+    assert torch.equal(got, whole[first:last])
+    assert torch.equal(mine.randn(3, d), one.randn(3, d))
+
+
+def test_halo_noise_draws_the_round_once_whoever_asks():
+    channel = Channel("ota", snr_db=5.0, g_th=0.2, dropout=0.0, seed=3)
+    one = Channel("ota", snr_db=5.0, g_th=0.2, dropout=0.0, seed=3)
+    receivers = np.array([1, 4, 5, 9, 12])
+    noise = HaloNoise(channel, lambda: receivers, 4, 10, draws=True)
+    assert noise.noisy and noise.snr == channel.snr        # the channel's settings
+    got = noise.randn(3, 20)
+    assert torch.equal(got, one.randn(5, 20)[1:4])
+    noise.finish(20)                                       # already drawn: nothing more
+    with pytest.raises(RuntimeError, match="unexpected noise draw"):
+        noise.randn(3, 20)
+    # a rank none of whose receivers drew: finish draws the round's noise and drops it
+    idle = HaloNoise(channel, lambda: receivers, 20, 30, draws=True)
+    idle.finish(20)
+    one.randn(5, 20)
+    assert torch.equal(channel.randn(2, 20), one.randn(2, 20))
+    with pytest.raises(RuntimeError, match="2 noise rows asked, 3 receivers held"):
+        HaloNoise(channel, lambda: receivers, 4, 10, draws=True).randn(2, 20)
+
+
+@pytest.mark.parametrize("n", [1, 3, 17, 100, 1000])
+@pytest.mark.parametrize("d", [7, 100, 4810])
+@pytest.mark.parametrize("slab", [64, 256, 1024])
+def test_the_average_model_by_slabs_of_columns_is_the_mean_of_the_stack(n, d, slab):
+    gen = torch.Generator().manual_seed(n + d)
+    x = torch.randn(n, d, generator=gen) * torch.rand(n, 1, generator=gen) * 10
+    seen = []
+
+    def columns(c0, c1):
+        seen.append((c0, c1))
+        return x[:, c0:c1].contiguous()
+    assert torch.equal(column_mean(d, slab, columns), x.mean(dim=0))
+    assert seen[0] == (0, min(d, slab)) and seen[-1][1] == d
+
+
+def test_a_slab_is_a_multiple_of_64_columns():
+    with pytest.raises(ValueError, match="multiple of 64"):
+        column_mean(100, 100, lambda a, b: torch.zeros(3, b - a))
+    assert COLUMN_SLAB == 64
+
+
+def _links(family: str, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    return [(ls.recv, ls.send) for ls in link_schedule(build(TopologySpec.create(family, n)))]
+
+
+def test_a_ring_block_holds_itself_and_its_two_outside_neighbours():
+    held = held_rows(10, 20, _links("ring", 30))
+    assert held.tolist() == list(range(9, 21))
+    assert held_rows(0, 15, _links("ring", 30)).tolist() == list(range(0, 16)) + [29]
+
+
+def test_which_runs_are_split_by_rows():
+    ring30, ring12 = _links("ring", 30), _links("ring", 12)
+    base = dict(algorithm="dsgd", transport="ota", bits=32, decay=0.0, device=CPU,
+                clique_averaging=False)
+    assert splits(n=30, links=ring30, **base)
+    # a ring of 12's operators take the dense form in one process: not split
+    assert not splits(n=12, links=ring12, **base)
+    assert not splits(n=30, links=ring30, **{**base, "decay": 0.3})      # state kept
+    assert not splits(n=30, links=ring30, **{**base, "transport": "digital", "bits": 4})
+    assert splits(n=30, links=ring30, **{**base, "transport": "digital"})
+    assert splits(n=30, links=ring30, **{**base, "algorithm": "matcha"})
+    for other in ("choco", "push_sum", "fedavg", "paper_literal"):
+        assert not splits(n=30, links=ring30, **{**base, "algorithm": other})
+    assert not splits(n=30, links=ring30, **{**base, "device": torch.device("cuda")})
+    assert not splits(n=30, links=ring30, **{**base, "clique_averaging": True})
+    assert splits(n=32, links=_links("one_peer_exponential", 32), **base)
+
+
+@pytest.mark.parametrize("family, n, lo, hi", [("ring", 30, 10, 20), ("ring", 31, 0, 11),
+                                               ("one_peer_exponential", 32, 16, 32)])
+def test_a_ranks_share_of_the_links_mixes_its_rows_as_the_whole_stack(family, n, lo, hi):
+    """D-SGD over the air (noise, shrinkage, drops) on the rank's table equals the block's
+    rows of the single-process round, and the round's exchange is the single-process one."""
+    topology = build(TopologySpec.create(family, n))
+    schedule = link_schedule(topology)
+    held = held_rows(lo, hi, [(ls.recv, ls.send) for ls in schedule])
+    b0 = int(np.searchsorted(held, lo))
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(n, 50, generator=gen)
+    ref = x[0].clone()
+    for t, links in enumerate(schedule[:3]):
+        one = Channel("ota", snr_db=0.0, g_th=0.3, dropout=0.15, seed=t)
+        mine = Channel("ota", snr_db=0.0, g_th=0.3, dropout=0.15, seed=t)
+        rl = one.draw(n, links.u, links.v)
+        assert np.array_equal(mine.draw(n, links.u, links.v).up, rl.up)
+        whole = DSGD(n, 50, x0=ref, payload="difference").communicate(x.clone(), links, rl, one)
+        share = LocalLinks(links, held, lo, hi)
+        noise = HaloNoise(mine, lambda: np.flatnonzero(links.receiver_stats(share.seen)[1] > 0),
+                          lo, hi, draws=True)
+        part = DSGD(held.size, 50, x0=ref, payload="difference").communicate(
+            x[held].clone(), share, local_round(rl, held), noise)
+        noise.finish(50)
+        assert torch.equal(part.x[b0:b0 + hi - lo], whole.x[lo:hi])
+        assert torch.equal(mine.randn(4), one.randn(4))           # in step
+        every = global_exchange(DSGD(n, 50), links, share.seen, 50, part.x)
+        for key in ("k_recv", "n_tx", "link_nnz", "link_index_bits"):
+            assert np.array_equal(getattr(every, key), getattr(whole, key)), key
+
+
+def test_the_share_mixes_ideal_rows_with_the_sparse_form():
+    topology = build(TopologySpec.create("ring", 30))
+    links = LinkSet(topology)
+    held = held_rows(0, 15, [(links.recv, links.send)])
+    share = LocalLinks(links, held, 0, 15)
+    assert share.sparse_only and share.n == held.size == 17
+    x = torch.randn(30, 9, generator=torch.Generator().manual_seed(2))
+    up = np.ones(links.recv.size, dtype=bool)
+    up[::3] = False
+    whole = dsgd_mix(x, links, up)
+    part = dsgd_mix(x[held], share, up[np.flatnonzero(links.recv < 15)])
+    assert torch.equal(part[:15], whole[:15])
