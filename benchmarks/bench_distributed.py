@@ -47,7 +47,9 @@ def _workload(model: str, n: int, rounds: int, local_steps: int):
     from airplan_qo.runtime.engine import RunConfig
 
     dataset = load("digits", seed=0)
-    part = partition("dirichlet", dataset.y_train, n, seed=0, alpha=0.5)
+    # at least 10 samples per client where digits has enough (1438), else what it has
+    part = partition("dirichlet", dataset.y_train, n, seed=0, alpha=0.5,
+                     min_per_client=min(10, dataset.n_train // n))
     config = RunConfig(model=model, rounds=rounds, local_steps=local_steps, batch_size=32,
                        eval_every=rounds, data_seed=1, train_seed=2, channel_seed=3)
     return config, dataset, part, build(TopologySpec.create("ring", n))

@@ -23,8 +23,22 @@ are the block's. Everything else is the single-process engine's code, run on eve
   top-k masks (whose receivers' noise draws depend on every receiver's listening set) receive
   every block in one ``all_gather`` instead (:meth:`DistributedTrainer._reach`), as does a
   trainer built with ``exchange='all'``;
-- every rank then applies the update rule (:mod:`.gossip` and the other rule modules) to the
-  whole N x d stack as one process does. Rows it neither owns nor received hold stale but
+- split by rows (:mod:`.row_split`; automatic where it applies: D-SGD in either over-the-air
+  form with decay 0, on the ideal channel, digital D-SGD with exact packets, and MATCHA over
+  either, on the CPU, where every operator of the single-process run takes the sparse form,
+  i.e. more than 2000 clients or fewer than N^2 / 8 nonzeros of W: a ring of 25 or more), a
+  rank holds only its block and its halo, the senders into its block over the topology's
+  period (:attr:`DistributedTrainer.held`), in the clients' order, and applies the rule to
+  that table with its share of the links (:class:`.row_split.LocalLinks`): each row of the
+  sparse product adds the same nonzeros in the same order, every per-receiver quantity comes
+  from the receiver's own links, and the round's noise is drawn whole, 16 rows at a time,
+  keeping its receivers' rows (:class:`.row_split.HaloNoise`). The average model is taken a
+  slab of columns at a time (:func:`.row_split.column_mean`: every block's columns of the slab
+  gathered, then torch's mean over the rows, which equals those columns of the whole stack's
+  mean), so no rank holds every model on evaluated rounds or at the end of :meth:`run`
+  (:meth:`DistributedTrainer.models` gathers them on request);
+- otherwise every rank applies the update rule (:mod:`.gossip` and the other rule modules) to
+  the whole N x d stack as one process does. Rows it neither owns nor received hold stale but
   finite values, which its own rows never see: their weight W_ij is 0 and 0 x finite = 0
   exactly, every per-receiver quantity (noise level, shrinkage, aggregates) is computed from
   the receiver's own links, and every random draw has the round's full size. So a rank's own
@@ -50,10 +64,21 @@ Traffic per round and rank (:attr:`DistributedTrainer.traffic_log`): the rows ab
 ring, 2 rows whatever N and R; one-peer exponential, at most one per client of the block),
 N x ``local_steps`` losses, the consensus distance's d float64 partial sum and d float32 mean
 and N float64 norms, and on evaluated rounds every block (for the average model) and N
-accuracy counts: the exchange saves on the rounds that are not evaluated. Memory per rank
-is still the N x d stack, its scratch buffer and the rule's state, as in one process, plus the
-block's momentum, gradients and batches: the rows a rank does not need are kept, stale, rather
-than the rules being split by rows.
+accuracy counts: the exchange saves on the rounds that are not evaluated (split by rows, an
+evaluated round receives every block's columns slab by slab for the average model instead).
+
+Memory per rank: split by rows, the table of its block and halo ((B + H) x d: on a ring
+B + 2 rows), its scratch buffer and the round's temporaries of the same size, the block's
+momentum, gradients and batches, and on evaluated rounds a slab of N x (about B d / 4N)
+columns (a quarter of a block's numbers, twice: the gathered pieces and the slab); measured
+with ``benchmarks/bench_distributed.py`` (docs/runtime.md). Otherwise (CHOCO,
+push-sum, quantised digital gossip, D-SGD's stateful difference form, FedAvg, FedProx,
+paper_literal, Clique Averaging, dense operators, a GPU, ``exchange='all'``) it is still the
+N x d stack, its scratch buffer and the rule's state, as in one process: the rows a rank does
+not need are kept, stale. Not split in either case: a checkpoint gathers every model and the
+momentum on rank 0 (which holds them while it writes), a resume sends the whole checkpoint to
+every rank before each keeps its rows, and a rewiring gathers every row on every rank before
+the new links' rows are kept.
 
 Two ways to drive it:
 
@@ -453,8 +478,8 @@ class DistributedTrainer(Trainer):
             return super().average_model()
         sizes = [hi - lo for lo, hi in self.bounds]
         pad = max(sizes)
-        # a slab of every client holds about as many numbers as a block
-        slab = max(COLUMN_SLAB, pad * self.d // self.n // COLUMN_SLAB * COLUMN_SLAB)
+        # a slab of every client's columns holds about a quarter of a block's numbers
+        slab = max(COLUMN_SLAB, pad * self.d // (4 * self.n) // COLUMN_SLAB * COLUMN_SLAB)
 
         def columns(c0: int, c1: int) -> torch.Tensor:
             send = torch.zeros(pad, c1 - c0, device=self.device)
