@@ -114,6 +114,7 @@ from .federated import FEDERATED
 from .gossip import DSGD, Choco, Exchange
 from .metrics import centred_row_norms, row_sum, sq_distance_of_norms
 from .push_sum import PushSum
+from ..plans.operators import WEIGHT_REPEATS
 from .row_split import COLUMN_SLAB, HaloNoise, LocalLinks, column_mean, global_exchange, \
     held_rows, local_round, set_rule_rows, splits
 
@@ -445,19 +446,24 @@ class DistributedTrainer(Trainer):
         cfg = self.config
         mine = next(local for whole, local in self._local if whole is self.links)
         mine.seen = None
+        inner = _inner(self.rule)
+        pushes = isinstance(inner, PushSum)
         noise = HaloNoise(
             self.channel,
             lambda: np.flatnonzero(self.links.receiver_stats(mine.seen)[1] > 0),
-            self.lo, self.hi, draws=isinstance(_inner(self.rule), DSGD) and self.channel.noisy)
+            self.lo, self.hi,
+            draws=self.channel.noisy and (isinstance(inner, DSGD)
+                                          or (pushes and not inner.digital)))
         result = self.rule.communicate(self.x, mine, local_round(links, self.held), noise,
                                        train_gen=self.train_gen, x_prev=x_prev,
                                        scratch=self._scratch,
                                        tx_power_w=dbm_to_watt(cfg.channel.tx_power_dbm),
                                        bandwidth_hz=cfg.channel.bandwidth_hz)
-        noise.finish(self.d)
+        noise.finish(self.d + (WEIGHT_REPEATS if pushes else 0))
         if result.x is not self.x:
             self._scratch, self.x = self.x, result.x
-        return global_exchange(self.rule, self.links, mine.seen, self.d, self.x)
+        return global_exchange(self.rule, self.links, mine.seen, self.d, self.x,
+                               self.channel.noisy)
 
     def _finite(self) -> bool:
         import torch.distributed as dist
@@ -739,7 +745,7 @@ class DistributedTrainer(Trainer):
         every = bool(mine.all())
         rows = None if every else to_device(np.flatnonzero(mine), self.device)
         block = self.x[self.b0:self.b1]
-        self._local_options(slice(lo, hi), rows)
+        self._local_options(slice(self.b0, self.b1), rows)
         params = block if rows is None else block[rows]
         buf = self.m if rows is None else self.m[rows]
         grads = self._g[:n_rows]
@@ -863,16 +869,24 @@ class DistributedTrainer(Trainer):
         from .checkpoint import save
 
         if self.held is not None:
-            # split by rows (no rule state): rank 0 gathers the models, then the momentum
+            # split by rows: rank 0 gathers the models, the momentum and the rule's rows
+            # (push-sum's weights; the other rules split keep no state)
             full = self._gather_to_root(self.x[self.b0:self.b1])
             momentum = self._gather_to_root(self.m)
+            mine = self.rule.state()
+            rows = {k: self._gather_to_root(v[self.b0:self.b1]) for k, v in mine.items()
+                    if self._per_row(v)}
             if self.rank == 0:
                 table, block = self.x, self.m
                 self.x, self.m = full, momentum
+                if rows:
+                    self.rule.set_state({**mine, **rows})
                 try:
                     save(self, path)
                 finally:
                     self.x, self.m = table, block
+                    if rows:
+                        self.rule.set_state(mine)
             return
         self.gather_models()
         self._sync_rule_state()
@@ -884,6 +898,11 @@ class DistributedTrainer(Trainer):
                 save(self, path)
             finally:
                 self.m = block
+
+    def _per_row(self, value: Any) -> bool:
+        """Whether a value of the rule's state holds one entry per row of the table."""
+        return isinstance(value, torch.Tensor) and value.dim() >= 1 \
+            and value.shape[0] == self.x.shape[0]
 
     def _gather_to_root(self, mine: torch.Tensor) -> torch.Tensor | None:
         """Every rank's block of rows (``mine``, in rank order) on rank 0 as one (N x ...)
@@ -934,8 +953,14 @@ class DistributedTrainer(Trainer):
 
         restore(self, state, path, owner)
         if self.held is not None:            # the rows this rank holds
-            self.x = self.x[to_device(self.held, self.device)]
+            index = to_device(self.held, self.device)
+            self.x = self.x[index]
             self._scratch = torch.empty_like(self.x)
+            rule = self.rule.state()
+            rows = {k: v[index.to(v.device)] for k, v in rule.items()
+                    if isinstance(v, torch.Tensor) and v.dim() >= 1 and v.shape[0] == self.n}
+            if rows:
+                self.rule.set_state({**rule, **rows})
         self.m = self.m[self.lo:self.hi].clone()
         self._g = torch.empty_like(self.m)
 
@@ -950,11 +975,19 @@ class DistributedTrainer(Trainer):
         split by rows holds every row for the rewiring, then the rows the new links need
         (where the new topology is split too)."""
         if self.held is not None:
+            rule = self.rule.state()
+            rows = {}
+            for k, v in rule.items():        # push-sum's weights: every client's
+                if self._per_row(v):
+                    rows[k] = torch.empty(self.n, *v.shape[1:], dtype=v.dtype, device=v.device)
+                    self._gather_rows(rows[k], v[self.b0:self.b1])
             self.x = self.models()
             self.held, self._local = None, []
             self.b0, self.b1 = self.lo, self.hi
             self._scratch = torch.empty_like(self.x)
             set_rule_rows(self.rule, self.n)
+            if rows:
+                self.rule.set_state({**rule, **rows})
         self.gather_models()
         self._sync_rule_state()
         Trainer.rewire(self, topology, k_ratio)
@@ -966,6 +999,11 @@ class DistributedTrainer(Trainer):
             self.b1 = self.b0 + (self.hi - self.lo)
             self._scratch = torch.empty_like(self.x)
             set_rule_rows(self.rule, int(held.size))
+            rule = self.rule.state()
+            rows = {k: v[to_device(held, v.device)] for k, v in rule.items()
+                    if isinstance(v, torch.Tensor) and v.dim() >= 1 and v.shape[0] == self.n}
+            if rows:
+                self.rule.set_state({**rule, **rows})
             self._localise()
         self._attach()
 

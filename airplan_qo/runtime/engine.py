@@ -467,7 +467,7 @@ class Trainer:
                                config.dllr_mask, config.dllr_sigma, config.dllr_order,
                                beta_noise=config.dllr_beta_noise)
         elif self.algorithm == "push_sum":
-            self.rule = PushSum(n, self.d, config.transport, device=self.device)
+            self.rule = PushSum(self.x.shape[0], self.d, config.transport, device=self.device)
         elif self.algorithm == "gradient_tracking":
             self.rule = GradientTracking(n, self.d, x0, config.transport, config.bits,
                                          config.gamma)

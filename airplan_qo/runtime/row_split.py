@@ -38,7 +38,9 @@ import torch
 
 from .channel import Channel, RoundLinks
 from .digital import Digital, DigitalGossip
+from ..plans.operators import WEIGHT_REPEATS
 from .gossip import DSGD, Exchange, LinkSet, dense_form
+from .push_sum import PushSum
 
 __all__ = ["COLUMN_SLAB", "NOISE_ROWS", "HaloNoise", "LocalLinks", "column_mean",
            "global_exchange", "held_rows", "set_rule_rows", "splits"]
@@ -57,10 +59,12 @@ def _inner(rule: Any) -> Any:
 def splits(algorithm: str, transport: str, bits: int, decay: float, device: torch.device,
            n: int, links: list[tuple[np.ndarray, np.ndarray]], clique_averaging: bool) -> bool:
     """Whether a run is split by rows: D-SGD or MATCHA keeping no state between rounds
-    (over the air with decay 0, or digital with exact 32-bit packets), on the CPU, without
+    (over the air with decay 0, or digital with exact 32-bit packets), or push-sum (whose
+    weights travel with the rows), on the CPU, without
     Clique Averaging, where every round's operator with all links up takes the sparse form
     (``links``: per round of the period, its (receivers, senders))."""
-    if algorithm not in ("dsgd", "matcha") or device.type != "cpu" or clique_averaging:
+    if algorithm not in ("dsgd", "matcha", "push_sum") or device.type != "cpu" \
+            or clique_averaging:
         return False
     if transport == "digital" and bits < 32:
         return False
@@ -105,12 +109,14 @@ class LocalLinks(LinkSet):
         self.device = links.device
         self.sparse_only = True
         self._base = None
+        #: every link, and the clients of the table's rows (push-sum counts a sender's links)
+        self.whole, self.held = links, held
         #: the round's draws as the rule last used them
         self.seen: RoundLinks | None = None
 
-    def receiver_stats(self, links: RoundLinks) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def up(self, links: RoundLinks) -> np.ndarray:
         self.seen = links
-        return super().receiver_stats(links)
+        return super().up(links)
 
 
 class HaloNoise:
@@ -143,12 +149,13 @@ class HaloNoise:
         self._drawn = True
         return draw_rows(self._channel, int(every.size), d, int(first), int(last))
 
-    def finish(self, d: int) -> None:
-        """The round's noise, drawn and dropped, when no receiver of this rank drew it."""
+    def finish(self, width: int) -> None:
+        """The round's noise (``width`` numbers per receiver), drawn and dropped, when no
+        receiver of this rank drew it."""
         if self._draws and not self._drawn:
             every = self._receivers()
             if every.size:
-                draw_rows(self._channel, int(every.size), d, 0, 0)
+                draw_rows(self._channel, int(every.size), width, 0, 0)
             self._drawn = True
 
 
@@ -169,14 +176,23 @@ def draw_rows(channel: Channel, rows: int, d: int, first: int, last: int) -> tor
 
 
 def global_exchange(rule: Any, links: LinkSet, round_links: RoundLinks, d: int,
-                    x: torch.Tensor) -> Exchange:
+                    x: torch.Tensor, noisy: bool = False) -> Exchange:
     """The :class:`~.gossip.Exchange` one process's rule returns for the round (what its
     traffic is counted from), from every link and the round's draws as the rule used them:
     d coordinates to every receiver and on every delivered link, and for digital D-SGD's
-    exact packets 32 d bits per delivered link."""
+    exact packets 32 d bits per delivered link; push-sum's d + 1 values per link (d plus its
+    weight's repetitions per receiver over a ``noisy`` channel)."""
     up, n_tx, _ = links.receiver_stats(round_links)
     lids = np.flatnonzero(up)
     inner = _inner(rule)
+    if isinstance(inner, PushSum):       # d values and the weight per link
+        extra = 1 if inner.digital or not noisy else WEIGHT_REPEATS
+        nnz = np.full(lids.size, d + 1)
+        base = (np.full(links.n, d + extra), n_tx, nnz, np.zeros(lids.size), x)
+        if not inner.digital:
+            return Exchange(*base)
+        return Exchange(*base, link_bits=32.0 * nnz, link_send=links.send[lids],
+                        link_h2=round_links.h2[links.edge[lids]])
     base = (np.full(links.n, d), n_tx, np.full(lids.size, d), np.zeros(lids.size), x)
     if isinstance(inner, Digital):
         return Exchange(*base, link_bits=np.full(lids.size, float(32 * d)),
@@ -195,6 +211,9 @@ def set_rule_rows(rule: Any, rows: int) -> None:
     inner = _inner(rule)
     if isinstance(inner, Digital):
         inner = inner.gossip
+    if isinstance(inner, PushSum):
+        inner.n = rows
+        return
     if not isinstance(inner, (DSGD, DigitalGossip)):
         raise TypeError(f"{type(rule).__name__} is not split by rows")
     inner.n = rows

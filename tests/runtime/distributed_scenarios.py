@@ -96,6 +96,14 @@ SCENARIOS = {
                                                                eval_every=5, **_OTA)),
     "split_matcha_ring30_ota": ("ring", 30, dict(rounds=4, algorithm="matcha", dropout=0.1,
                                                  eval_every=4, **_OTA)),
+    "split_push_sum_ring30_ota": ("ring", 30, dict(rounds=4, algorithm="push_sum",
+                                                   local_steps=2, dropout=0.2, eval_every=2,
+                                                   **_OTA)),
+    "split_push_sum_peer32_digital": ("one_peer_exponential", 32, dict(
+        rounds=4, algorithm="push_sum", transport="digital", dropout=0.1, eval_every=4,
+        **_OTA)),
+    "split_push_sum_ring30_save": ("ring", 30, dict(rounds=3, algorithm="push_sum",
+                                                    dropout=0.2, eval_every=3, **_OTA)),
     # written by R ranks at round 3, resumed by one process to round 6; and the other way
     "split_dsgd_ring30_save": ("ring", 30, dict(rounds=3, dropout=0.2, eval_every=3, **_OTA)),
     "resume_split_dsgd_ring30": ("ring", 30, dict(rounds=6, dropout=0.2, eval_every=3,

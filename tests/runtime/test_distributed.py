@@ -105,7 +105,8 @@ THREE = ["push_sum_ring_ota_dropout", "dsgd_peer_ota_dropout", "choco_ring_ota_d
          "choco_peer16_sparse", "choco_ring12_sparse_save", "resume_choco_ring12_sparse",
          "push_sum_peer16_sparse", "digital_ring12_sparse", "split_dsgd_ring31_model",
          "split_dsgd_peer32_ota", "split_matcha_ring30_ota", "split_digital_ring30",
-         "split_dsgd_ring30_save", "resume_split_dsgd_ring30"]
+         "split_dsgd_ring30_save", "resume_split_dsgd_ring30", "split_push_sum_ring30_ota",
+         "split_push_sum_ring30_save"]
 SPARSE = [name for name in S.SCENARIOS
           if "_sparse" in name and not name.startswith(("callback_", "resume_"))]
 
@@ -154,6 +155,8 @@ def test_distributed_run_equals_the_single_process_run(ranks, world, name):
                                          (2, "callback_choco_rewire_sparse"),
                                          (2, "split_dsgd_ring30_save"),
                                          (3, "split_dsgd_ring30_save"),
+                                         (2, "split_push_sum_ring30_save"),
+                                         (3, "split_push_sum_ring30_save"),
                                          (2, "callback_split_rewire")])
 def test_checkpoint_of_several_processes_is_the_single_process_checkpoint(ranks, world, name,
                                                                          tmp_path):
@@ -291,6 +294,8 @@ def test_a_run_split_by_rows_holds_its_block_and_halo_only(ranks, world, name):
     bounds = distributed.blocks(n, world)
     sizes = [hi - lo for lo, hi in bounds]
     d = torch.load(ranks[world] / f"{name}.pt", weights_only=False)["x"].shape[1]
+    # push-sum's weight w_j travels with its row as 2 float32 words
+    width = d + 2 if config.resolved_algorithm == "push_sum" else d
     for rank, (lo, hi) in enumerate(bounds):
         held = torch.load(ranks[world] / f"{name}.held{rank}.pt")
         assert held["split"], (rank, held)
@@ -313,7 +318,7 @@ def test_a_run_split_by_rows_holds_its_block_and_halo_only(ranks, world, name):
         for t, rows in zip(log, _expected_rows(name, world, rank)[first - 1:]):
             evaluated = t["round"] % config.eval_every == 0 or t["round"] == config.rounds
             assert t["rows"] == len(rows), (rank, t)
-            assert t["model_bytes"] == len(rows) * d * 4
+            assert t["model_bytes"] == len(rows) * width * 4
             other = gathered(4 * config.local_steps)
             other += (8 * d if rank > 0 else 0) + (4 * d if rank < world - 1 else 0)
             other += gathered(8)

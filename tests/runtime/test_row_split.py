@@ -113,7 +113,8 @@ def test_which_runs_are_split_by_rows():
     assert not splits(n=30, links=ring30, **{**base, "transport": "digital", "bits": 4})
     assert splits(n=30, links=ring30, **{**base, "transport": "digital"})
     assert splits(n=30, links=ring30, **{**base, "algorithm": "matcha"})
-    for other in ("choco", "push_sum", "fedavg", "paper_literal"):
+    assert splits(n=30, links=ring30, **{**base, "algorithm": "push_sum"})
+    for other in ("choco", "fedavg", "fedprox", "paper_literal", "gradient_tracking"):
         assert not splits(n=30, links=ring30, **{**base, "algorithm": other})
     assert not splits(n=30, links=ring30, **{**base, "device": torch.device("cuda")})
     assert not splits(n=30, links=ring30, **{**base, "clique_averaging": True})
