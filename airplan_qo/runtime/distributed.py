@@ -408,7 +408,7 @@ class DistributedTrainer(Trainer):
             links = [(ls.recv, ls.send) for ls in self.link_schedule]
             decay = self._decay(self.topology) if self.algorithm == "dsgd" else 0.0
         if not splits(self.algorithm, cfg.transport, cfg.bits, decay, self.device, self.n,
-                      links, clique_averaging_enabled(self.topology)):
+                      links, clique_averaging_enabled(self.topology), cfg.mask):
             return None
         return held_rows(self.lo, self.hi, links)
 
@@ -452,14 +452,15 @@ class DistributedTrainer(Trainer):
             self.channel,
             lambda: np.flatnonzero(self.links.receiver_stats(mine.seen)[1] > 0),
             self.lo, self.hi,
-            draws=self.channel.noisy and (isinstance(inner, DSGD)
+            draws=self.channel.noisy and (isinstance(inner, (DSGD, Choco))
                                           or (pushes and not inner.digital)))
         result = self.rule.communicate(self.x, mine, local_round(links, self.held), noise,
                                        train_gen=self.train_gen, x_prev=x_prev,
                                        scratch=self._scratch,
                                        tx_power_w=dbm_to_watt(cfg.channel.tx_power_dbm),
                                        bandwidth_hz=cfg.channel.bandwidth_hz)
-        noise.finish(self.d + (WEIGHT_REPEATS if pushes else 0))
+        noise.finish(inner.k if isinstance(inner, Choco)
+                     else self.d + (WEIGHT_REPEATS if pushes else 0))
         if result.x is not self.x:
             self._scratch, self.x = self.x, result.x
         return global_exchange(self.rule, self.links, mine.seen, self.d, self.x,
@@ -535,7 +536,7 @@ class DistributedTrainer(Trainer):
         receivers mix with)."""
         algorithm = self.algorithm
         if self.held is not None:
-            return "rows"
+            return "replicas" if _shares_replicas(self.rule) else "rows"
         if (self.exchange == "all" or algorithm in FEDERATED or algorithm == "paper_literal"
                 or self.clique_averaging is not None
                 or (algorithm == "choco" and self.config.mask != "common_randk")):
@@ -899,10 +900,13 @@ class DistributedTrainer(Trainer):
             finally:
                 self.m = block
 
-    def _per_row(self, value: Any) -> bool:
-        """Whether a value of the rule's state holds one entry per row of the table."""
-        return isinstance(value, torch.Tensor) and value.dim() >= 1 \
-            and value.shape[0] == self.x.shape[0]
+    def _per_row(self, value: Any, rows: int | None = None) -> bool:
+        """Whether a value of the rule's state holds one entry per row of the table (of
+        ``rows`` rows; the table's by default): push-sum's weights, CHOCO's replicas and
+        aggregates, not CHOCO's shared initial model."""
+        return (isinstance(value, torch.Tensor) and value.dim() >= 1
+                and value.shape[0] == (self.x.shape[0] if rows is None else rows)
+                and value is not getattr(_inner(self.rule), "ref", None))
 
     def _gather_to_root(self, mine: torch.Tensor) -> torch.Tensor | None:
         """Every rank's block of rows (``mine``, in rank order) on rank 0 as one (N x ...)
@@ -958,7 +962,7 @@ class DistributedTrainer(Trainer):
             self._scratch = torch.empty_like(self.x)
             rule = self.rule.state()
             rows = {k: v[index.to(v.device)] for k, v in rule.items()
-                    if isinstance(v, torch.Tensor) and v.dim() >= 1 and v.shape[0] == self.n}
+                    if self._per_row(v, self.n)}
             if rows:
                 self.rule.set_state({**rule, **rows})
         self.m = self.m[self.lo:self.hi].clone()
@@ -1001,7 +1005,7 @@ class DistributedTrainer(Trainer):
             set_rule_rows(self.rule, int(held.size))
             rule = self.rule.state()
             rows = {k: v[to_device(held, v.device)] for k, v in rule.items()
-                    if isinstance(v, torch.Tensor) and v.dim() >= 1 and v.shape[0] == self.n}
+                    if self._per_row(v, self.n)}
             if rows:
                 self.rule.set_state({**rule, **rows})
             self._localise()

@@ -476,7 +476,7 @@ class Trainer:
         elif self.algorithm == "dsgd":
             self.rule = self._dsgd(x0)
         elif self.algorithm == "choco":
-            self.rule = Choco(n, self.d, self.k, config.mask, self.gamma, x0)
+            self.rule = Choco(self.x.shape[0], self.d, self.k, config.mask, self.gamma, x0)
         else:
             self.rule = PaperLiteral(n, self.d, self.k, config.mask, self.gamma,
                                      config.error_feedback, device=self.device)

@@ -531,7 +531,7 @@ class Choco:
     def communicate(self, x: torch.Tensor, links: LinkSet, rl: RoundLinks, channel: Channel,
                     train_gen: torch.Generator, scratch: torch.Tensor | None = None,
                     **_: object):
-        everyone = bool(rl.active.all())
+        everyone = rl.all_active      # one process's branch, whatever rows are held
         device = x.device
         active = to_device(rl.active, device)
         indices = (common_mask(self.d, self.k, train_gen, device=device)

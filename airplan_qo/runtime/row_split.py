@@ -39,7 +39,7 @@ import torch
 from .channel import Channel, RoundLinks
 from .digital import Digital, DigitalGossip
 from ..plans.operators import WEIGHT_REPEATS
-from .gossip import DSGD, Exchange, LinkSet, dense_form
+from .gossip import DSGD, Choco, Exchange, LinkSet, dense_form
 from .push_sum import PushSum
 
 __all__ = ["COLUMN_SLAB", "NOISE_ROWS", "HaloNoise", "LocalLinks", "column_mean",
@@ -57,14 +57,18 @@ def _inner(rule: Any) -> Any:
 
 
 def splits(algorithm: str, transport: str, bits: int, decay: float, device: torch.device,
-           n: int, links: list[tuple[np.ndarray, np.ndarray]], clique_averaging: bool) -> bool:
+           n: int, links: list[tuple[np.ndarray, np.ndarray]], clique_averaging: bool,
+           mask: str = "common_randk") -> bool:
     """Whether a run is split by rows: D-SGD or MATCHA keeping no state between rounds
-    (over the air with decay 0, or digital with exact 32-bit packets), or push-sum (whose
-    weights travel with the rows), on the CPU, without
+    (over the air with decay 0, or digital with exact 32-bit packets), push-sum (whose
+    weights travel with the rows) or CHOCO with the common rand-k mask (whose receivers'
+    state is their own rows and whose senders' replicas travel), on the CPU, without
     Clique Averaging, where every round's operator with all links up takes the sparse form
     (``links``: per round of the period, its (receivers, senders))."""
-    if algorithm not in ("dsgd", "matcha", "push_sum") or device.type != "cpu" \
+    if algorithm not in ("dsgd", "matcha", "push_sum", "choco") or device.type != "cpu" \
             or clique_averaging:
+        return False
+    if algorithm == "choco" and mask != "common_randk":
         return False
     if transport == "digital" and bits < 32:
         return False
@@ -185,6 +189,10 @@ def global_exchange(rule: Any, links: LinkSet, round_links: RoundLinks, d: int,
     up, n_tx, _ = links.receiver_stats(round_links)
     lids = np.flatnonzero(up)
     inner = _inner(rule)
+    if isinstance(inner, Choco):         # the k masked coordinates
+        k = inner.k
+        return Exchange(np.full(links.n, k), n_tx, np.full(lids.size, k, dtype=np.float64),
+                        np.zeros(lids.size), x)
     if isinstance(inner, PushSum):       # d values and the weight per link
         extra = 1 if inner.digital or not noisy else WEIGHT_REPEATS
         nnz = np.full(lids.size, d + 1)
@@ -202,8 +210,10 @@ def global_exchange(rule: Any, links: LinkSet, round_links: RoundLinks, d: int,
 
 
 def local_round(round_links: RoundLinks, held: np.ndarray) -> RoundLinks:
-    """The round's draws for a rank's table: its rows' online flags, every edge's draws."""
-    return attrs.evolve(round_links, active=round_links.active[held])
+    """The round's draws for a rank's table: its rows' online flags, every edge's draws, and
+    whether every client is online (CHOCO's consensus step takes another form then)."""
+    return attrs.evolve(round_links, active=round_links.active[held],
+                        whole_active=round_links.all_active)
 
 
 def set_rule_rows(rule: Any, rows: int) -> None:
@@ -211,7 +221,7 @@ def set_rule_rows(rule: Any, rows: int) -> None:
     inner = _inner(rule)
     if isinstance(inner, Digital):
         inner = inner.gossip
-    if isinstance(inner, PushSum):
+    if isinstance(inner, (PushSum, Choco)):
         inner.n = rows
         return
     if not isinstance(inner, (DSGD, DigitalGossip)):

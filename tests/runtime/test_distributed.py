@@ -106,7 +106,8 @@ THREE = ["push_sum_ring_ota_dropout", "dsgd_peer_ota_dropout", "choco_ring_ota_d
          "push_sum_peer16_sparse", "digital_ring12_sparse", "split_dsgd_ring31_model",
          "split_dsgd_peer32_ota", "split_matcha_ring30_ota", "split_digital_ring30",
          "split_dsgd_ring30_save", "resume_split_dsgd_ring30", "split_push_sum_ring30_ota",
-         "split_push_sum_ring30_save"]
+         "split_push_sum_ring30_save", "split_choco_ring30_ota", "split_choco_peer32_ota",
+         "split_choco_ring30_save", "resume_split_choco_ring30"]
 SPARSE = [name for name in S.SCENARIOS
           if "_sparse" in name and not name.startswith(("callback_", "resume_"))]
 
@@ -157,6 +158,9 @@ def test_distributed_run_equals_the_single_process_run(ranks, world, name):
                                          (3, "split_dsgd_ring30_save"),
                                          (2, "split_push_sum_ring30_save"),
                                          (3, "split_push_sum_ring30_save"),
+                                         (2, "split_choco_ring30_save"),
+                                         (3, "split_choco_ring30_save"),
+                                         (2, "callback_split_choco_rewire"),
                                          (2, "callback_split_rewire")])
 def test_checkpoint_of_several_processes_is_the_single_process_checkpoint(ranks, world, name,
                                                                          tmp_path):
@@ -294,8 +298,10 @@ def test_a_run_split_by_rows_holds_its_block_and_halo_only(ranks, world, name):
     bounds = distributed.blocks(n, world)
     sizes = [hi - lo for lo, hi in bounds]
     d = torch.load(ranks[world] / f"{name}.pt", weights_only=False)["x"].shape[1]
-    # push-sum's weight w_j travels with its row as 2 float32 words
-    width = d + 2 if config.resolved_algorithm == "push_sum" else d
+    # push-sum's weight w_j travels with its row as 2 float32 words; CHOCO's replicas' k
+    # masked columns travel
+    width = {"push_sum": d + 2, "choco": k_from_ratio(config.k_ratio, d)}.get(
+        config.resolved_algorithm, d)
     for rank, (lo, hi) in enumerate(bounds):
         held = torch.load(ranks[world] / f"{name}.held{rank}.pt")
         assert held["split"], (rank, held)

@@ -114,7 +114,9 @@ def test_which_runs_are_split_by_rows():
     assert splits(n=30, links=ring30, **{**base, "transport": "digital"})
     assert splits(n=30, links=ring30, **{**base, "algorithm": "matcha"})
     assert splits(n=30, links=ring30, **{**base, "algorithm": "push_sum"})
-    for other in ("choco", "fedavg", "fedprox", "paper_literal", "gradient_tracking"):
+    assert splits(n=30, links=ring30, **{**base, "algorithm": "choco"})
+    assert not splits(n=30, links=ring30, **{**base, "algorithm": "choco", "mask": "topk"})
+    for other in ("fedavg", "fedprox", "paper_literal", "gradient_tracking", "dllr_oa"):
         assert not splits(n=30, links=ring30, **{**base, "algorithm": other})
     assert not splits(n=30, links=ring30, **{**base, "device": torch.device("cuda")})
     assert not splits(n=30, links=ring30, **{**base, "clique_averaging": True})
