@@ -1,15 +1,16 @@
 """A rank's rows of a run split by rows: its block of clients and their senders (the halo).
 
 In a run over several processes (:mod:`.distributed`) a rank trains a contiguous block
-[lo, hi) of the clients. Where the update rule keeps no per-client state between rounds and
-its receivers use only their own links and their senders' half-step models (D-SGD in either
-over-the-air form with decay 0, digital D-SGD with exact packets, MATCHA over either:
-:func:`splits`), the rank holds only the rows it needs: its block and the halo, the senders
-j of every link (i, j) with receiver i in the block over the topology's period
-(:func:`held_rows`). Those rows form its table, in the order of the clients (so the block is
-a contiguous slice of it and the halo rows lie before and after it), and the rule runs on that
-table with the rank's share of the links (:class:`LocalLinks`, indices of the table) as it runs
-on the whole stack in one process, with the same arithmetic per receiver:
+[lo, hi) of the clients. Where the update rule's receivers use only their own links, their own
+state and their senders' current rows (D-SGD sending models or centred models with decay 0,
+digital D-SGD with exact packets, MATCHA over either, push-sum, CHOCO with the common rand-k
+mask: :func:`splits`), the rank holds only the rows it needs: its block and the halo, the
+senders j of every link (i, j) with receiver i in the block over the topology's period
+(:func:`held_rows`), and the rule's state for those rows. Those rows form its table, in the
+order of the clients (so the block is a contiguous slice of it and the halo rows lie before and
+after it), and the rule runs on that table with the rank's share of the links
+(:class:`LocalLinks`, indices of the table) as it runs on the whole stack in one process, with
+the same arithmetic per receiver:
 
 - mixing ``sum_j W_ij x_j`` is the scipy CSR product, whose row i adds its nonzeros one after
   the other in column order; the table keeps the clients' order, so row i of the table's
@@ -17,7 +18,10 @@ on the whole stack in one process, with the same arithmetic per receiver:
   operator of the single-process run takes that sparse form (:func:`~.gossip.dense_form`:
   more than 2000 clients, or fewer than N^2 / 8 nonzeros), on the CPU;
 - per-receiver quantities (noise level, shrinkage, a dropped link's weight moved to the
-  self-weight) come from the receiver's own links, in the same order;
+  self-weight) come from the receiver's own links, in the same order; per-sender ones
+  (push-sum's share 1 / (outdeg + 1) and lost packets) from all the sender's links
+  (:class:`LocalLinks` keeps ``whole``); a branch taken on the whole round (CHOCO's consensus
+  step when every client is online) from every client (:func:`local_round`);
 - the receivers' noise is drawn for the whole round, as one process draws it, 16 rows at a
   time, and a rank keeps its receivers' rows (:class:`HaloNoise`): the CPU generator fills a
   normal draw 16 numbers at a time, so 16-row pieces (16 d numbers) continue one stream
@@ -36,14 +40,15 @@ import attrs
 import numpy as np
 import torch
 
+from ..plans.operators import WEIGHT_REPEATS
 from .channel import Channel, RoundLinks
 from .digital import Digital, DigitalGossip
-from ..plans.operators import WEIGHT_REPEATS
 from .gossip import DSGD, Choco, Exchange, LinkSet, dense_form
 from .push_sum import PushSum
 
 __all__ = ["COLUMN_SLAB", "NOISE_ROWS", "HaloNoise", "LocalLinks", "column_mean",
-           "global_exchange", "held_rows", "set_rule_rows", "splits"]
+           "draw_rows", "global_exchange", "held_rows", "local_round", "set_rule_rows",
+           "splits"]
 
 #: Rows of one piece of the receivers' noise (the CPU generator's normal draws come in groups
 #: of 16 numbers, so pieces of 16 rows continue the stream of one whole draw exactly).
