@@ -117,6 +117,7 @@ from .gossip import DSGD, Choco, Exchange
 from .metrics import centred_row_norms, row_sum, sq_distance_of_norms
 from .push_sum import PushSum
 from ..plans.operators import WEIGHT_REPEATS
+from .digital import SCALE_BITS
 from .row_split import COLUMN_SLAB, HaloNoise, LocalLinks, column_mean, global_exchange, \
     held_rows, local_round, set_rule_rows, splits
 
@@ -347,6 +348,9 @@ class DistributedTrainer(Trainer):
         self.b0 = self.b1 = 0
         #: per link set of the schedule, this rank's share of it (split by rows)
         self._local: list[tuple[Any, LocalLinks]] = []
+        #: quantised digital gossip split by rows: every link's missed packets, as one
+        #: process's rule counts them (they depend on the round's draws alone)
+        self._missed: np.ndarray | None = None
         group = group or active()
         if group is None:
             raise ExecutionError("DistributedTrainer needs a process group: call "
@@ -450,12 +454,19 @@ class DistributedTrainer(Trainer):
         mine.seen = None
         inner = _inner(self.rule)
         pushes = isinstance(inner, PushSum)
+        packets = inner.gossip if isinstance(inner, Digital) and not inner.gossip.exact \
+            else None
+        if packets is not None:       # the rank's links' share of every link's count
+            if self._missed is None or self._missed.size != self.links.recv.size:
+                self._missed = np.zeros(self.links.recv.size, dtype=np.int64)
+            packets.missed = self._missed[mine.lids].copy()
         noise = HaloNoise(
             self.channel,
             lambda: np.flatnonzero(self.links.receiver_stats(mine.seen)[1] > 0),
             self.lo, self.hi,
             draws=self.channel.noisy and (isinstance(inner, (DSGD, Choco))
-                                          or (pushes and not inner.digital)))
+                                          or (pushes and not inner.digital)),
+            held=self.held, n=self.n)
         result = self.rule.communicate(self.x, mine, local_round(links, self.held), noise,
                                        train_gen=self.train_gen, x_prev=x_prev,
                                        scratch=self._scratch,
@@ -465,8 +476,16 @@ class DistributedTrainer(Trainer):
                      else self.d + (WEIGHT_REPEATS if pushes else 0))
         if result.x is not self.x:
             self._scratch, self.x = self.x, result.x
+        bits = None
+        if packets is not None:       # every link's packet, and its count, as one process's
+            up = self.links.up(mine.seen)
+            missed = self._missed
+            bits = (np.minimum((missed[up] + 1) * packets.bits, 32) * float(self.d)
+                    + SCALE_BITS)
+            missed[~up & links.active[self.links.send]] += 1
+            missed[up] = 0
         return global_exchange(self.rule, self.links, mine.seen, self.d, self.x,
-                               self.channel.noisy)
+                               self.channel.noisy, bits)
 
     def _finite(self) -> bool:
         import torch.distributed as dist
@@ -879,6 +898,8 @@ class DistributedTrainer(Trainer):
             mine = self.rule.state()
             rows = {k: self._gather_to_root(v[self.b0:self.b1]) for k, v in mine.items()
                     if self._per_row(v)}
+            if "missed" in mine:          # every link's count, which every rank keeps
+                rows["missed"] = torch.from_numpy(self._missed.copy())
             if self.rank == 0:
                 table, block = self.x, self.m
                 self.x, self.m = full, momentum
@@ -907,6 +928,7 @@ class DistributedTrainer(Trainer):
         ``rows`` rows; the table's by default): push-sum's weights, CHOCO's replicas and
         aggregates, not CHOCO's shared initial model."""
         return (isinstance(value, torch.Tensor) and value.dim() >= 1
+                and value.is_floating_point()
                 and value.shape[0] == (self.x.shape[0] if rows is None else rows)
                 and value is not getattr(_inner(self.rule), "ref", None))
 
@@ -965,6 +987,9 @@ class DistributedTrainer(Trainer):
             rule = self.rule.state()
             rows = {k: v[index.to(v.device)] for k, v in rule.items()
                     if self._per_row(v, self.n)}
+            self._missed = None
+            if "missed" in rule:
+                self._missed = rule["missed"].cpu().numpy().copy()
             if rows:
                 self.rule.set_state({**rule, **rows})
         self.m = self.m[self.lo:self.hi].clone()
@@ -987,6 +1012,8 @@ class DistributedTrainer(Trainer):
                 if self._per_row(v):
                     rows[k] = torch.empty(self.n, *v.shape[1:], dtype=v.dtype, device=v.device)
                     self._gather_rows(rows[k], v[self.b0:self.b1])
+            if "missed" in rule:
+                rows["missed"] = torch.from_numpy(self._missed.copy())
             self.x = self.models()
             self.held, self._local = None, []
             self.b0, self.b1 = self.lo, self.hi
@@ -1008,6 +1035,8 @@ class DistributedTrainer(Trainer):
             rule = self.rule.state()
             rows = {k: v[to_device(held, v.device)] for k, v in rule.items()
                     if self._per_row(v, self.n)}
+            if "missed" in rule:
+                self._missed = rule["missed"].cpu().numpy().copy()
             if rows:
                 self.rule.set_state({**rule, **rows})
             self._localise()

@@ -64,18 +64,16 @@ def _inner(rule: Any) -> Any:
 def splits(algorithm: str, transport: str, bits: int, decay: float, device: torch.device,
            n: int, links: list[tuple[np.ndarray, np.ndarray]], clique_averaging: bool,
            mask: str = "common_randk") -> bool:
-    """Whether a run is split by rows: D-SGD or MATCHA keeping no state between rounds
-    (over the air with decay 0, or digital with exact 32-bit packets), push-sum (whose
-    weights travel with the rows) or CHOCO with the common rand-k mask (whose receivers'
-    state is their own rows and whose senders' replicas travel), on the CPU, without
+    """Whether a run is split by rows: D-SGD or MATCHA over the air keeping no state between
+    rounds (decay 0) or digital (exact packets, or quantised ones whose public copies travel),
+    push-sum (whose weights travel with the rows) or CHOCO with the common rand-k mask (whose
+    receivers' state is their own rows and whose senders' replicas travel), on the CPU, without
     Clique Averaging, where every round's operator with all links up takes the sparse form
     (``links``: per round of the period, its (receivers, senders))."""
     if algorithm not in ("dsgd", "matcha", "push_sum", "choco") or device.type != "cpu" \
             or clique_averaging:
         return False
     if algorithm == "choco" and mask != "common_randk":
-        return False
-    if transport == "digital" and bits < 32:
         return False
     if transport != "digital" and decay:
         return False
@@ -102,6 +100,8 @@ class LocalLinks(LinkSet):
 
     def __init__(self, links: LinkSet, held: np.ndarray, lo: int, hi: int):
         into = np.flatnonzero((links.recv >= lo) & (links.recv < hi))
+        #: the links' numbers among every link
+        self.lids = into
         self.n = int(held.size)
         self.u, self.v = links.u, links.v
         self.recv = np.searchsorted(held, links.recv[into]).astype(links.recv.dtype)
@@ -134,15 +134,34 @@ class HaloNoise:
     an active transmitter, as one process draws it) :data:`NOISE_ROWS` rows at a time and
     returns the rows of this rank's receivers, without holding the rest. :meth:`finish` draws
     the round's noise when the rank's own receivers drew none, so the generator advances as in
-    one process."""
+    one process. :meth:`uniform` gives the quantiser its rows of the whole (N x m) draw of
+    uniforms (``held``: the clients of the table's rows; ``n``: every client)."""
 
     def __init__(self, channel: Channel, receivers: Callable[[], np.ndarray], lo: int, hi: int,
-                 draws: bool):
+                 draws: bool, held: np.ndarray | None = None, n: int = 0):
         self._channel = channel
         self._receivers = receivers
         self._lo, self._hi = lo, hi
         self._draws = draws
         self._drawn = False
+        self._held, self._n = held, n
+
+    def uniform(self, shape: tuple[int, ...]) -> torch.Tensor:
+        """The held rows of ``torch.rand(n, m)`` from the channel's generator, drawn
+        :data:`NOISE_ROWS` rows at a time (uniforms are drawn one number after the other, so
+        any pieces continue one draw exactly)."""
+        held = self._held
+        if held is None or len(shape) != 2 or shape[0] != held.size:
+            raise RuntimeError(f"unexpected uniform draw of size {shape} in a run split by rows")
+        gen = self._channel.gen
+        out = torch.empty(*shape, device=gen.device)
+        for start in range(0, self._n, NOISE_ROWS):
+            stop = min(self._n, start + NOISE_ROWS)
+            piece = torch.rand(stop - start, shape[1], generator=gen, device=gen.device)
+            a, b = np.searchsorted(held, [start, stop])
+            if a < b:
+                out[a:b] = piece[torch.from_numpy(held[a:b] - start).to(gen.device)]
+        return out
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._channel, name)
@@ -185,12 +204,14 @@ def draw_rows(channel: Channel, rows: int, d: int, first: int, last: int) -> tor
 
 
 def global_exchange(rule: Any, links: LinkSet, round_links: RoundLinks, d: int,
-                    x: torch.Tensor, noisy: bool = False) -> Exchange:
+                    x: torch.Tensor, noisy: bool = False,
+                    link_bits: np.ndarray | None = None) -> Exchange:
     """The :class:`~.gossip.Exchange` one process's rule returns for the round (what its
     traffic is counted from), from every link and the round's draws as the rule used them:
     d coordinates to every receiver and on every delivered link, and for digital D-SGD's
-    exact packets 32 d bits per delivered link; push-sum's d + 1 values per link (d plus its
-    weight's repetitions per receiver over a ``noisy`` channel)."""
+    exact packets 32 d bits per delivered link (quantised packets: ``link_bits``); push-sum's
+    d + 1 values per link (d plus its weight's repetitions per receiver over a ``noisy``
+    channel)."""
     up, n_tx, _ = links.receiver_stats(round_links)
     lids = np.flatnonzero(up)
     inner = _inner(rule)
@@ -208,7 +229,8 @@ def global_exchange(rule: Any, links: LinkSet, round_links: RoundLinks, d: int,
                         link_h2=round_links.h2[links.edge[lids]])
     base = (np.full(links.n, d), n_tx, np.full(lids.size, d), np.zeros(lids.size), x)
     if isinstance(inner, Digital):
-        return Exchange(*base, link_bits=np.full(lids.size, float(32 * d)),
+        bits = np.full(lids.size, float(32 * d)) if link_bits is None else link_bits
+        return Exchange(*base, link_bits=bits,
                         link_send=links.send[lids],
                         link_h2=round_links.h2[links.edge[lids]])
     return Exchange(*base)

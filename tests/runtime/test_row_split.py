@@ -71,6 +71,19 @@ def test_halo_noise_draws_the_round_once_whoever_asks():
         HaloNoise(channel, lambda: receivers, 4, 10, draws=True).randn(2, 20)
 
 
+@pytest.mark.parametrize("d", [3, 33, 4810])
+def test_the_quantisers_uniforms_are_the_held_rows_of_the_whole_draw(d):
+    mine = Channel("ideal", snr_db=5.0, g_th=0.2, dropout=0.0, seed=4)
+    one = Channel("ideal", snr_db=5.0, g_th=0.2, dropout=0.0, seed=4)
+    held = np.array([0, 5, 15, 16, 17, 36])
+    noise = HaloNoise(mine, lambda: held, 15, 18, draws=False, held=held, n=37)
+    whole = torch.rand(37, d, generator=one.gen)
+    assert torch.equal(noise.uniform((6, d)), whole[torch.from_numpy(held)])
+    assert torch.equal(torch.rand(3, generator=mine.gen), torch.rand(3, generator=one.gen))
+    with pytest.raises(RuntimeError, match="unexpected uniform draw"):
+        noise.uniform((5, d))
+
+
 @pytest.mark.parametrize("n", [1, 3, 17, 100, 1000])
 @pytest.mark.parametrize("d", [7, 100, 4810])
 @pytest.mark.parametrize("slab", [64, 256, 1024])
@@ -110,7 +123,7 @@ def test_which_runs_are_split_by_rows():
     # a ring of 12's operators take the dense form in one process: not split
     assert not splits(n=12, links=ring12, **base)
     assert not splits(n=30, links=ring30, **{**base, "decay": 0.3})      # state kept
-    assert not splits(n=30, links=ring30, **{**base, "transport": "digital", "bits": 4})
+    assert splits(n=30, links=ring30, **{**base, "transport": "digital", "bits": 4})
     assert splits(n=30, links=ring30, **{**base, "transport": "digital"})
     assert splits(n=30, links=ring30, **{**base, "algorithm": "matcha"})
     assert splits(n=30, links=ring30, **{**base, "algorithm": "push_sum"})
