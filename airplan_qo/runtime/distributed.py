@@ -24,20 +24,21 @@ are the block's. Everything else is the single-process engine's code, run on eve
   every block in one ``all_gather`` instead (:meth:`DistributedTrainer._reach`), as does a
   trainer built with ``exchange='all'``;
 - split by rows (:mod:`.row_split`; automatic where it applies: D-SGD sending models or
-  centred models (decay 0), on the ideal channel, digital D-SGD with exact packets, MATCHA
-  over either, push-sum and CHOCO with the common rand-k mask, on the CPU, where every
-  operator of the single-process run takes the sparse form, i.e. more than 2000 clients or
-  fewer than N^2 / 8 nonzeros of W: a ring of 25 or more), a rank holds only its block and
-  its halo, the senders into its block over the topology's period
+  centred models (decay 0), on the ideal channel, digital D-SGD (exact or quantised
+  packets), MATCHA over either, push-sum and CHOCO with the common rand-k mask, on the CPU,
+  where every operator of the single-process run takes the sparse form, i.e. more than 2000
+  clients or fewer than N^2 / 8 nonzeros of W: a ring of 25 or more), a rank holds only its
+  block and its halo, the senders into its block over the topology's period
   (:attr:`DistributedTrainer.held`), in the clients' order, and the rule's state for those rows
-  (push-sum's weights, CHOCO's replicas and aggregates), and applies the rule to that table
-  with its share of the links (:class:`.row_split.LocalLinks`): each row of the
-  sparse product adds the same nonzeros in the same order, every per-receiver quantity comes
-  from the receiver's own links, and the round's noise is drawn whole, 16 rows at a time,
-  keeping its receivers' rows (:class:`.row_split.HaloNoise`). The average model is taken a
-  slab of columns at a time (:func:`.row_split.column_mean`: every block's columns of the slab
-  gathered, then torch's mean over the rows, which equals those columns of the whole stack's
-  mean), so no rank holds every model on evaluated rounds or at the end of :meth:`run`
+  (push-sum's weights, CHOCO's replicas and aggregates, quantised gossip's public copies;
+  every link's missed packets are counted on every rank), and applies the rule to that table
+  with its share of the links (:class:`.row_split.LocalLinks`): each row of the sparse product
+  adds the same nonzeros in the same order, every per-receiver quantity comes from the
+  receiver's own links, and the round's noise (and the quantiser's uniforms) are drawn whole,
+  16 rows at a time, keeping its rows (:class:`.row_split.HaloNoise`). The average model is
+  taken a slab of columns at a time (:func:`.row_split.column_mean`: every block's columns of
+  the slab gathered, then torch's mean over the rows, which equals those columns of the whole
+  stack's mean), so no rank holds every model on evaluated rounds or at the end of :meth:`run`
   (:meth:`DistributedTrainer.models` gathers them on request);
 - otherwise every rank applies the update rule (:mod:`.gossip` and the other rule modules) to
   the whole N x d stack as one process does. Rows it neither owns nor received hold stale but
@@ -73,8 +74,8 @@ Memory per rank: split by rows, the table of its block and halo ((B + H) x d: on
 B + 2 rows), its scratch buffer and the round's temporaries of the same size, the block's
 momentum, gradients and batches, and on evaluated rounds a slab of N x (about B d / 4N)
 columns (a quarter of a block's numbers, twice: the gathered pieces and the slab); measured
-with ``benchmarks/bench_distributed.py`` (docs/runtime.md). Otherwise (quantised digital
-gossip, D-SGD's stateful difference form, CHOCO with top-k masks, FedAvg, FedProx,
+with ``benchmarks/bench_distributed.py`` (docs/runtime.md). Otherwise (D-SGD's stateful
+difference form, CHOCO with top-k masks, FedAvg, FedProx,
 paper_literal, Clique Averaging, dense operators, a GPU, ``exchange='all'``) it is still the
 N x d stack, its scratch buffer and the rule's state, as in one process: the rows a rank does
 not need are kept, stale. Not split in either case: a checkpoint gathers every model, the

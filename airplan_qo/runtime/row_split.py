@@ -3,10 +3,10 @@
 In a run over several processes (:mod:`.distributed`) a rank trains a contiguous block
 [lo, hi) of the clients. Where the update rule's receivers use only their own links, their own
 state and their senders' current rows (D-SGD sending models or centred models with decay 0,
-digital D-SGD with exact packets, MATCHA over either, push-sum, CHOCO with the common rand-k
-mask: :func:`splits`), the rank holds only the rows it needs: its block and the halo, the
-senders j of every link (i, j) with receiver i in the block over the topology's period
-(:func:`held_rows`), and the rule's state for those rows. Those rows form its table, in the
+digital D-SGD with exact or quantised packets, MATCHA over either, push-sum, CHOCO with the
+common rand-k mask: :func:`splits`), the rank holds only the rows it needs: its block and the
+halo, the senders j of every link (i, j) with receiver i in the block over the topology's
+period (:func:`held_rows`), and the rule's state for those rows. Those rows form its table, in the
 order of the clients (so the block is a contiguous slice of it and the halo rows lie before and
 after it), and the rule runs on that table with the rank's share of the links
 (:class:`LocalLinks`, indices of the table) as it runs on the whole stack in one process, with
@@ -25,7 +25,8 @@ the same arithmetic per receiver:
 - the receivers' noise is drawn for the whole round, as one process draws it, 16 rows at a
   time, and a rank keeps its receivers' rows (:class:`HaloNoise`): the CPU generator fills a
   normal draw 16 numbers at a time, so 16-row pieces (16 d numbers) continue one stream
-  exactly (``tests/runtime/test_row_split.py`` checks it); a CUDA generator is not split;
+  exactly (``tests/runtime/test_row_split.py`` checks it), and the quantiser's uniforms
+  (:meth:`HaloNoise.uniform`) likewise; a CUDA generator is not split;
 - the average model (:func:`column_mean`) is the mean of every client's model taken a slab of
   columns at a time: torch's mean over the rows of one slab equals the same columns of the
   whole stack's mean (checked by the tests for slabs of a multiple of 64 columns), so a rank
