@@ -352,6 +352,9 @@ class DistributedTrainer(Trainer):
         #: quantised digital gossip split by rows: every link's missed packets, as one
         #: process's rule counts them (they depend on the round's draws alone)
         self._missed: np.ndarray | None = None
+        #: D-SGD's difference form split by rows: every link's round of its last delivery
+        #: (the round's draws alone decide it)
+        self._sent: np.ndarray | None = None
         group = group or active()
         if group is None:
             raise ExecutionError("DistributedTrainer needs a process group: call "
@@ -410,12 +413,10 @@ class DistributedTrainer(Trainer):
 
             u, v = edge_arrays(self.topology.graph)
             links = [(np.concatenate([u, v]), np.concatenate([v, u]))]
-            decay = 0.0
         else:
             links = [(ls.recv, ls.send) for ls in self.link_schedule]
-            decay = self._decay(self.topology) if self.algorithm == "dsgd" else 0.0
-        if not splits(self.algorithm, cfg.transport, cfg.bits, decay, self.device, self.n,
-                      links, clique_averaging_enabled(self.topology), cfg.mask):
+        if not splits(self.algorithm, self.device, self.n, links,
+                      clique_averaging_enabled(self.topology), cfg.mask):
             return None
         return held_rows(self.lo, self.hi, links)
 
@@ -461,6 +462,13 @@ class DistributedTrainer(Trainer):
             if self._missed is None or self._missed.size != self.links.recv.size:
                 self._missed = np.zeros(self.links.recv.size, dtype=np.int64)
             packets.missed = self._missed[mine.lids].copy()
+        if isinstance(inner, DSGD) and inner.decay and self.channel.noisy \
+                and inner.payload == "difference":
+            # the rounds whose centred models one process keeps after this round
+            if inner.s is None or self._sent is None:
+                self._sent = np.full(self.links.recv.size, -1, dtype=np.int64)
+            self._sent[self.links.up(links)] = inner.t + 1
+            inner.live = set(np.unique(self._sent).tolist())
         noise = HaloNoise(
             self.channel,
             lambda: np.flatnonzero(self.links.receiver_stats(mine.seen)[1] > 0),
@@ -901,6 +909,11 @@ class DistributedTrainer(Trainer):
                     if self._per_row(v)}
             if "missed" in mine:          # every link's count, which every rank keeps
                 rows["missed"] = torch.from_numpy(self._missed.copy())
+            if "sent" in mine:            # every link's last delivery, which every rank keeps
+                rows["sent"] = torch.from_numpy(self._sent.copy())
+            if "kept" in mine:            # the kept rounds' centred models of every client
+                parts = [self._gather_to_root(v[self.b0:self.b1]) for v in mine["kept"]]
+                rows["kept"] = torch.stack(parts) if self.rank == 0 else None
             if self.rank == 0:
                 table, block = self.x, self.m
                 self.x, self.m = full, momentum
@@ -988,9 +1001,14 @@ class DistributedTrainer(Trainer):
             rule = self.rule.state()
             rows = {k: v[index.to(v.device)] for k, v in rule.items()
                     if self._per_row(v, self.n)}
-            self._missed = None
+            self._missed = self._sent = None
             if "missed" in rule:
                 self._missed = rule["missed"].cpu().numpy().copy()
+            if "sent" in rule:            # D-SGD's difference form: this rank's links' share
+                self._sent = rule["sent"].cpu().numpy().copy()
+                rows["sent"] = torch.from_numpy(self._sent[self._local[0][1].lids].copy())
+            if "kept" in rule:
+                rows["kept"] = rule["kept"][:, index.to(rule["kept"].device)]
             if rows:
                 self.rule.set_state({**rule, **rows})
         self.m = self.m[self.lo:self.hi].clone()
@@ -1020,6 +1038,9 @@ class DistributedTrainer(Trainer):
             self.b0, self.b1 = self.lo, self.hi
             self._scratch = torch.empty_like(self.x)
             set_rule_rows(self.rule, self.n)
+            self._sent = None
+            if isinstance(_inner(self.rule), DSGD):
+                _inner(self.rule).live = None      # every link is this rank's again
             if rows:
                 self.rule.set_state({**rule, **rows})
         self.gather_models()

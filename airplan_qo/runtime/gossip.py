@@ -382,6 +382,10 @@ class DSGD:
         self.n, self.d, self.shrinkage = n, d, shrinkage
         self.payload, self.decay = payload, float(decay)
         self.ref = None if x0 is None else x0.detach().clone()
+        #: the rounds some link of the whole run last delivered in, where this rule holds only
+        #: some links (a rank of a run split by rows, :mod:`.row_split`): their centred models
+        #: are kept as one process keeps them. None: this rule holds every link.
+        self.live: set[int] | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -469,7 +473,8 @@ class DSGD:
         if lam:
             self.sent[lids] = t
             self.kept[t] = p
-            for r in [r for r in self.kept if r != t and not (self.sent == r).any()]:
+            for r in [r for r in self.kept if r != t and not (self.sent == r).any()
+                      and (self.live is None or r not in self.live)]:
                 del self.kept[r]
         down = np.flatnonzero(~up)
         missing = np.zeros(self.n)

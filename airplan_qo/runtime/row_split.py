@@ -62,21 +62,20 @@ def _inner(rule: Any) -> Any:
     return getattr(rule, "inner", rule)
 
 
-def splits(algorithm: str, transport: str, bits: int, decay: float, device: torch.device,
-           n: int, links: list[tuple[np.ndarray, np.ndarray]], clique_averaging: bool,
+def splits(algorithm: str, device: torch.device, n: int,
+           links: list[tuple[np.ndarray, np.ndarray]], clique_averaging: bool,
            mask: str = "common_randk") -> bool:
-    """Whether a run is split by rows: D-SGD or MATCHA over the air keeping no state between
-    rounds (decay 0) or digital (exact packets, or quantised ones whose public copies travel),
-    push-sum (whose weights travel with the rows) or CHOCO with the common rand-k mask (whose
-    receivers' state is their own rows and whose senders' replicas travel), on the CPU, without
+    """Whether a run is split by rows: D-SGD (over the air in either form, its difference
+    form's aggregates per receiver and remembered models per sender; digital, exact packets or
+    quantised ones whose public copies travel), MATCHA over either, push-sum (whose weights
+    travel with the rows) or CHOCO with the common rand-k mask (whose receivers' state is their
+    own rows and whose senders' replicas travel), on the CPU, without
     Clique Averaging, where every round's operator with all links up takes the sparse form
     (``links``: per round of the period, its (receivers, senders))."""
     if algorithm not in ("dsgd", "matcha", "push_sum", "choco") or device.type != "cpu" \
             or clique_averaging:
         return False
     if algorithm == "choco" and mask != "common_randk":
-        return False
-    if transport != "digital" and decay:
         return False
     return all(not dense_form(n, int(recv.size) + n) for recv, _ in links)
 

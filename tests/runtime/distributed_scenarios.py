@@ -124,6 +124,13 @@ SCENARIOS = {
                                                     dropout=0.2, eval_every=3, **_OTA)),
     "resume_split_digital4_ring30": ("ring", 30, dict(rounds=6, transport="digital", bits=4,
                                                       dropout=0.2, eval_every=3, **_OTA)),
+    # D-SGD's difference form keeping state (decay 0.25 on a 4-regular graph of 48, sparse)
+    "split_dsgd_kreg48_ota": ("k_regular", 48, dict(rounds=5, dropout=0.2, local_steps=2,
+                                                    eval_every=2, **_OTA)),
+    "split_dsgd_kreg48_save": ("k_regular", 48, dict(rounds=3, dropout=0.2, eval_every=3,
+                                                     **_OTA)),
+    "resume_split_dsgd_kreg48": ("k_regular", 48, dict(rounds=6, dropout=0.2, eval_every=3,
+                                                       **_OTA)),
     # written by R ranks at round 3, resumed by one process to round 6; and the other way
     "split_dsgd_ring30_save": ("ring", 30, dict(rounds=3, dropout=0.2, eval_every=3, **_OTA)),
     "resume_split_dsgd_ring30": ("ring", 30, dict(rounds=6, dropout=0.2, eval_every=3,
