@@ -23,15 +23,16 @@ are the block's. Everything else is the single-process engine's code, run on eve
   top-k masks (whose receivers' noise draws depend on every receiver's listening set) receive
   every block in one ``all_gather`` instead (:meth:`DistributedTrainer._reach`), as does a
   trainer built with ``exchange='all'``;
-- split by rows (:mod:`.row_split`; automatic where it applies: D-SGD sending models or
-  centred models (decay 0), on the ideal channel, digital D-SGD (exact or quantised
+- split by rows (:mod:`.row_split`; automatic where it applies: D-SGD in either
+  over-the-air form or on the ideal channel, digital D-SGD (exact or quantised
   packets), MATCHA over either, push-sum and CHOCO with the common rand-k mask, on the CPU,
   where every operator of the single-process run takes the sparse form, i.e. more than 2000
   clients or fewer than N^2 / 8 nonzeros of W: a ring of 25 or more), a rank holds only its
   block and its halo, the senders into its block over the topology's period
   (:attr:`DistributedTrainer.held`), in the clients' order, and the rule's state for those rows
-  (push-sum's weights, CHOCO's replicas and aggregates, quantised gossip's public copies;
-  every link's missed packets are counted on every rank), and applies the rule to that table
+  (push-sum's weights, CHOCO's replicas and aggregates, quantised gossip's public copies,
+  the difference form's aggregates and remembered centred models; every link's missed
+  packets and last delivery are counted on every rank), and applies the rule to that table
   with its share of the links (:class:`.row_split.LocalLinks`): each row of the sparse product
   adds the same nonzeros in the same order, every per-receiver quantity comes from the
   receiver's own links, and the round's noise (and the quantiser's uniforms) are drawn whole,
@@ -71,14 +72,13 @@ accuracy counts: the exchange saves on the rounds that are not evaluated (split 
 evaluated round receives every block's columns slab by slab for the average model instead).
 
 Memory per rank: split by rows, the table of its block and halo ((B + H) x d: on a ring
-B + 2 rows), its scratch buffer and the round's temporaries of the same size, the block's
-momentum, gradients and batches, and on evaluated rounds a slab of N x (about B d / 4N)
-columns (a quarter of a block's numbers, twice: the gathered pieces and the slab); measured
-with ``benchmarks/bench_distributed.py`` (docs/runtime.md). Otherwise (D-SGD's stateful
-difference form, CHOCO with top-k masks, FedAvg, FedProx,
-paper_literal, Clique Averaging, dense operators, a GPU, ``exchange='all'``) it is still the
-N x d stack, its scratch buffer and the rule's state, as in one process: the rows a rank does
-not need are kept, stale. Not split in either case: a checkpoint gathers every model, the
+B + 2 rows), its scratch buffer and the round's temporaries of the same size, the rule's state
+for those rows, the block's momentum, gradients and batches, and on evaluated rounds a slab of
+N x (about B d / 4N) columns (a quarter of a block's numbers, twice: the gathered pieces and
+the slab); measured with ``benchmarks/bench_distributed.py`` (docs/runtime.md). Otherwise
+(CHOCO with top-k masks, FedAvg, FedProx, paper_literal, Clique Averaging, dense operators, a
+GPU, ``exchange='all'``) it is still the N x d stack, its scratch buffer and the rule's state,
+as in one process: the rows a rank does not need are kept, stale. Not split in either case: a checkpoint gathers every model, the
 momentum and the rule's rows on rank 0 (which holds them while it writes), a resume sends the
 whole checkpoint to every rank before each keeps its rows, and a rewiring gathers every row on
 every rank before the new links' rows are kept.

@@ -2,7 +2,7 @@
 
 In a run over several processes (:mod:`.distributed`) a rank trains a contiguous block
 [lo, hi) of the clients. Where the update rule's receivers use only their own links, their own
-state and their senders' current rows (D-SGD sending models or centred models with decay 0,
+state and their senders' rows (D-SGD in either over-the-air form or on the ideal channel,
 digital D-SGD with exact or quantised packets, MATCHA over either, push-sum, CHOCO with the
 common rand-k mask: :func:`splits`), the rank holds only the rows it needs: its block and the
 halo, the senders j of every link (i, j) with receiver i in the block over the topology's
