@@ -401,10 +401,10 @@ class DistributedTrainer(Trainer):
         self.b1 = self.b0 + (self.hi - self.lo)
         return int(self.held.size)
 
-    def _split_rows(self) -> np.ndarray | None:
-        """The rows this rank holds when the run is split by rows (:func:`.row_split.splits`),
-        else None: its block and every sender into it over the period (MATCHA: every edge of
-        the graph, whose matchings it samples)."""
+    def _split_rows(self, rank: int | None = None) -> np.ndarray | None:
+        """The rows this rank (or ``rank``) holds when the run is split by rows
+        (:func:`.row_split.splits`), else None: its block and every sender into it over the
+        period (MATCHA: every edge of the graph, whose matchings it samples)."""
         if self.exchange != "auto" or self.group.world < 2:
             return None
         cfg = self.config
@@ -418,7 +418,8 @@ class DistributedTrainer(Trainer):
         if not splits(self.algorithm, self.device, self.n, links,
                       clique_averaging_enabled(self.topology), cfg.mask):
             return None
-        return held_rows(self.lo, self.hi, links)
+        lo, hi = self.bounds[self.rank if rank is None else rank]
+        return held_rows(lo, hi, links)
 
     def _localise(self) -> None:
         """This rank's share of every link set of the schedule (split by rows)."""
@@ -880,7 +881,11 @@ class DistributedTrainer(Trainer):
         elif op == "rewire":
             self._rewire(message[1], message[2])
         elif op == "load":
-            self._restore(message[1], message[2], None)
+            import torch.distributed as dist
+
+            box: list[Any] = [None]
+            dist.recv_object_list(box, src=0, device=torch.device("cpu"))
+            self._restore(box[0], message[1], None)
         elif op == "load_failed":
             raise ExecutionError(message[1])
         else:
@@ -979,6 +984,8 @@ class DistributedTrainer(Trainer):
         :attr:`checkpoint_owner` is set) and every rank restores it."""
         from .checkpoint import read
 
+        import torch.distributed as dist
+
         if self.rank == 0:
             try:
                 state = read(path)
@@ -986,13 +993,50 @@ class DistributedTrainer(Trainer):
             except AirPlanError as exc:
                 _send(("load_failed", str(exc)))
                 raise
-            _send(("load", state, str(path)))
+            _send(("load", str(path)))
+            for rank in range(1, self.group.world):    # each rank's share of the state
+                dist.send_object_list([self._share_of(state, rank)], dst=rank,
+                                      device=torch.device("cpu"))
         else:
             self._obey(_receive())
+
+    def _share_of(self, state: dict, rank: int) -> dict:
+        """Rank ``rank``'s share of a checkpoint's state: the whole state where the run is not
+        split by rows; else its rows of the models and of the rule's per-client state, its
+        block's momentum, its links' share of the per-link counts (every link's kept aside, as
+        every rank counts them all), and ``held``."""
+        held = self._split_rows(rank)
+        if held is None:
+            return state
+        lo, hi = self.bounds[rank]
+        index = torch.from_numpy(held)
+        rule = dict(state["rule"])
+        per_link = {k: rule[k] for k in ("sent", "missed") if k in rule}
+        for key in ("w", "xhat", "s"):                 # one row per client
+            if key in rule:
+                rule[key] = rule[key][index]
+        if "kept" in rule:                              # rounds x clients x d
+            rule["kept"] = rule["kept"][:, index]
+        if "sent" in rule:                              # a static topology's links
+            recv = self.link_schedule[0].recv
+            rule["sent"] = rule["sent"][torch.from_numpy(
+                np.flatnonzero((recv >= lo) & (recv < hi)))]
+        return {**state, "x": state["x"][index], "m": state["m"][lo:hi], "rule": rule,
+                "held": held, "per_link": per_link}
 
     def _restore(self, state: dict, path: str, owner: dict | None) -> None:
         from .checkpoint import restore
 
+        if "held" in state:                  # this rank's share (:meth:`_share_of`)
+            if not np.array_equal(state["held"], self.held):
+                raise ExecutionError("the rows rank 0 sent are not the rows this rank holds")
+            restore(self, state, path, owner, rows=int(self.held.size))
+            self._scratch = torch.empty_like(self.x)
+            self._g = torch.empty_like(self.m)
+            counts = state["per_link"]
+            self._missed = counts["missed"].numpy().copy() if "missed" in counts else None
+            self._sent = counts["sent"].numpy().copy() if "sent" in counts else None
+            return
         restore(self, state, path, owner)
         if self.held is not None:            # the rows this rank holds
             index = to_device(self.held, self.device)
