@@ -78,10 +78,11 @@ N x (about B d / 4N) columns (a quarter of a block's numbers, twice: the gathere
 the slab); measured with ``benchmarks/bench_distributed.py`` (docs/runtime.md). Otherwise
 (CHOCO with top-k masks, FedAvg, FedProx, paper_literal, Clique Averaging, dense operators, a
 GPU, ``exchange='all'``) it is still the N x d stack, its scratch buffer and the rule's state,
-as in one process: the rows a rank does not need are kept, stale. Not split in either case: a checkpoint gathers every model, the
-momentum and the rule's rows on rank 0 (which holds them while it writes), a resume sends the
-whole checkpoint to every rank before each keeps its rows, and a rewiring gathers every row on
-every rank before the new links' rows are kept.
+as in one process: the rows a rank does not need are kept, stale. A resume sends each rank only
+its share of the checkpoint (:meth:`DistributedTrainer._share_of`). Not split in either case:
+rank 0 holds the whole checkpoint while it reads or writes it (a checkpoint gathers every
+model, the momentum and the rule's rows there), and a rewiring gathers every row on every rank
+before the new links' rows are kept.
 
 Two ways to drive it:
 
@@ -89,8 +90,9 @@ Two ways to drive it:
   as a single process would (it alone reads and writes the catalog) and, whenever it builds a
   trainer, sends the job to the other ranks, which wait in :func:`serve`; checkpoints (rank 0
   writes them, every client's model, momentum and rule state gathered from its rank),
-  resumes (rank 0 reads the file and sends its state), re-optimisation (a rewiring on rank 0
-  is repeated on every rank) and the callback's decisions travel as messages from rank 0.
+  resumes (rank 0 reads the file and sends each rank its state), re-optimisation (a rewiring
+  on rank 0 is repeated on every rank) and the callback's decisions travel as messages from
+  rank 0.
 - *every rank* (Python): each process builds ``DistributedTrainer(config, dataset, partition,
   topology)`` with the same arguments and calls ``run``, ``save`` or ``load`` at the same points;
   the callback runs on rank 0 and its ``"stop"`` applies to all.
