@@ -398,10 +398,33 @@ class DistributedTrainer(Trainer):
         self.held = self._split_rows()
         if self.held is None:
             self.b0, self.b1 = self.lo, self.hi
-            return self.n
-        self.b0 = int(np.searchsorted(self.held, self.lo))
-        self.b1 = self.b0 + (self.hi - self.lo)
-        return int(self.held.size)
+        else:
+            self.b0 = int(np.searchsorted(self.held, self.lo))
+            self.b1 = self.b0 + (self.hi - self.lo)
+        rows = self.n if self.held is None else int(self.held.size)
+        self._check_memory(rows)
+        return rows
+
+    def _check_memory(self, rows: int) -> None:
+        """Refuse, before allocating, a share this rank's memory cannot hold: ``rows`` clients'
+        models, scratch copy and rule state and its block's momentum and gradients (the GPU's
+        free memory for a CUDA device)."""
+        from ..plans.footprint import MEMORY_SHARE, available_memory, gib, training_bytes
+
+        cfg = self.config
+        need = training_bytes(self.n, self.d, self.algorithm, cfg.transport, cfg.bits,
+                              held=rows, trained=self.hi - self.lo)
+        if self.device.type == "cuda":
+            available: int | None = int(torch.cuda.mem_get_info(self.device)[0])
+        else:
+            available = available_memory()
+        if available is not None and need > MEMORY_SHARE * available:
+            raise ExecutionError(
+                f"rank {self.rank} of {self.group.world} holds {rows} of {self.n} clients' "
+                f"models ({self.hi - self.lo} trained here) of a {self.d}-parameter model with "
+                f"{self.algorithm}: ~{gib(need)} needed, {gib(MEMORY_SHARE * available)} "
+                f"available on {self.device}: start more processes, or use fewer clients or "
+                f"a smaller model")
 
     def _split_rows(self, rank: int | None = None) -> np.ndarray | None:
         """The rows this rank (or ``rank``) holds when the run is split by rows

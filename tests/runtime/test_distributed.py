@@ -481,3 +481,35 @@ def test_cli_ranks_option_trains_like_one_process(tmp_path):
                               "SELECT 1"], cwd=tmp_path, env=_env(), capture_output=True,
                              text=True, timeout=120)
     assert refused.returncode == 2 and "--ranks" in refused.stderr
+
+
+def test_a_rank_refuses_a_share_its_memory_cannot_hold(monkeypatch):
+    """Each rank checks the rows it holds before allocating them: a split share (its block of
+    500 and 2 neighbours) fits where the whole stack would not."""
+    from airplan_qo.plans import footprint
+    from airplan_qo.runtime.engine import RunConfig
+
+    trainer = distributed.DistributedTrainer.__new__(distributed.DistributedTrainer)
+    trainer.config, trainer.algorithm = RunConfig(), "dsgd"
+    trainer.n, trainer.d, trainer.lo, trainer.hi = 1000, 4810, 0, 500
+    trainer.device = torch.device("cpu")
+    trainer.group = distributed.Group(0, 2, 0, "gloo")
+    monkeypatch.setattr(footprint, "available_memory", lambda: 60 * 2 ** 20)
+    trainer._check_memory(502)                       # ~38.6 MB of 48 MiB
+    with pytest.raises(ExecutionError, match=r"rank 0 of 2 holds 1000 of 1000 clients' models "
+                                             r"\(500 trained here\).*start more processes"):
+        trainer._check_memory(1000)                  # ~57.7 MB
+
+
+def test_a_run_over_processes_is_not_refused_for_the_whole_stack(monkeypatch):
+    """Rank 0 does not refuse a run over several processes for the memory of every client's
+    models: each rank checks its own share (above)."""
+    from airplan_qo.plans import footprint
+    from airplan_qo.runtime import execution
+    from airplan_qo.runtime.engine import RunConfig
+
+    monkeypatch.setattr(footprint, "available_memory", lambda: 2 ** 20)
+    with pytest.raises(ExecutionError, match="needs ~"):
+        execution._check_training_memory(1000, 4810, RunConfig())
+    monkeypatch.setattr(distributed, "active", lambda: distributed.Group(0, 2, 0, "gloo"))
+    execution._check_training_memory(1000, 4810, RunConfig())
