@@ -395,15 +395,16 @@ class DistributedTrainer(Trainer):
     # the rows held (module docstring; :mod:`.row_split`)
 
     def _rows_held(self) -> int:
-        self.held = self._split_rows()
-        if self.held is None:
-            self.b0, self.b1 = self.lo, self.hi
-        else:
-            self.b0 = int(np.searchsorted(self.held, self.lo))
-            self.b1 = self.b0 + (self.hi - self.lo)
+        self._place(self._split_rows())
         rows = self.n if self.held is None else int(self.held.size)
         self._check_memory(rows)
         return rows
+
+    def _place(self, held: np.ndarray | None) -> None:
+        """Hold the rows of ``held`` (None: every row); the block is ``x[b0:b1]``."""
+        self.held = held
+        self.b0 = self.lo if held is None else int(np.searchsorted(held, self.lo))
+        self.b1 = self.b0 + (self.hi - self.lo)
 
     def _check_memory(self, rows: int) -> None:
         """Refuse, before allocating, a share this rank's memory cannot hold: ``rows`` clients'
@@ -1103,8 +1104,8 @@ class DistributedTrainer(Trainer):
             if "missed" in rule:
                 rows["missed"] = torch.from_numpy(self._missed.copy())
             self.x = self.models()
-            self.held, self._local = None, []
-            self.b0, self.b1 = self.lo, self.hi
+            self._place(None)
+            self._local = []
             self._scratch = torch.empty_like(self.x)
             set_rule_rows(self.rule, self.n)
             self._sent = None
@@ -1118,9 +1119,7 @@ class DistributedTrainer(Trainer):
         held = self._split_rows()
         if held is not None:
             self.x = self.x[to_device(held, self.device)]
-            self.held = held
-            self.b0 = int(np.searchsorted(held, self.lo))
-            self.b1 = self.b0 + (self.hi - self.lo)
+            self._place(held)
             self._scratch = torch.empty_like(self.x)
             set_rule_rows(self.rule, int(held.size))
             rule = self.rule.state()
