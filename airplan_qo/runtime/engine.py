@@ -507,7 +507,8 @@ class Trainer:
 
     def _rows_held(self) -> int:
         """How many clients' rows this process holds in ``x`` (all N in a single process);
-        the D-SGD and digital rules are built for that many rows."""
+        the rules a run split by rows applies (D-SGD, digital, MATCHA, push-sum, CHOCO) are
+        built for that many rows."""
         return self.n
 
     def _finite(self) -> bool:
