@@ -133,6 +133,9 @@ SCENARIOS = {
                                                        **_OTA)),
     # written by R ranks at round 3, resumed by one process to round 6; and the other way
     "split_dsgd_ring30_save": ("ring", 30, dict(rounds=3, dropout=0.2, eval_every=3, **_OTA)),
+    # uneven blocks (11, 10, 10 on 3 ranks): rank 0 closes the gaps of the padded gather
+    "split_choco_ring31_save": ("ring", 31, dict(rounds=3, k_ratio=0.1, dropout=0.2,
+                                                 eval_every=3, **_OTA)),
     "resume_split_dsgd_ring30": ("ring", 30, dict(rounds=6, dropout=0.2, eval_every=3,
                                                   **_OTA)),
     # rank 0's callback rewires to the complete graph (every row held again) at round 2

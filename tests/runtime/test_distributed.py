@@ -109,7 +109,8 @@ THREE = ["push_sum_ring_ota_dropout", "dsgd_peer_ota_dropout", "choco_ring_ota_d
          "split_push_sum_ring30_save", "split_choco_ring30_ota", "split_choco_peer32_ota",
          "split_choco_ring30_save", "resume_split_choco_ring30", "split_digital4_ring30",
          "split_digital4_peer32", "split_digital4_ring30_save", "resume_split_digital4_ring30",
-         "split_dsgd_kreg48_ota", "split_dsgd_kreg48_save", "resume_split_dsgd_kreg48"]
+         "split_dsgd_kreg48_ota", "split_dsgd_kreg48_save", "resume_split_dsgd_kreg48",
+         "split_choco_ring31_save"]
 SPARSE = [name for name in S.SCENARIOS
           if "_sparse" in name and not name.startswith(("callback_", "resume_"))]
 
@@ -166,6 +167,7 @@ def test_distributed_run_equals_the_single_process_run(ranks, world, name):
                                          (2, "split_digital4_ring30_save"),
                                          (3, "split_digital4_ring30_save"),
                                          (2, "split_dsgd_kreg48_save"),
+                                         (3, "split_choco_ring31_save"),
                                          (3, "split_dsgd_kreg48_save"),
                                          (2, "callback_split_rewire")])
 def test_checkpoint_of_several_processes_is_the_single_process_checkpoint(ranks, world, name,
