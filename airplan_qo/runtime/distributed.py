@@ -122,7 +122,7 @@ from .push_sum import PushSum
 from ..plans.operators import WEIGHT_REPEATS
 from .digital import SCALE_BITS
 from .row_split import COLUMN_SLAB, HaloNoise, LocalLinks, column_mean, global_exchange, \
-    held_rows, local_round, set_rule_rows, splits
+    held_rows, local_round, set_rule_rows, splits, table_rows
 
 __all__ = ["DISTRIBUTED_ALGORITHMS", "EXCHANGES", "DistributedTrainer", "Group",
            "RoundTraffic", "active", "blocks", "check_distributed", "init", "launched", "lead",
@@ -396,14 +396,15 @@ class DistributedTrainer(Trainer):
 
     def _rows_held(self) -> int:
         self._place(self._split_rows())
-        rows = self.n if self.held is None else int(self.held.size)
+        rows = self.n if self.held is None else self._table_rows()
         self._check_memory(rows)
         return rows
 
     def _place(self, held: np.ndarray | None) -> None:
-        """Hold the rows of ``held`` (None: every row); the block is ``x[b0:b1]``."""
+        """Hold the rows of ``held`` (None: every row); the block is ``x[b0:b1]`` (first in the
+        table of a run split by rows)."""
         self.held = held
-        self.b0 = self.lo if held is None else int(np.searchsorted(held, self.lo))
+        self.b0 = self.lo if held is None else 0
         self.b1 = self.b0 + (self.hi - self.lo)
 
     def _check_memory(self, rows: int) -> None:
@@ -427,13 +428,12 @@ class DistributedTrainer(Trainer):
                 f"available on {self.device}: start more processes, or use fewer clients or "
                 f"a smaller model")
 
-    def _split_rows(self, rank: int | None = None) -> np.ndarray | None:
-        """The rows this rank (or ``rank``) holds when the run is split by rows
-        (:func:`.row_split.splits`), else None: its block and every sender into it over the
-        period (MATCHA: every edge of the graph, whose matchings it samples)."""
+    def _split_links(self) -> list[tuple[np.ndarray, np.ndarray]] | None:
+        """Per round of the period, (receivers, senders) of its links where the run is split by
+        rows (:func:`.row_split.splits`; MATCHA: every edge of the graph, whose matchings it
+        samples), else None."""
         if self.exchange != "auto" or self.group.world < 2:
             return None
-        cfg = self.config
         if self.algorithm == "matcha":
             from ..plans.graphs import edge_arrays
 
@@ -442,19 +442,43 @@ class DistributedTrainer(Trainer):
         else:
             links = [(ls.recv, ls.send) for ls in self.link_schedule]
         if not splits(self.algorithm, self.device, self.n, links,
-                      clique_averaging_enabled(self.topology), cfg.mask):
+                      clique_averaging_enabled(self.topology), self.config.mask):
+            return None
+        return links
+
+    def _split_rows(self, rank: int | None = None) -> np.ndarray | None:
+        """The clients this rank (or ``rank``) holds rows of over the period when the run is
+        split by rows, else None: its block and every sender into it."""
+        links = self._split_links()
+        if links is None:
             return None
         lo, hi = self.bounds[self.rank if rank is None else rank]
         return held_rows(lo, hi, links)
 
-    def _localise(self) -> None:
-        """This rank's share of every link set of the schedule (split by rows)."""
-        self._local = ([(links, LocalLinks(links, self.held, self.lo, self.hi))
+    def _table_rows(self, rank: int | None = None) -> int:
+        """The rows of the table of this rank (or ``rank``) of a run split by rows: its block
+        and the most senders from outside it of any round."""
+        lo, hi = self.bounds[self.rank if rank is None else rank]
+        return table_rows(lo, hi, self._split_links())
+
+    def _localise(self, rows: int | None = None) -> None:
+        """This rank's share of every link set of the schedule (split by rows), for a table of
+        ``rows`` rows (``x``'s by default)."""
+        rows = self.x.shape[0] if rows is None else rows
+        self._local = ([(links, LocalLinks(links, self.lo, self.hi, rows))
                         for links in self.link_schedule] if self.held is not None else [])
 
+    def _local_of(self, links: Any) -> LocalLinks:
+        """This rank's share of ``links`` (split by rows)."""
+        return next(local for whole, local in self._local if whole is links)
+
+    def _next_rows(self) -> np.ndarray:
+        """The clients of the table's rows in the next round (split by rows)."""
+        return self._local_of(self.link_schedule[self.round % len(self.link_schedule)]).held
+
     def _local_index(self, rows: np.ndarray) -> np.ndarray:
-        """Rows of ``x`` holding the given clients."""
-        return rows if self.held is None else np.searchsorted(self.held, rows)
+        """Rows of ``x`` holding the given clients this round."""
+        return rows if self.held is None else self._local_of(self.links).position(rows)
 
     @property
     def split(self) -> bool:
@@ -479,7 +503,7 @@ class DistributedTrainer(Trainer):
         if self.held is None:
             return super()._mix(links, x_prev)
         cfg = self.config
-        mine = next(local for whole, local in self._local if whole is self.links)
+        mine = self._local_of(self.links)
         mine.seen = None
         inner = _inner(self.rule)
         pushes = isinstance(inner, PushSum)
@@ -502,8 +526,8 @@ class DistributedTrainer(Trainer):
             self.lo, self.hi,
             draws=self.channel.noisy and (isinstance(inner, (DSGD, Choco))
                                           or (pushes and not inner.digital)),
-            held=self.held, n=self.n)
-        result = self.rule.communicate(self.x, mine, local_round(links, self.held), noise,
+            held=mine.held, n=self.n)
+        result = self.rule.communicate(self.x, mine, local_round(links, mine.held), noise,
                                        train_gen=self.train_gen, x_prev=x_prev,
                                        scratch=self._scratch,
                                        tx_power_w=dbm_to_watt(cfg.channel.tx_power_dbm),
@@ -1031,10 +1055,12 @@ class DistributedTrainer(Trainer):
         split by rows; else its rows of the models and of the rule's per-client state, its
         block's momentum, its links' share of the per-link counts (every link's kept aside, as
         every rank counts them all), and ``held``."""
-        held = self._split_rows(rank)
-        if held is None:
+        if self._split_rows(rank) is None:
             return state
         lo, hi = self.bounds[rank]
+        # the clients of that rank's table rows in the round the run goes on with
+        nxt = self.link_schedule[int(state["round"]) % len(self.link_schedule)]
+        held = LocalLinks(nxt, lo, hi, self._table_rows(rank)).held
         index = torch.from_numpy(held)
         rule = dict(state["rule"])
         per_link = {k: rule[k] for k in ("sent", "missed") if k in rule}
@@ -1054,9 +1080,9 @@ class DistributedTrainer(Trainer):
         from .checkpoint import restore
 
         if "held" in state:                  # this rank's share (:meth:`_share_of`)
-            if not np.array_equal(state["held"], self.held):
+            restore(self, state, path, owner, rows=int(self.x.shape[0]))
+            if not np.array_equal(state["held"], self._next_rows()):
                 raise ExecutionError("the rows rank 0 sent are not the rows this rank holds")
-            restore(self, state, path, owner, rows=int(self.held.size))
             self._scratch = torch.empty_like(self.x)
             self._g = torch.empty_like(self.m)
             counts = state["per_link"]
@@ -1065,7 +1091,7 @@ class DistributedTrainer(Trainer):
             return
         restore(self, state, path, owner)
         if self.held is not None:            # the rows this rank holds
-            index = to_device(self.held, self.device)
+            index = to_device(self._next_rows(), self.device)
             self.x = self.x[index]
             self._scratch = torch.empty_like(self.x)
             rule = self.rule.state()
@@ -1118,18 +1144,19 @@ class DistributedTrainer(Trainer):
         Trainer.rewire(self, topology, k_ratio)
         held = self._split_rows()
         if held is not None:
-            self.x = self.x[to_device(held, self.device)]
             self._place(held)
+            self._localise(self._table_rows())
+            index = self._next_rows()
+            self.x = self.x[to_device(index, self.device)]
             self._scratch = torch.empty_like(self.x)
-            set_rule_rows(self.rule, int(held.size))
+            set_rule_rows(self.rule, int(index.size))
             rule = self.rule.state()
-            rows = {k: v[to_device(held, v.device)] for k, v in rule.items()
+            rows = {k: v[to_device(index, v.device)] for k, v in rule.items()
                     if self._per_row(v, self.n)}
             if "missed" in rule:
                 self._missed = rule["missed"].cpu().numpy().copy()
             if rows:
                 self.rule.set_state({**rule, **rows})
-            self._localise()
         self._attach()
 
 

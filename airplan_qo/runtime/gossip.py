@@ -167,9 +167,10 @@ class LinkSet:
         self.index = {(int(r), int(s)): i for i, (r, s) in enumerate(zip(self.recv, self.send))}
         self.weights = w
         self.device = torch.device(device or "cpu")
-        #: whether every operator built from these links takes the sparse form whatever its
-        #: density (a rank's share of the links in a run split by rows, :mod:`.row_split`)
-        self.sparse_only = False
+        #: the client of each row where the rows are not the clients in order (a rank's share
+        #: of the links in a run split by rows, :mod:`.row_split`): every operator built from
+        #: these links then takes the sparse form, each row's entries in the clients' order
+        self.columns: np.ndarray | None = None
         self._base: Operator | None = None
 
     def operator(self, up: np.ndarray) -> "Operator":
@@ -177,10 +178,10 @@ class LinkSet:
         if up.all():
             if self._base is None:
                 self._base = Operator(self.n, self.recv, self.send, self.w, self.diag,
-                                      device=self.device, sparse=self.sparse_only)
+                                      device=self.device, columns=self.columns)
             return self._base
         return Operator(self.n, self.recv[up], self.send[up], self.w[up], self.diag,
-                        device=self.device, sparse=self.sparse_only)
+                        device=self.device, columns=self.columns)
 
     def up(self, links: RoundLinks) -> np.ndarray:
         """Directed-link up mask (2E,) from the round's undirected edge mask."""
@@ -200,16 +201,18 @@ class Operator:
     dense ``torch.mm`` or sparse by density (see :data:`SPARSE_ADVANTAGE`). The sparse form is
     scipy CSR on the CPU and a torch CSR tensor elsewhere (``torch_sparse=True`` forces the
     torch form on the CPU too, to test it); the matrix is built in float64 and stored in float32
-    either way. ``sparse=True`` takes the sparse form whatever the density: a row of the
-    scipy form adds its nonzeros one after the other in column order, so a rank of a run split
-    by rows (:mod:`.row_split`) computes its rows as the whole operator does."""
+    either way. ``columns`` (the client of each row and column, where they are not the clients
+    in order) takes the sparse form whatever the density and stores each row's entries in the
+    order of those clients: a row of the scipy form adds its entries one after the other in the
+    order stored, so a rank of a run split by rows (:mod:`.row_split`), whose table holds its
+    block first, computes its rows as the whole operator does."""
 
     def __init__(self, n: int, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray,
                  diag: np.ndarray | None = None, *, device: torch.device | str | None = None,
-                 torch_sparse: bool | None = None, sparse: bool = False):
+                 torch_sparse: bool | None = None, columns: np.ndarray | None = None):
         device = torch.device(device or "cpu")
         nnz = rows.size + (n if diag is not None else 0)
-        self.dense = not sparse and dense_form(n, nnz)
+        self.dense = columns is None and dense_form(n, nnz)
         self.scipy = False
         if self.dense:
             m = np.zeros((n, n), dtype=np.float64)
@@ -224,6 +227,8 @@ class Operator:
             m = m + sp.diags(diag)
         self._exact = sp.csr_matrix(m, dtype=np.float64)
         csr = sp.csr_matrix(m, dtype=np.float32)
+        if columns is not None:
+            self._exact, csr = _in_order(self._exact, columns), _in_order(csr, columns)
         if not (torch_sparse if torch_sparse is not None else device.type != "cpu"):
             self.scipy = True
             self.matrix = csr
@@ -252,6 +257,14 @@ class Operator:
         if self.scipy:
             return torch.from_numpy(np.ascontiguousarray(self.matrix @ y.contiguous().numpy()))
         return torch.sparse.mm(self.matrix, y.contiguous())
+
+
+def _in_order(csr: sp.csr_matrix, columns: np.ndarray) -> sp.csr_matrix:
+    """``csr`` with each row's entries stored in the order of ``columns[j]`` (not sorted by
+    j; scipy's product with a dense matrix adds them in the order stored)."""
+    rows = np.repeat(np.arange(csr.shape[0]), np.diff(csr.indptr))
+    order = np.lexsort((columns[csr.indices], rows))
+    return sp.csr_matrix((csr.data[order], csr.indices[order], csr.indptr), shape=csr.shape)
 
 
 def dense_form(n: int, nnz: int) -> bool:
@@ -294,7 +307,7 @@ def dsgd_mix(x: torch.Tensor, links: LinkSet, up: np.ndarray,
     down = ~up
     np.add.at(diag, links.recv[down], links.w[down])
     return Operator(links.n, links.recv[up], links.send[up], links.w[up], diag,
-                    device=links.device, sparse=links.sparse_only).apply(x, out)
+                    device=links.device, columns=links.columns).apply(x, out)
 
 
 def _received_noise_rows(channel: Channel, power_per_coord: np.ndarray, g_min: np.ndarray,
@@ -447,7 +460,7 @@ class DSGD:
         lids = np.flatnonzero(up)
         tau = self.sent[lids]
         received = Operator(self.n, links.recv[lids], links.send[lids], links.w[lids],
-                            device=links.device, sparse=links.sparse_only).apply(p)
+                            device=links.device, columns=links.columns).apply(p)
         power = np.zeros(self.n)
         payload = np.empty(lids.size)
         for r in np.unique(tau):
@@ -459,7 +472,7 @@ class DSGD:
                 old = self.kept[int(r)]
                 received -= Operator(self.n, links.recv[lids[sel]], links.send[lids[sel]],
                                      c * links.w[lids[sel]], device=links.device,
-                                     sparse=links.sparse_only).apply(old)
+                                     columns=links.columns).apply(old)
                 norms = (torch.linalg.vector_norm(p - c * old, dim=1).double() ** 2
                          ).cpu().numpy()
             payload[sel] = links.w[lids[sel]] ** 2 * norms[links.send[lids[sel]]]

@@ -109,7 +109,7 @@ class PushSum:
         w_col = self.w.to(device, x.dtype).unsqueeze(1)
         num = x * w_col                                         # x_j = w_j z_j
         op = Operator(self.n, recv, send, vals, diag, device=links.device,
-                      sparse=getattr(links, "sparse_only", False))
+                      columns=getattr(links, "columns", None))
         new_x = op.apply(num)
         new_w = torch.from_numpy(diag * self.w.cpu().numpy()).to(self.w.device)
         new_w.index_add_(0, to_device(recv, self.w.device),

@@ -48,8 +48,8 @@ from .gossip import DSGD, Choco, Exchange, LinkSet, dense_form
 from .push_sum import PushSum
 
 __all__ = ["COLUMN_SLAB", "NOISE_ROWS", "HaloNoise", "LocalLinks", "column_mean",
-           "draw_rows", "global_exchange", "held_rows", "local_round", "set_rule_rows",
-           "splits"]
+           "draw_rows", "global_exchange", "halo", "held_rows", "local_round", "set_rule_rows",
+           "splits", "table_rows"]
 
 #: Rows of one piece of the receivers' noise (the CPU generator's normal draws come in groups
 #: of 16 numbers, so pieces of 16 rows continue the stream of one whole draw exactly).
@@ -81,8 +81,8 @@ def splits(algorithm: str, device: torch.device, n: int,
 
 
 def held_rows(lo: int, hi: int, links: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
-    """The clients whose rows a rank with block [lo, hi) holds: the block and every sender of
-    a link into it over the period (``links``: per round, (receivers, senders)), sorted."""
+    """The clients whose rows a rank with block [lo, hi) holds over the period: the block and
+    every sender of a link into it (``links``: per round, (receivers, senders)), sorted."""
     parts = [np.arange(lo, hi, dtype=np.int64)]
     for recv, send in links:
         into = (recv >= lo) & (recv < hi)
@@ -90,38 +90,69 @@ def held_rows(lo: int, hi: int, links: list[tuple[np.ndarray, np.ndarray]]) -> n
     return np.unique(np.concatenate(parts))
 
 
+def table_rows(lo: int, hi: int, links: list[tuple[np.ndarray, np.ndarray]]) -> int:
+    """The rows of a rank's table: its block and the most senders from outside it of any round
+    (a round's halo rows are those of its own senders; they change with the round)."""
+    return (hi - lo) + max(halo(lo, hi, recv, send).size for recv, send in links)
+
+
+def halo(lo: int, hi: int, recv: np.ndarray, send: np.ndarray) -> np.ndarray:
+    """The senders into [lo, hi) from outside it, sorted."""
+    into = (recv >= lo) & (recv < hi)
+    out = np.asarray(send[into], dtype=np.int64)
+    return np.unique(out[(out < lo) | (out >= hi)])
+
+
 class LocalLinks(LinkSet):
     """A rank's share of a :class:`~.gossip.LinkSet`: the links whose receiver is in its block,
-    in the same order, with clients numbered by their row of the rank's table (``held``,
-    sorted); edges keep their global numbers, so the round's draws (:class:`~.channel.
-    RoundLinks` of every edge) apply as they are. Operators always take the sparse form.
-    :meth:`receiver_stats` remembers the round's draws it was given (MATCHA's, with the
+    in the same order, with clients numbered by their row of the rank's table of ``rows`` rows:
+    the block first, then this link set's senders from outside it (sorted), then rows no client
+    uses here (``held``: the client of each row, ``lo`` for the unused ones). Edges keep their
+    global numbers, so the round's draws (:class:`~.channel.RoundLinks` of every edge) apply as
+    they are. Operators take the sparse form with each row's entries in the clients' order
+    (``columns``). :meth:`up` remembers the round's draws it was given (MATCHA's, with the
     inactive matchings down), from which the round's traffic is counted."""
 
-    def __init__(self, links: LinkSet, held: np.ndarray, lo: int, hi: int):
+    def __init__(self, links: LinkSet, lo: int, hi: int, rows: int):
         into = np.flatnonzero((links.recv >= lo) & (links.recv < hi))
         #: the links' numbers among every link
         self.lids = into
-        self.n = int(held.size)
+        self.lo, self.hi = lo, hi
+        #: the senders from outside the block, in the rows after it
+        self.halo = halo(lo, hi, links.recv, links.send)
+        used = (hi - lo) + self.halo.size
+        if used > rows:
+            raise ValueError(f"{used} rows needed, the table has {rows}")
+        self.n = int(rows)
+        self.held = np.concatenate([np.arange(lo, hi), self.halo,
+                                    np.full(rows - used, lo)]).astype(np.int64)
+        self.columns = np.concatenate([self.held[:used],
+                                       links.n + np.arange(rows - used)]).astype(np.int64)
         self.u, self.v = links.u, links.v
-        self.recv = np.searchsorted(held, links.recv[into]).astype(links.recv.dtype)
-        self.send = np.searchsorted(held, links.send[into]).astype(links.send.dtype)
-        if not np.array_equal(held[self.send], links.send[into]):
+        self.recv = self.position(links.recv[into]).astype(links.recv.dtype)
+        self.send = self.position(links.send[into]).astype(links.send.dtype)
+        if not np.array_equal(self.held[self.send], links.send[into]):
             raise ValueError("a sender into the block is not among the rows held")
         self.edge = links.edge[into]
         self.w = links.w[into]
-        self.diag = links.diag[held]
+        self.diag = links.diag[self.held]
         self.complete_uniform = False
-        self.slot_of = links.slot_of[held]
+        self.slot_of = links.slot_of[self.held]
         self.index = {}
         self.weights = None
         self.device = links.device
-        self.sparse_only = True
         self._base = None
-        #: every link, and the clients of the table's rows (push-sum counts a sender's links)
-        self.whole, self.held = links, held
+        #: every link (push-sum counts a sender's links over all of them)
+        self.whole = links
         #: the round's draws as the rule last used them
         self.seen: RoundLinks | None = None
+
+    def position(self, clients: np.ndarray) -> np.ndarray:
+        """The rows of the table holding ``clients`` (of the block or the halo)."""
+        clients = np.asarray(clients, dtype=np.int64)
+        inside = (clients >= self.lo) & (clients < self.hi)
+        return np.where(inside, clients - self.lo,
+                        (self.hi - self.lo) + np.searchsorted(self.halo, clients))
 
     def up(self, links: RoundLinks) -> np.ndarray:
         self.seen = links
@@ -147,20 +178,23 @@ class HaloNoise:
         self._held, self._n = held, n
 
     def uniform(self, shape: tuple[int, ...]) -> torch.Tensor:
-        """The held rows of ``torch.rand(n, m)`` from the channel's generator, drawn
-        :data:`NOISE_ROWS` rows at a time (uniforms are drawn one number after the other, so
-        any pieces continue one draw exactly)."""
+        """The held rows (in the table's order) of ``torch.rand(n, m)`` from the channel's
+        generator, drawn :data:`NOISE_ROWS` rows at a time (uniforms are drawn one number after
+        the other, so any pieces continue one draw exactly)."""
         held = self._held
         if held is None or len(shape) != 2 or shape[0] != held.size:
             raise RuntimeError(f"unexpected uniform draw of size {shape} in a run split by rows")
         gen = self._channel.gen
+        order = np.argsort(held, kind="stable")
+        ranked = held[order]
         out = torch.empty(*shape, device=gen.device)
         for start in range(0, self._n, NOISE_ROWS):
             stop = min(self._n, start + NOISE_ROWS)
             piece = torch.rand(stop - start, shape[1], generator=gen, device=gen.device)
-            a, b = np.searchsorted(held, [start, stop])
+            a, b = np.searchsorted(ranked, [start, stop])
             if a < b:
-                out[a:b] = piece[torch.from_numpy(held[a:b] - start).to(gen.device)]
+                out[torch.from_numpy(order[a:b]).to(gen.device)] = \
+                    piece[torch.from_numpy(ranked[a:b] - start).to(gen.device)]
         return out
 
     def __getattr__(self, name: str) -> Any:

@@ -11,10 +11,10 @@ import torch
 
 from airplan_qo.plans.topology import TopologySpec, build
 from airplan_qo.runtime.channel import Channel
-from airplan_qo.runtime.gossip import DSGD, LinkSet, dsgd_mix, link_schedule
+from airplan_qo.runtime.gossip import DSGD, LinkSet, Operator, dsgd_mix, link_schedule
 from airplan_qo.runtime.row_split import (COLUMN_SLAB, HaloNoise, LocalLinks, column_mean,
                                           draw_rows, global_exchange, held_rows, local_round,
-                                          splits)
+                                          splits, table_rows)
 
 CPU = torch.device("cpu")
 
@@ -132,14 +132,15 @@ def test_which_runs_are_split_by_rows():
 
 
 @pytest.mark.parametrize("family, n, lo, hi", [("ring", 30, 10, 20), ("ring", 31, 0, 11),
-                                               ("one_peer_exponential", 32, 16, 32)])
+                                               ("one_peer_exponential", 32, 16, 32),
+                                               ("one_peer_exponential", 32, 8, 16)])
 def test_a_ranks_share_of_the_links_mixes_its_rows_as_the_whole_stack(family, n, lo, hi):
-    """D-SGD over the air (noise, shrinkage, drops) on the rank's table equals the block's
-    rows of the single-process round, and the round's exchange is the single-process one."""
+    """D-SGD over the air (noise, shrinkage, drops) on the rank's table (its block first, then
+    the round's senders) equals the block's rows of the single-process round, and the round's
+    exchange is the single-process one."""
     topology = build(TopologySpec.create(family, n))
     schedule = link_schedule(topology)
-    held = held_rows(lo, hi, [(ls.recv, ls.send) for ls in schedule])
-    b0 = int(np.searchsorted(held, lo))
+    rows = table_rows(lo, hi, [(ls.recv, ls.send) for ls in schedule])
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(n, 50, generator=gen)
     ref = x[0].clone()
@@ -149,28 +150,48 @@ def test_a_ranks_share_of_the_links_mixes_its_rows_as_the_whole_stack(family, n,
         rl = one.draw(n, links.u, links.v)
         assert np.array_equal(mine.draw(n, links.u, links.v).up, rl.up)
         whole = DSGD(n, 50, x0=ref, payload="difference").communicate(x.clone(), links, rl, one)
-        share = LocalLinks(links, held, lo, hi)
+        share = LocalLinks(links, lo, hi, rows)
+        assert share.held[:hi - lo].tolist() == list(range(lo, hi))
         noise = HaloNoise(mine, lambda: np.flatnonzero(links.receiver_stats(share.seen)[1] > 0),
                           lo, hi, draws=True)
-        part = DSGD(held.size, 50, x0=ref, payload="difference").communicate(
-            x[held].clone(), share, local_round(rl, held), noise)
+        part = DSGD(rows, 50, x0=ref, payload="difference").communicate(
+            x[torch.from_numpy(share.held)].clone(), share, local_round(rl, share.held), noise)
         noise.finish(50)
-        assert torch.equal(part.x[b0:b0 + hi - lo], whole.x[lo:hi])
+        assert torch.equal(part.x[:hi - lo], whole.x[lo:hi])
         assert torch.equal(mine.randn(4), one.randn(4))           # in step
         every = global_exchange(DSGD(n, 50), links, share.seen, 50, part.x)
         for key in ("k_recv", "n_tx", "link_nnz", "link_index_bits"):
             assert np.array_equal(getattr(every, key), getattr(whole, key)), key
 
 
-def test_the_share_mixes_ideal_rows_with_the_sparse_form():
+def test_the_share_mixes_in_the_clients_order_not_the_tables():
+    """Row i of the share's operator adds its terms in the clients' order, as the whole
+    operator does; in the table's order (the block first) the sums round differently."""
     topology = build(TopologySpec.create("ring", 30))
     links = LinkSet(topology)
-    held = held_rows(0, 15, [(links.recv, links.send)])
-    share = LocalLinks(links, held, 0, 15)
-    assert share.sparse_only and share.n == held.size == 17
-    x = torch.randn(30, 9, generator=torch.Generator().manual_seed(2))
+    share = LocalLinks(links, 10, 20, 12)
+    assert share.held.tolist() == list(range(10, 20)) + [9, 20]
+    x = torch.randn(30, 777, generator=torch.Generator().manual_seed(2)) * 1e3
     up = np.ones(links.recv.size, dtype=bool)
     up[::3] = False
+    mine = up[share.lids]
     whole = dsgd_mix(x, links, up)
-    part = dsgd_mix(x[held], share, up[np.flatnonzero(links.recv < 15)])
-    assert torch.equal(part[:15], whole[:15])
+    part = dsgd_mix(x[torch.from_numpy(share.held)], share, mine)
+    assert torch.equal(part[:10], whole[10:20])
+    # the same operator with its entries in the table's order (the block before the halo)
+    diag = share.diag.copy()
+    np.add.at(diag, share.recv[~mine], share.w[~mine])
+    table_order = Operator(share.n, share.recv[mine], share.send[mine], share.w[mine], diag,
+                           columns=np.arange(share.n))
+    other = table_order.apply(x[torch.from_numpy(share.held)])
+    assert torch.allclose(other[:10], whole[10:20])
+    assert not torch.equal(other[:10], whole[10:20])
+
+
+def test_a_tables_rows_are_its_block_and_the_most_senders_of_a_round():
+    peer = _links("one_peer_exponential", 32)
+    assert held_rows(8, 16, peer).size == 24      # over the period
+    assert table_rows(8, 16, peer) == 16           # one sender per client and round
+    assert table_rows(10, 20, _links("ring", 30)) == 12
+    with pytest.raises(ValueError, match="12 rows needed, the table has 11"):
+        LocalLinks(LinkSet(build(TopologySpec.create("ring", 30))), 10, 20, 11)
