@@ -23,23 +23,24 @@ are the block's. Everything else is the single-process engine's code, run on eve
   top-k masks (whose receivers' noise draws depend on every receiver's listening set) receive
   every block in one ``all_gather`` instead (:meth:`DistributedTrainer._reach`), as does a
   trainer built with ``exchange='all'``;
-- split by rows (:mod:`.row_split`; automatic where it applies: D-SGD in either
-  over-the-air form or on the ideal channel, digital D-SGD (exact or quantised
-  packets), MATCHA over either, push-sum and CHOCO with the common rand-k mask, on the CPU,
-  where every operator of the single-process run takes the sparse form, i.e. more than 2000
-  clients or fewer than N^2 / 8 nonzeros of W: a ring of 25 or more), a rank holds only its
-  block and its halo, the senders into its block over the topology's period
-  (:attr:`DistributedTrainer.held`), in the clients' order, and the rule's state for those rows
-  (push-sum's weights, CHOCO's replicas and aggregates, quantised gossip's public copies,
-  the difference form's aggregates and remembered centred models; every link's missed
-  packets and last delivery are counted on every rank), and applies the rule to that table
-  with its share of the links (:class:`.row_split.LocalLinks`): each row of the sparse product
-  adds the same nonzeros in the same order, every per-receiver quantity comes from the
-  receiver's own links, and the round's noise (and the quantiser's uniforms) are drawn whole,
-  16 rows at a time, keeping its rows (:class:`.row_split.HaloNoise`). The average model is
-  taken a slab of columns at a time (:func:`.row_split.column_mean`: every block's columns of
-  the slab gathered, then torch's mean over the rows, which equals those columns of the whole
-  stack's mean), so no rank holds every model on evaluated rounds or at the end of :meth:`run`
+- split by rows (:mod:`.row_split`; automatic where it applies: D-SGD in either over-the-air
+  form or on the ideal channel, digital D-SGD (exact or quantised packets), MATCHA over either,
+  push-sum and CHOCO with the common rand-k mask, on the CPU, where every operator of the
+  single-process run takes the sparse form, i.e. more than 2000 clients or fewer than N^2 / 8
+  nonzeros of W: a ring of 25 or more), a rank holds only its block and, after it, the round's
+  halo, the senders into its block in that round (a table of the block and the largest halo of
+  any round; :attr:`DistributedTrainer.held` lists every client it holds over the period), and
+  the rule's state for those rows (push-sum's weights, CHOCO's replicas and aggregates,
+  quantised gossip's public copies, the difference form's aggregates and remembered centred
+  models; every link's missed packets and last delivery are counted on every rank), and applies
+  the rule to that table with its share of the links (:class:`.row_split.LocalLinks`): each row
+  of the sparse product adds the same terms in the same order (stored in the clients' order),
+  every per-receiver quantity comes from the receiver's own links, and the round's noise (and
+  the quantiser's uniforms) are drawn whole, 16 rows at a time, keeping its rows
+  (:class:`.row_split.HaloNoise`). The average model is taken a slab of columns at a time
+  (:func:`.row_split.column_mean`: every block's columns of the slab gathered, then torch's
+  mean over the rows, which equals those columns of the whole stack's mean), so no rank holds
+  every model on evaluated rounds or at the end of :meth:`run`
   (:meth:`DistributedTrainer.models` gathers them on request);
 - otherwise every rank applies the update rule (:mod:`.gossip` and the other rule modules) to
   the whole N x d stack as one process does. Rows it neither owns nor received hold stale but
@@ -71,18 +72,19 @@ and N float64 norms, and on evaluated rounds every block (for the average model)
 accuracy counts: the exchange saves on the rounds that are not evaluated (split by rows, an
 evaluated round receives every block's columns slab by slab for the average model instead).
 
-Memory per rank: split by rows, the table of its block and halo ((B + H) x d: on a ring
-B + 2 rows), its scratch buffer and the round's temporaries of the same size, the rule's state
-for those rows, the block's momentum, gradients and batches, and on evaluated rounds a slab of
-N x (about B d / 4N) columns (a quarter of a block's numbers, twice: the gathered pieces and
-the slab); measured with ``benchmarks/bench_distributed.py`` (docs/runtime.md). Otherwise
-(CHOCO with top-k masks, FedAvg, FedProx, paper_literal, Clique Averaging, dense operators, a
-GPU, ``exchange='all'``) it is still the N x d stack, its scratch buffer and the rule's state,
-as in one process: the rows a rank does not need are kept, stale. A resume sends each rank only
-its share of the checkpoint (:meth:`DistributedTrainer._share_of`). Not split in either case:
-rank 0 holds the whole checkpoint while it reads or writes it (a checkpoint gathers every
-model, the momentum and the rule's rows there), and a rewiring gathers every row on every rank
-before the new links' rows are kept.
+Memory per rank: split by rows, the table of its block and largest round's halo ((B + H) x d:
+on a ring B + 2 rows, on one-peer exponential at most 2B), its scratch buffer and the round's
+temporaries of the same size, the rule's state for those rows, the block's momentum, gradients
+and batches, and on evaluated rounds a slab of N x (about B d / 4N) columns (a quarter of a
+block's numbers, twice: the gathered pieces and the slab); measured with
+``benchmarks/bench_distributed.py`` (docs/runtime.md). Otherwise (CHOCO with top-k masks,
+FedAvg, FedProx, paper_literal, Clique Averaging, dense operators, a GPU, ``exchange='all'``)
+it is still the N x d stack, its scratch buffer and the rule's state, as in one process: the
+rows a rank does not need are kept, stale. A resume sends each rank only its share of the
+checkpoint (:meth:`DistributedTrainer._share_of`). Not split in either case: rank 0 holds the
+whole checkpoint while it reads or writes it (a checkpoint gathers every model, the momentum
+and the rule's rows there), and a rewiring gathers every row on every rank before the new
+links' rows are kept.
 
 Two ways to drive it:
 

@@ -1,22 +1,25 @@
 """A rank's rows of a run split by rows: its block of clients and their senders (the halo).
 
-In a run over several processes (:mod:`.distributed`) a rank trains a contiguous block
-[lo, hi) of the clients. Where the update rule's receivers use only their own links, their own
-state and their senders' rows (D-SGD in either over-the-air form or on the ideal channel,
-digital D-SGD with exact or quantised packets, MATCHA over either, push-sum, CHOCO with the
-common rand-k mask: :func:`splits`), the rank holds only the rows it needs: its block and the
-halo, the senders j of every link (i, j) with receiver i in the block over the topology's
-period (:func:`held_rows`), and the rule's state for those rows. Those rows form its table, in the
-order of the clients (so the block is a contiguous slice of it and the halo rows lie before and
-after it), and the rule runs on that table with the rank's share of the links
+In a run over several processes (:mod:`.distributed`) a rank trains a contiguous block [lo, hi)
+of the clients. Where the update rule's receivers use only their own links, their own state and
+their senders' rows (D-SGD in either over-the-air form or on the ideal channel, digital D-SGD
+with exact or quantised packets, MATCHA over either, push-sum, CHOCO with the common rand-k
+mask: :func:`splits`), the rank holds only the rows it needs, and the rule's state for those
+rows: a table of its block, first, then the round's halo, the senders j of the round's links
+(i, j) with receiver i in the block (:func:`halo`), with as many rows as the largest halo of
+any round of the period (:func:`table_rows`; :func:`held_rows` lists every client held over the
+period). A round's halo rows are received afresh in that round, so another round's senders can
+take their rows. The rule runs on that table with the rank's share of the round's links
 (:class:`LocalLinks`, indices of the table) as it runs on the whole stack in one process, with
 the same arithmetic per receiver:
 
-- mixing ``sum_j W_ij x_j`` is the scipy CSR product, whose row i adds its nonzeros one after
-  the other in column order; the table keeps the clients' order, so row i of the table's
-  operator has the same nonzeros in the same order. The split is used only where every
-  operator of the single-process run takes that sparse form (:func:`~.gossip.dense_form`:
-  more than 2000 clients, or fewer than N^2 / 8 nonzeros), on the CPU;
+- mixing ``sum_j W_ij x_j`` is the scipy CSR product, whose row i adds its entries one after
+  the other in the order stored: one process stores them in the clients' order, and the
+  share's operators store each row's entries in the clients' order too (``columns``: the
+  client of each row of the table), so row i adds the same terms in the same order. The split
+  is used only where every operator of the single-process run takes that sparse form
+  (:func:`~.gossip.dense_form`: more than 2000 clients, or fewer than N^2 / 8 nonzeros), on
+  the CPU;
 - per-receiver quantities (noise level, shrinkage, a dropped link's weight moved to the
   self-weight) come from the receiver's own links, in the same order; per-sender ones
   (push-sum's share 1 / (outdeg + 1) and lost packets) from all the sender's links
