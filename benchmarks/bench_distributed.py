@@ -1,8 +1,8 @@
 """Scaling of one run over several processes (torch.distributed, gloo on loopback), and what
 each process receives.
 
-For each workload, the same run (D-SGD on a ring, digits, one local step unless given; CHOCO
-with the common rand-k mask for ``--k-ratio`` below 1;
+For each workload, the same run (D-SGD on a ring unless ``--topology`` says otherwise, digits,
+one local step unless given; CHOCO with the common rand-k mask for ``--k-ratio`` below 1;
 evaluated at its last round only) is timed with 1 process (the plain single-process Trainer)
 and with R processes (:class:`~airplan_qo.runtime.distributed.DistributedTrainer`), each
 process with one torch thread, once per exchange: ``auto`` (each rank receives the rows its
@@ -23,6 +23,7 @@ with exchange ``all``; a run split by rows holds its block and halo, ``auto`` wh
 
     python benchmarks/bench_distributed.py [--ranks 1 2] [--rounds 12 --warmup 2]
         [--workloads mlp:100 cnn4:40] [--local-steps 1] [--exchanges auto all] [--k-ratio 1]
+        [--topology ring]
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _workload(model: str, n: int, rounds: int, local_steps: int, k_ratio: float = 1.0):
+def _workload(model: str, n: int, rounds: int, local_steps: int, k_ratio: float = 1.0,
+              topology: str = "ring"):
     from airplan_qo.data import load, partition
     from airplan_qo.plans.topology import TopologySpec, build
     from airplan_qo.runtime.engine import RunConfig
@@ -54,18 +56,18 @@ def _workload(model: str, n: int, rounds: int, local_steps: int, k_ratio: float 
     config = RunConfig(model=model, rounds=rounds, local_steps=local_steps, batch_size=32,
                        eval_every=rounds, data_seed=1, train_seed=2, channel_seed=3,
                        k_ratio=k_ratio)
-    return config, dataset, part, build(TopologySpec.create("ring", n))
+    return config, dataset, part, build(TopologySpec.create(topology, n))
 
 
 def worker(out: Path, model: str, n: int, rounds: int, warmup: int, local_steps: int,
-           exchange: str, k_ratio: float = 1.0) -> None:
+           exchange: str, k_ratio: float = 1.0, topology: str = "ring") -> None:
     """One process of a timed run (rank 0 writes the timings, every rank what it received);
     WORLD_SIZE 1 runs the plain Trainer."""
     import torch
 
     torch.set_num_threads(1)
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    args = _workload(model, n, rounds, local_steps, k_ratio)
+    args = _workload(model, n, rounds, local_steps, k_ratio, topology)
     start_rss = _rss_mb()
     spent, depth = [0.0], [0]
     if world == 1:
@@ -152,7 +154,8 @@ def timed_run(world: int, model: str, n: int, exchange: str, args: argparse.Name
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT),
                                                         os.environ.get("PYTHONPATH")])))
     cmd = [sys.executable, __file__, "--worker", str(out), model, str(n), str(args.rounds),
-           str(args.warmup), str(args.local_steps), exchange, str(args.k_ratio)]
+           str(args.warmup), str(args.local_steps), exchange, str(args.k_ratio),
+           args.topology]
     procs = [subprocess.Popen(cmd, env=dict(env, RANK=str(r), LOCAL_RANK=str(r)))
              for r in range(world)]
     codes = [p.wait() for p in procs]
@@ -175,9 +178,9 @@ def _received(record: dict) -> dict:
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        out, model, n, rounds, warmup, steps, exchange, k_ratio = sys.argv[2:10]
+        out, model, n, rounds, warmup, steps, exchange, k_ratio, topology = sys.argv[2:11]
         worker(Path(out), model, int(n), int(rounds), int(warmup), int(steps), exchange,
-               float(k_ratio))
+               float(k_ratio), topology)
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
@@ -186,6 +189,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--local-steps", type=int, default=1)
+    parser.add_argument("--topology", default="ring",
+                        help="the topology family (ring, one_peer_exponential, ...)")
     parser.add_argument("--k-ratio", type=float, default=1.0,
                         help="below 1: CHOCO with the common rand-k mask instead of D-SGD")
     parser.add_argument("--exchanges", nargs="+", default=["auto", "all"],
@@ -194,7 +199,7 @@ def main() -> None:
     ranks = sorted(set([1, *args.ranks]))
     report = {"cpus": os.cpu_count(), "load_average_before": list(os.getloadavg()),
               "rounds": args.rounds, "warmup": args.warmup, "local_steps": args.local_steps,
-              "k_ratio": args.k_ratio,
+              "k_ratio": args.k_ratio, "topology": args.topology,
               "runs": []}
     import torch
 
