@@ -149,18 +149,22 @@ def gib(nbytes: float) -> str:
 EXTRA_TENSORS = {"choco": 2, "paper_literal": 2, "gradient_tracking": 2, "fedprox": 1}
 
 
-def training_bytes(n: int, d: int, algorithm: str, transport: str = "ota", bits: int = 32
-                   ) -> int:
+def training_bytes(n: int, d: int, algorithm: str, transport: str = "ota", bits: int = 32,
+                   *, held: int | None = None, trained: int | None = None) -> int:
     """Estimated bytes of the stacked training state of n clients with d parameters (float32):
     models, momentum, gradients and a scratch copy, the algorithm's own state
     (:data:`EXTRA_TENSORS`), and for a quantised digital plan (bits < 32) the public copy of
-    each vector it sends, its differences being taken against them."""
+    each vector it sends, its differences being taken against them. One process of a run
+    split over several holds ``held`` clients' rows of the models, the scratch copy and the
+    rule's state and trains ``trained`` (their momentum and gradients); both default to n."""
     from .operators import payload_vectors
 
     tensors = 4 + EXTRA_TENSORS.get(algorithm, 0)
     if transport == "digital" and bits < 32:
         tensors += payload_vectors(algorithm)
-    return int(tensors * 4 * n * d)
+    held = n if held is None else held
+    trained = n if trained is None else trained
+    return int(((tensors - 2) * held + 2 * trained) * 4 * d)
 
 
 def more_clients_than_records(dataset: str, clients: int) -> str | None:

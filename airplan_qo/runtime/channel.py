@@ -90,6 +90,14 @@ class RoundLinks:
     h2: np.ndarray              # (E,) |h|^2 (ones for the ideal channel)
     eligible: int               # edges with both ends online
     truncated: int              # of those, dropped by truncation
+    #: whether every client of the round is online, where ``active`` covers only some of them
+    #: (a rank's rows in a run split by rows); None: ``active`` covers every client
+    whole_active: bool | None = None
+
+    @property
+    def all_active(self) -> bool:
+        """Whether every client of the round is online."""
+        return bool(self.active.all()) if self.whole_active is None else self.whole_active
 
     @property
     def link_drop_rate(self) -> float:

@@ -203,10 +203,11 @@ def load(trainer: Any, path: str | os.PathLike, owner: dict[str, Any] | None = N
 
 
 def restore(trainer: Any, state: dict[str, Any], path: str | os.PathLike,
-            owner: dict[str, Any] | None = None) -> None:
+            owner: dict[str, Any] | None = None, rows: int | None = None) -> None:
     """Restore a state read by :func:`read` from ``path`` into ``trainer`` (what :func:`load`
     does after reading; a distributed run reads the file once and restores it on every
-    process)."""
+    process). ``rows``: the state holds that many clients' models, a rank's share of the file's
+    (a run split by rows); None: every client's."""
     check_owner(state, path, owner)
     check_config(state, path, trainer.config.as_dict())
     if state["strategy"] != trainer.strategy and trainer.config.strategy == "auto":
@@ -218,10 +219,11 @@ def restore(trainer: Any, state: dict[str, Any], path: str | os.PathLike,
             f"checkpoint {path} used local-training strategy '{state['strategy']}' but this "
             f"trainer resolved '{trainer.strategy}'; pass strategy='{state['strategy']}'"
         )
-    if tuple(state["x"].shape) != tuple(trainer.x.shape):
+    shape = (int(trainer.n) if rows is None else rows, int(trainer.d))
+    if tuple(state["x"].shape) != shape:
         raise ExecutionError(
             f"checkpoint {path} holds models of shape {tuple(state['x'].shape)}, this trainer "
-            f"has {tuple(trainer.x.shape)}"
+            f"has {shape}"
         )
     if not same_schedule(trainer, state):
         raise ExecutionError(

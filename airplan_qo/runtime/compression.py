@@ -22,6 +22,7 @@ rounding onto a uniform grid of 2^b levels spanning [-M, M], M = the row's large
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import attrs
 import torch
@@ -37,7 +38,8 @@ MASKS = ("common_randk", "topk")
 EXACT_BITS = 32
 
 
-def quantize(v: torch.Tensor, bits: int, generator: torch.Generator) -> torch.Tensor:
+def quantize(v: torch.Tensor, bits: int, generator: torch.Generator,
+             uniform: Callable[[tuple[int, ...]], torch.Tensor] | None = None) -> torch.Tensor:
     """Unbiased stochastic b-bit quantisation of each row of ``v`` (N x m).
 
     Row i is scaled by M_i = max_k |v_ik| onto the grid {-M_i + l * Delta_i : l = 0..L} with
@@ -46,7 +48,9 @@ def quantize(v: torch.Tensor, bits: int, generator: torch.Generator) -> torch.Te
     result unbiased, so E[Q(v)] = v and, per coordinate, E(Q - v)^2 = (v - lo)(hi - v)
     <= Delta^2 / 4; hence E||Q(v_i) - v_i||^2 <= m M_i^2 / L^2 <= (m / L^2) ||v_i||^2
     (:func:`quantization_omega`). What is sent: b bits per coordinate plus M_i. The uniforms
-    come from ``generator`` (on ``v``'s device). ``bits >= 32`` returns ``v`` unchanged."""
+    come from ``generator`` (on ``v``'s device), or from ``uniform(shape)`` where given (a rank
+    of a run split by rows takes its rows of the whole draw). ``bits >= 32`` returns ``v``
+    unchanged."""
     if bits >= EXACT_BITS:
         return v
     if bits < 1:
@@ -56,7 +60,8 @@ def quantize(v: torch.Tensor, bits: int, generator: torch.Generator) -> torch.Te
     safe = torch.where(scale > 0, scale, torch.ones_like(scale))
     pos = (v / safe + 1.0) * (levels / 2.0)                 # in [0, L]
     low = pos.floor()
-    u = torch.rand(v.shape, generator=generator, device=generator.device).to(v.device)
+    u = (torch.rand(v.shape, generator=generator, device=generator.device) if uniform is None
+         else uniform(tuple(v.shape))).to(v.device)
     level = low + (u < (pos - low)).to(v.dtype)
     return (level * (2.0 / levels) - 1.0) * safe * (scale > 0)
 

@@ -23,8 +23,27 @@ are the block's. Everything else is the single-process engine's code, run on eve
   top-k masks (whose receivers' noise draws depend on every receiver's listening set) receive
   every block in one ``all_gather`` instead (:meth:`DistributedTrainer._reach`), as does a
   trainer built with ``exchange='all'``;
-- every rank then applies the update rule (:mod:`.gossip` and the other rule modules) to the
-  whole N x d stack as one process does. Rows it neither owns nor received hold stale but
+- split by rows (:mod:`.row_split`; automatic where it applies: D-SGD in either over-the-air
+  form or on the ideal channel, digital D-SGD (exact or quantised packets), MATCHA over either,
+  push-sum and CHOCO with the common rand-k mask, on the CPU, where every operator of the
+  single-process run takes the sparse form, i.e. more than 2000 clients or fewer than N^2 / 8
+  nonzeros of W: a ring of 25 or more), a rank holds only its block and, after it, the round's
+  halo, the senders into its block in that round (a table of the block and the largest halo of
+  any round; :attr:`DistributedTrainer.held` lists every client it holds over the period), and
+  the rule's state for those rows (push-sum's weights, CHOCO's replicas and aggregates,
+  quantised gossip's public copies, the difference form's aggregates and remembered centred
+  models; every link's missed packets and last delivery are counted on every rank), and applies
+  the rule to that table with its share of the links (:class:`.row_split.LocalLinks`): each row
+  of the sparse product adds the same terms in the same order (stored in the clients' order),
+  every per-receiver quantity comes from the receiver's own links, and the round's noise (and
+  the quantiser's uniforms) are drawn whole, 16 rows at a time, keeping its rows
+  (:class:`.row_split.HaloNoise`). The average model is taken a slab of columns at a time
+  (:func:`.row_split.column_mean`: every block's columns of the slab gathered, then torch's
+  mean over the rows, which equals those columns of the whole stack's mean), so no rank holds
+  every model on evaluated rounds or at the end of :meth:`run`
+  (:meth:`DistributedTrainer.models` gathers them on request);
+- otherwise every rank applies the update rule (:mod:`.gossip` and the other rule modules) to
+  the whole N x d stack as one process does. Rows it neither owns nor received hold stale but
   finite values, which its own rows never see: their weight W_ij is 0 and 0 x finite = 0
   exactly, every per-receiver quantity (noise level, shrinkage, aggregates) is computed from
   the receiver's own links, and every random draw has the round's full size. So a rank's own
@@ -50,10 +69,22 @@ Traffic per round and rank (:attr:`DistributedTrainer.traffic_log`): the rows ab
 ring, 2 rows whatever N and R; one-peer exponential, at most one per client of the block),
 N x ``local_steps`` losses, the consensus distance's d float64 partial sum and d float32 mean
 and N float64 norms, and on evaluated rounds every block (for the average model) and N
-accuracy counts: the exchange saves on the rounds that are not evaluated. Memory per rank
-is still the N x d stack, its scratch buffer and the rule's state, as in one process, plus the
-block's momentum, gradients and batches: the rows a rank does not need are kept, stale, rather
-than the rules being split by rows.
+accuracy counts: the exchange saves on the rounds that are not evaluated (split by rows, an
+evaluated round receives every block's columns slab by slab for the average model instead).
+
+Memory per rank: split by rows, the table of its block and largest round's halo ((B + H) x d:
+on a ring B + 2 rows, on one-peer exponential at most 2B), its scratch buffer and the round's
+temporaries of the same size, the rule's state for those rows, the block's momentum, gradients
+and batches, and on evaluated rounds a slab of N x (about B d / 4N) columns (a quarter of a
+block's numbers, twice: the gathered pieces and the slab); measured with
+``benchmarks/bench_distributed.py`` (docs/runtime.md). Otherwise (CHOCO with top-k masks,
+FedAvg, FedProx, paper_literal, Clique Averaging, dense operators, a GPU, ``exchange='all'``)
+it is still the N x d stack, its scratch buffer and the rule's state, as in one process: the
+rows a rank does not need are kept, stale. A resume sends each rank only its share of the
+checkpoint (:meth:`DistributedTrainer._share_of`). Not split in either case: rank 0 holds the
+whole checkpoint while it reads or writes it (a checkpoint gathers every model, the momentum
+and the rule's rows there), and a rewiring gathers every row on every rank before the new
+links' rows are kept.
 
 Two ways to drive it:
 
@@ -61,8 +92,9 @@ Two ways to drive it:
   as a single process would (it alone reads and writes the catalog) and, whenever it builds a
   trainer, sends the job to the other ranks, which wait in :func:`serve`; checkpoints (rank 0
   writes them, every client's model, momentum and rule state gathered from its rank),
-  resumes (rank 0 reads the file and sends its state), re-optimisation (a rewiring on rank 0
-  is repeated on every rank) and the callback's decisions travel as messages from rank 0.
+  resumes (rank 0 reads the file and sends each rank its state), re-optimisation (a rewiring
+  on rank 0 is repeated on every rank) and the callback's decisions travel as messages from
+  rank 0.
 - *every rank* (Python): each process builds ``DistributedTrainer(config, dataset, partition,
   topology)`` with the same arguments and calls ``run``, ``save`` or ``load`` at the same points;
   the callback runs on rank 0 and its ``"stop"`` applies to all.
@@ -80,13 +112,19 @@ import torch
 
 from ..errors import AirPlanError, ExecutionError
 from . import distributed_launch as launched
+from .channel import dbm_to_watt
 from .device import to_device
 from .digital import Digital
 from .engine import RunConfig, RunResult, Trainer
+from .clique_averaging import clique_averaging_enabled
 from .federated import FEDERATED
-from .gossip import DSGD, Choco
+from .gossip import DSGD, Choco, Exchange
 from .metrics import centred_row_norms, row_sum, sq_distance_of_norms
 from .push_sum import PushSum
+from ..plans.operators import WEIGHT_REPEATS
+from .digital import SCALE_BITS
+from .row_split import COLUMN_SLAB, HaloNoise, LocalLinks, column_mean, global_exchange, \
+    held_rows, local_round, set_rule_rows, splits, table_rows
 
 __all__ = ["DISTRIBUTED_ALGORITHMS", "EXCHANGES", "DistributedTrainer", "Group",
            "RoundTraffic", "active", "blocks", "check_distributed", "init", "launched", "lead",
@@ -308,6 +346,19 @@ class DistributedTrainer(Trainer):
         self._traffic = RoundTraffic(0)
         #: the link set the rows below were worked out for, and per rank its needed rows
         self._needs: tuple[Any, list[np.ndarray]] | None = None
+        #: the clients whose rows this rank holds in ``x`` when the run is split by rows
+        #: (:mod:`.row_split`: its block and their senders, sorted), else None (all N rows);
+        #: its block is ``x[b0:b1]``
+        self.held: np.ndarray | None = None
+        self.b0 = self.b1 = 0
+        #: per link set of the schedule, this rank's share of it (split by rows)
+        self._local: list[tuple[Any, LocalLinks]] = []
+        #: quantised digital gossip split by rows: every link's missed packets, as one
+        #: process's rule counts them (they depend on the round's draws alone)
+        self._missed: np.ndarray | None = None
+        #: D-SGD's difference form split by rows: every link's round of its last delivery
+        #: (the round's draws alone decide it)
+        self._sent: np.ndarray | None = None
         group = group or active()
         if group is None:
             raise ExecutionError("DistributedTrainer needs a process group: call "
@@ -323,6 +374,7 @@ class DistributedTrainer(Trainer):
 
             config = attrs.evolve(config, device=f"cuda:{group.local_rank}")
         super().__init__(config, dataset, partition, topology)
+        self._localise()
         self._attach()
         if group.backend == "gloo" and self.device.type == "cuda":
             raise ExecutionError(
@@ -340,6 +392,194 @@ class DistributedTrainer(Trainer):
 
     def _trained_rows(self) -> int:
         return self.hi - self.lo
+
+    # -------------------------------------------------------------------------------------
+    # the rows held (module docstring; :mod:`.row_split`)
+
+    def _rows_held(self) -> int:
+        self._place(self._split_rows())
+        rows = self.n if self.held is None else self._table_rows()
+        self._check_memory(rows)
+        return rows
+
+    def _place(self, held: np.ndarray | None) -> None:
+        """Hold the rows of ``held`` (None: every row); the block is ``x[b0:b1]`` (first in the
+        table of a run split by rows)."""
+        self.held = held
+        self.b0 = self.lo if held is None else 0
+        self.b1 = self.b0 + (self.hi - self.lo)
+
+    def _check_memory(self, rows: int) -> None:
+        """Refuse, before allocating, a share this rank's memory cannot hold: ``rows`` clients'
+        models, scratch copy and rule state and its block's momentum and gradients (the GPU's
+        free memory for a CUDA device)."""
+        from ..plans.footprint import MEMORY_SHARE, available_memory, gib, training_bytes
+
+        cfg = self.config
+        need = training_bytes(self.n, self.d, self.algorithm, cfg.transport, cfg.bits,
+                              held=rows, trained=self.hi - self.lo)
+        if self.device.type == "cuda":
+            available: int | None = int(torch.cuda.mem_get_info(self.device)[0])
+        else:
+            available = available_memory()
+        if available is not None and need > MEMORY_SHARE * available:
+            raise ExecutionError(
+                f"rank {self.rank} of {self.group.world} holds {rows} of {self.n} clients' "
+                f"models ({self.hi - self.lo} trained here) of a {self.d}-parameter model with "
+                f"{self.algorithm}: ~{gib(need)} needed, {gib(MEMORY_SHARE * available)} "
+                f"available on {self.device}: start more processes, or use fewer clients or "
+                f"a smaller model")
+
+    def _split_links(self) -> list[tuple[np.ndarray, np.ndarray]] | None:
+        """Per round of the period, (receivers, senders) of its links where the run is split by
+        rows (:func:`.row_split.splits`; MATCHA: every edge of the graph, whose matchings it
+        samples), else None."""
+        if self.exchange != "auto" or self.group.world < 2:
+            return None
+        if self.algorithm == "matcha":
+            from ..plans.graphs import edge_arrays
+
+            u, v = edge_arrays(self.topology.graph)
+            links = [(np.concatenate([u, v]), np.concatenate([v, u]))]
+        else:
+            links = [(ls.recv, ls.send) for ls in self.link_schedule]
+        if not splits(self.algorithm, self.device, self.n, links,
+                      clique_averaging_enabled(self.topology), self.config.mask):
+            return None
+        return links
+
+    def _split_rows(self, rank: int | None = None) -> np.ndarray | None:
+        """The clients this rank (or ``rank``) holds rows of over the period when the run is
+        split by rows, else None: its block and every sender into it."""
+        links = self._split_links()
+        if links is None:
+            return None
+        lo, hi = self.bounds[self.rank if rank is None else rank]
+        return held_rows(lo, hi, links)
+
+    def _table_rows(self, rank: int | None = None) -> int:
+        """The rows of the table of this rank (or ``rank``) of a run split by rows: its block
+        and the most senders from outside it of any round."""
+        lo, hi = self.bounds[self.rank if rank is None else rank]
+        return table_rows(lo, hi, self._split_links())
+
+    def _localise(self, rows: int | None = None) -> None:
+        """This rank's share of every link set of the schedule (split by rows), for a table of
+        ``rows`` rows (``x``'s by default)."""
+        rows = self.x.shape[0] if rows is None else rows
+        self._local = ([(links, LocalLinks(links, self.lo, self.hi, rows))
+                        for links in self.link_schedule] if self.held is not None else [])
+
+    def _local_of(self, links: Any) -> LocalLinks:
+        """This rank's share of ``links`` (split by rows)."""
+        return next(local for whole, local in self._local if whole is links)
+
+    def _next_rows(self) -> np.ndarray:
+        """The clients of the table's rows in the next round (split by rows)."""
+        return self._local_of(self.link_schedule[self.round % len(self.link_schedule)]).held
+
+    def _local_index(self, rows: np.ndarray) -> np.ndarray:
+        """Rows of ``x`` holding the given clients this round."""
+        return rows if self.held is None else self._local_of(self.links).position(rows)
+
+    @property
+    def split(self) -> bool:
+        """Whether this run is split by rows: a rank holds its block and the rows its clients
+        mix with, not the whole stack (:mod:`.row_split`)."""
+        return self.held is not None
+
+    def models(self) -> torch.Tensor:
+        """Every client's model, (N x d), on every rank (every rank calls it): ``x`` itself
+        when every rank holds the whole stack, else a new tensor gathered from the blocks."""
+        if self.held is None:
+            self.gather_models()
+            return self.x
+        full = torch.empty(self.n, self.d, device=self.device)
+        self._gather_rows(full, self.x[self.b0:self.b1])
+        return full
+
+    def _mix(self, links: Any, x_prev: torch.Tensor | None) -> Exchange:
+        """Split by rows: the rule's round on this rank's table with its share of the links
+        and the round's noise drawn whole, its receivers' rows kept; the round's exchange (for
+        its traffic) is worked out from every link."""
+        if self.held is None:
+            return super()._mix(links, x_prev)
+        cfg = self.config
+        mine = self._local_of(self.links)
+        mine.seen = None
+        inner = _inner(self.rule)
+        pushes = isinstance(inner, PushSum)
+        packets = inner.gossip if isinstance(inner, Digital) and not inner.gossip.exact \
+            else None
+        if packets is not None:       # the rank's links' share of every link's count
+            if self._missed is None or self._missed.size != self.links.recv.size:
+                self._missed = np.zeros(self.links.recv.size, dtype=np.int64)
+            packets.missed = self._missed[mine.lids].copy()
+        if isinstance(inner, DSGD) and inner.decay and self.channel.noisy \
+                and inner.payload == "difference":
+            # the rounds whose centred models one process keeps after this round
+            if inner.s is None or self._sent is None:
+                self._sent = np.full(self.links.recv.size, -1, dtype=np.int64)
+            self._sent[self.links.up(links)] = inner.t + 1
+            inner.live = set(np.unique(self._sent).tolist())
+        noise = HaloNoise(
+            self.channel,
+            lambda: np.flatnonzero(self.links.receiver_stats(mine.seen)[1] > 0),
+            self.lo, self.hi,
+            draws=self.channel.noisy and (isinstance(inner, (DSGD, Choco))
+                                          or (pushes and not inner.digital)),
+            held=mine.held, n=self.n)
+        result = self.rule.communicate(self.x, mine, local_round(links, mine.held), noise,
+                                       train_gen=self.train_gen, x_prev=x_prev,
+                                       scratch=self._scratch,
+                                       tx_power_w=dbm_to_watt(cfg.channel.tx_power_dbm),
+                                       bandwidth_hz=cfg.channel.bandwidth_hz)
+        noise.finish(inner.k if isinstance(inner, Choco)
+                     else self.d + (WEIGHT_REPEATS if pushes else 0))
+        if result.x is not self.x:
+            self._scratch, self.x = self.x, result.x
+        bits = None
+        if packets is not None:       # every link's packet, and its count, as one process's
+            up = self.links.up(mine.seen)
+            missed = self._missed
+            bits = (np.minimum((missed[up] + 1) * packets.bits, 32) * float(self.d)
+                    + SCALE_BITS)
+            missed[~up & links.active[self.links.send]] += 1
+            missed[up] = 0
+        return global_exchange(self.rule, self.links, mine.seen, self.d, self.x,
+                               self.channel.noisy, bits)
+
+    def _finite(self) -> bool:
+        import torch.distributed as dist
+
+        if self.held is None:
+            return super()._finite()
+        flag = torch.tensor([int(bool(torch.isfinite(self.x[self.b0:self.b1]).all()))])
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        return bool(flag.item())
+
+    def average_model(self) -> torch.Tensor:
+        """The mean of the client models (d,); split by rows, every rank computes it a slab of
+        columns at a time (:func:`.row_split.column_mean`), each slab's columns of every block
+        gathered (every rank calls it)."""
+        import torch.distributed as dist
+
+        if self.held is None:
+            return super().average_model()
+        sizes = [hi - lo for lo, hi in self.bounds]
+        pad = max(sizes)
+        # a slab of every client's columns holds about a quarter of a block's numbers
+        slab = max(COLUMN_SLAB, pad * self.d // (4 * self.n) // COLUMN_SLAB * COLUMN_SLAB)
+
+        def columns(c0: int, c1: int) -> torch.Tensor:
+            send = torch.zeros(pad, c1 - c0, device=self.device)
+            send[:self.b1 - self.b0] = self.x[self.b0:self.b1, c0:c1]
+            parts = [torch.empty_like(send) for _ in sizes]
+            dist.all_gather(parts, send)
+            self._traffic.other_bytes += (pad * (self.group.world - 1) * (c1 - c0)
+                                          * send.element_size())
+            return torch.cat([part[:size] for part, size in zip(parts, sizes)])
+        return column_mean(self.d, slab, columns)
 
     # -------------------------------------------------------------------------------------
     # exchanges
@@ -378,6 +618,8 @@ class DistributedTrainer(Trainer):
         receivers mix with, :func:`_shares_replicas`) or ``rows`` (the half-step models its
         receivers mix with)."""
         algorithm = self.algorithm
+        if self.held is not None:
+            return "replicas" if _shares_replicas(self.rule) else "rows"
         if (self.exchange == "all" or algorithm in FEDERATED or algorithm == "paper_literal"
                 or self.clique_averaging is not None
                 or (algorithm == "choco" and self.config.mask != "common_randk")):
@@ -457,7 +699,7 @@ class DistributedTrainer(Trainer):
             theirs = needs[peer]
             out = theirs[(theirs >= self.lo) & (theirs < self.hi)]
             if out.size:
-                index = to_device(out, self.device)
+                index = to_device(self._local_index(out), self.device)
                 payload = torch.empty(out.size, width, dtype=table.dtype, device=self.device)
                 # only the columns that travel (CHOCO's k masked ones), not whole rows
                 payload[:, :cols] = (table[index] if columns is None
@@ -475,7 +717,7 @@ class DistributedTrainer(Trainer):
             for request in dist.batch_isend_irecv(ops):
                 request.wait()
         for rows, box in landing:
-            index = to_device(rows, self.device)
+            index = to_device(self._local_index(rows), self.device)
             if columns is None:
                 table[index] = box[:, :cols]
             else:
@@ -489,7 +731,12 @@ class DistributedTrainer(Trainer):
     def gather_models(self) -> None:
         """Every client's model into ``self.x`` on every rank (one all_gather; every rank
         calls it). Between rounds of a neighbour-only exchange a rank holds its own rows and
-        the ones it last received; :meth:`run`, evaluation and checkpoints call this."""
+        the ones it last received; :meth:`run`, evaluation and checkpoints call this. A run
+        split by rows holds no whole stack: :meth:`models` returns it instead."""
+        if self.held is not None:
+            raise ExecutionError("this run is split by rows: each rank holds its block and the "
+                                 "rows its clients mix with; trainer.models() gathers every "
+                                 "client's model")
         if self._reach() != "all":
             self._gather_rows(self.x, self.x[self.lo:self.hi])
 
@@ -530,22 +777,23 @@ class DistributedTrainer(Trainer):
         if self.rank > 0:
             dist.recv(acc, src=self.rank - 1)
             self._traffic.other_bytes += acc.numel() * acc.element_size()
-        row_sum(self.x[self.lo:self.hi], acc)
+        row_sum(self.x[self.b0:self.b1], acc)
         if self.rank < last:
             dist.send(acc, dst=self.rank + 1)
         mean = (acc / self.n).to(self.x.dtype)
         dist.broadcast(mean, src=last)
         if self.rank != last:
             self._traffic.other_bytes += mean.numel() * mean.element_size()
-        norms = centred_row_norms(self.x[self.lo:self.hi], mean,
-                                  self._scratch[self.lo:self.hi])
+        norms = centred_row_norms(self.x[self.b0:self.b1], mean,
+                                  self._scratch[self.b0:self.b1])
         everyone = torch.zeros(self.n, dtype=torch.float64, device=self.device)
         self._gather_rows(everyone, norms)
         value = sq_distance_of_norms(everyone)
         return math.sqrt(value) if value >= 0 else float("nan")
 
     def _evaluate(self) -> tuple[float, np.ndarray]:
-        self.gather_models()          # the average model needs every client's
+        if self.held is None:
+            self.gather_models()      # the average model needs every client's
         return super()._evaluate()
 
     def step(self, train: bool = True) -> dict:
@@ -554,7 +802,8 @@ class DistributedTrainer(Trainer):
         cfg = self.config
         r = self.round + 1
         self._traffic = RoundTraffic(r)
-        self._full_round = self._stateless() and (r % cfg.eval_every == 0 or r == cfg.rounds)
+        self._full_round = (self.held is None and self._stateless()
+                            and (r % cfg.eval_every == 0 or r == cfg.rounds))
         try:
             return super().step(train)
         finally:
@@ -563,7 +812,8 @@ class DistributedTrainer(Trainer):
             self._traffic = RoundTraffic(-1)      # what moves between rounds is not counted
 
     def _result(self, status: str, reason: str | None, saved: str | None) -> RunResult:
-        self.gather_models()          # the run ends with every model on every rank
+        if self.held is None:
+            self.gather_models()      # the run ends with every model on every rank
         return super()._result(status, reason, saved)
 
     # -------------------------------------------------------------------------------------
@@ -578,8 +828,8 @@ class DistributedTrainer(Trainer):
         n_rows = int(mine.sum())
         every = bool(mine.all())
         rows = None if every else to_device(np.flatnonzero(mine), self.device)
-        block = self.x[lo:hi]
-        self._local_options(slice(lo, hi), rows)
+        block = self.x[self.b0:self.b1]
+        self._local_options(slice(self.b0, self.b1), rows)
         params = block if rows is None else block[rows]
         buf = self.m if rows is None else self.m[rows]
         grads = self._g[:n_rows]
@@ -613,7 +863,7 @@ class DistributedTrainer(Trainer):
         return total / cfg.local_steps
 
     def client_accuracies(self) -> np.ndarray:
-        correct, samples = self._correct(self.lo, self.hi)
+        correct, samples = self._correct(self.b0, self.b1)
         everyone = torch.zeros(self.n, dtype=torch.int64, device=self.device)
         self._gather_rows(everyone, correct)
         return (everyone.double() / max(1, samples)).cpu().numpy()
@@ -683,7 +933,11 @@ class DistributedTrainer(Trainer):
         elif op == "rewire":
             self._rewire(message[1], message[2])
         elif op == "load":
-            self._restore(message[1], message[2], None)
+            import torch.distributed as dist
+
+            box: list[Any] = [None]
+            dist.recv_object_list(box, src=0, device=torch.device("cpu"))
+            self._restore(box[0], message[1], None)
         elif op == "load_failed":
             raise ExecutionError(message[1])
         else:
@@ -702,6 +956,33 @@ class DistributedTrainer(Trainer):
     def _write(self, path: str | Path | None) -> None:
         from .checkpoint import save
 
+        if self.held is not None:
+            # split by rows: rank 0 gathers the models, the momentum and the rule's rows
+            # (push-sum's weights; the other rules split keep no state)
+            full = self._gather_to_root(self.x[self.b0:self.b1])
+            momentum = self._gather_to_root(self.m)
+            mine = self.rule.state()
+            rows = {k: self._gather_to_root(v[self.b0:self.b1]) for k, v in mine.items()
+                    if self._per_row(v)}
+            if "missed" in mine:          # every link's count, which every rank keeps
+                rows["missed"] = torch.from_numpy(self._missed.copy())
+            if "sent" in mine:            # every link's last delivery, which every rank keeps
+                rows["sent"] = torch.from_numpy(self._sent.copy())
+            if "kept" in mine:            # the kept rounds' centred models of every client
+                parts = [self._gather_to_root(v[self.b0:self.b1]) for v in mine["kept"]]
+                rows["kept"] = torch.stack(parts) if self.rank == 0 else None
+            if self.rank == 0:
+                table, block = self.x, self.m
+                self.x, self.m = full, momentum
+                if rows:
+                    self.rule.set_state({**mine, **rows})
+                try:
+                    save(self, path)
+                finally:
+                    self.x, self.m = table, block
+                    if rows:
+                        self.rule.set_state(mine)
+            return
         self.gather_models()
         self._sync_rule_state()
         full = torch.empty(self.n, self.d, device=self.device)
@@ -712,6 +993,37 @@ class DistributedTrainer(Trainer):
                 save(self, path)
             finally:
                 self.m = block
+
+    def _per_row(self, value: Any, rows: int | None = None) -> bool:
+        """Whether a value of the rule's state holds one entry per row of the table (of
+        ``rows`` rows; the table's by default): push-sum's weights, CHOCO's replicas and
+        aggregates, not CHOCO's shared initial model."""
+        return (isinstance(value, torch.Tensor) and value.dim() >= 1
+                and value.is_floating_point()
+                and value.shape[0] == (self.x.shape[0] if rows is None else rows)
+                and value is not getattr(_inner(self.rule), "ref", None))
+
+    def _gather_to_root(self, mine: torch.Tensor) -> torch.Tensor | None:
+        """Every rank's block of rows (``mine``, in rank order) on rank 0 as one (N x ...)
+        tensor (None elsewhere; every rank calls it)."""
+        import torch.distributed as dist
+
+        sizes = [hi - lo for lo, hi in self.bounds]
+        pad = max(sizes)
+        send = torch.zeros(pad, *mine.shape[1:], dtype=mine.dtype, device=mine.device)
+        send[:mine.shape[0]] = mine
+        if self.rank != 0:
+            dist.gather(send, None, dst=0)
+            return None
+        stack = torch.empty(pad * len(sizes), *mine.shape[1:], dtype=mine.dtype,
+                            device=mine.device)
+        dist.gather(send, list(stack.split(pad)), dst=0)
+        at = 0
+        for r, size in enumerate(sizes):       # close the padding's gaps, in rank order
+            if at != r * pad:
+                stack[at:at + size] = stack[r * pad:r * pad + size].clone()
+            at += size
+        return stack[:at]
 
     def _abort_checkpoint(self, path: str | Path | None) -> str:
         if self.rank == 0:
@@ -724,6 +1036,8 @@ class DistributedTrainer(Trainer):
         :attr:`checkpoint_owner` is set) and every rank restores it."""
         from .checkpoint import read
 
+        import torch.distributed as dist
+
         if self.rank == 0:
             try:
                 state = read(path)
@@ -731,14 +1045,70 @@ class DistributedTrainer(Trainer):
             except AirPlanError as exc:
                 _send(("load_failed", str(exc)))
                 raise
-            _send(("load", state, str(path)))
+            _send(("load", str(path)))
+            for rank in range(1, self.group.world):    # each rank's share of the state
+                dist.send_object_list([self._share_of(state, rank)], dst=rank,
+                                      device=torch.device("cpu"))
         else:
             self._obey(_receive())
+
+    def _share_of(self, state: dict, rank: int) -> dict:
+        """Rank ``rank``'s share of a checkpoint's state: the whole state where the run is not
+        split by rows; else its rows of the models and of the rule's per-client state, its
+        block's momentum, its links' share of the per-link counts (every link's kept aside, as
+        every rank counts them all), and ``held``."""
+        if self._split_rows(rank) is None:
+            return state
+        lo, hi = self.bounds[rank]
+        # the clients of that rank's table rows in the round the run goes on with
+        nxt = self.link_schedule[int(state["round"]) % len(self.link_schedule)]
+        held = LocalLinks(nxt, lo, hi, self._table_rows(rank)).held
+        index = torch.from_numpy(held)
+        rule = dict(state["rule"])
+        per_link = {k: rule[k] for k in ("sent", "missed") if k in rule}
+        for key in ("w", "xhat", "s"):                 # one row per client
+            if key in rule:
+                rule[key] = rule[key][index]
+        if "kept" in rule:                              # rounds x clients x d
+            rule["kept"] = rule["kept"][:, index]
+        if "sent" in rule:                              # a static topology's links
+            recv = self.link_schedule[0].recv
+            rule["sent"] = rule["sent"][torch.from_numpy(
+                np.flatnonzero((recv >= lo) & (recv < hi)))]
+        return {**state, "x": state["x"][index], "m": state["m"][lo:hi], "rule": rule,
+                "held": held, "per_link": per_link}
 
     def _restore(self, state: dict, path: str, owner: dict | None) -> None:
         from .checkpoint import restore
 
+        if "held" in state:                  # this rank's share (:meth:`_share_of`)
+            restore(self, state, path, owner, rows=int(self.x.shape[0]))
+            if not np.array_equal(state["held"], self._next_rows()):
+                raise ExecutionError("the rows rank 0 sent are not the rows this rank holds")
+            self._scratch = torch.empty_like(self.x)
+            self._g = torch.empty_like(self.m)
+            counts = state["per_link"]
+            self._missed = counts["missed"].numpy().copy() if "missed" in counts else None
+            self._sent = counts["sent"].numpy().copy() if "sent" in counts else None
+            return
         restore(self, state, path, owner)
+        if self.held is not None:            # the rows this rank holds
+            index = to_device(self._next_rows(), self.device)
+            self.x = self.x[index]
+            self._scratch = torch.empty_like(self.x)
+            rule = self.rule.state()
+            rows = {k: v[index.to(v.device)] for k, v in rule.items()
+                    if self._per_row(v, self.n)}
+            self._missed = self._sent = None
+            if "missed" in rule:
+                self._missed = rule["missed"].cpu().numpy().copy()
+            if "sent" in rule:            # D-SGD's difference form: this rank's links' share
+                self._sent = rule["sent"].cpu().numpy().copy()
+                rows["sent"] = torch.from_numpy(self._sent[self._local[0][1].lids].copy())
+            if "kept" in rule:
+                rows["kept"] = rule["kept"][:, index.to(rule["kept"].device)]
+            if rows:
+                self.rule.set_state({**rule, **rows})
         self.m = self.m[self.lo:self.hi].clone()
         self._g = torch.empty_like(self.m)
 
@@ -749,10 +1119,46 @@ class DistributedTrainer(Trainer):
 
     def _rewire(self, topology: Any, k_ratio: float | None) -> None:
         """:meth:`Trainer.rewire` with every client's model and rule state on every rank
-        first: new links need other rows (a rule that mixes every row may take over)."""
+        first: new links need other rows (a rule that mixes every row may take over). A run
+        split by rows holds every row for the rewiring, then the rows the new links need
+        (where the new topology is split too)."""
+        if self.held is not None:
+            rule = self.rule.state()
+            rows = {}
+            for k, v in rule.items():        # push-sum's weights: every client's
+                if self._per_row(v):
+                    rows[k] = torch.empty(self.n, *v.shape[1:], dtype=v.dtype, device=v.device)
+                    self._gather_rows(rows[k], v[self.b0:self.b1])
+            if "missed" in rule:
+                rows["missed"] = torch.from_numpy(self._missed.copy())
+            self.x = self.models()
+            self._place(None)
+            self._local = []
+            self._scratch = torch.empty_like(self.x)
+            set_rule_rows(self.rule, self.n)
+            self._sent = None
+            if isinstance(_inner(self.rule), DSGD):
+                _inner(self.rule).live = None      # every link is this rank's again
+            if rows:
+                self.rule.set_state({**rule, **rows})
         self.gather_models()
         self._sync_rule_state()
         Trainer.rewire(self, topology, k_ratio)
+        held = self._split_rows()
+        if held is not None:
+            self._place(held)
+            self._localise(self._table_rows())
+            index = self._next_rows()
+            self.x = self.x[to_device(index, self.device)]
+            self._scratch = torch.empty_like(self.x)
+            set_rule_rows(self.rule, int(index.size))
+            rule = self.rule.state()
+            rows = {k: v[to_device(index, v.device)] for k, v in rule.items()
+                    if self._per_row(v, self.n)}
+            if "missed" in rule:
+                self._missed = rule["missed"].cpu().numpy().copy()
+            if rows:
+                self.rule.set_state({**rule, **rows})
         self._attach()
 
 

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import ExecutionError, ValidationError
-from .channel import Channel, Traffic, dbm_to_watt
+from .channel import Channel, RoundLinks, Traffic, dbm_to_watt
 from .clique_averaging import CliqueAveraging, clique_averaging_enabled
 from .compression import MASKS, k_from_ratio
 from .device import DEFAULT_DEVICE, check_device, device_name, resolve_device, to_device
@@ -42,7 +42,7 @@ from .gradient_tracking import OTA_REFUSAL, GradientTracking
 from .dllr_oa import DLLR_BETA_NOISE, DLLR_SIGMA, DLLROA, LAYER_MASKS, ORDERS
 from .matcha import Matcha
 from .push_sum import PushSum
-from .gossip import ALGORITHMS, DSGD, OTA_PAYLOADS, Choco, PaperLiteral, \
+from .gossip import ALGORITHMS, DSGD, OTA_PAYLOADS, Choco, Exchange, PaperLiteral, \
     check_schedule, difference_decay, link_schedule, round_traffic
 from ..plans.channel_config import CHANNEL_PARAMS, IDEAL_CHANNEL, ChannelConfig, number_in
 from ..plans.operators import MATCHA_BUDGET
@@ -408,7 +408,9 @@ class Trainer:
         x0 = self.layout.flatten(self.model)
         #: The initial model's norm: the scale a diverging consensus distance is measured by.
         self.model_scale = float(torch.linalg.vector_norm(x0.double().cpu()))
-        self.x = x0.unsqueeze(0).repeat(n, 1)
+        # the rows this process holds: all N here; a block and the rows it mixes with on one
+        # rank of a run split by rows (:mod:`.distributed`, :mod:`.row_split`)
+        self.x = x0.unsqueeze(0).repeat(self._rows_held(), 1)
         # the rows this process trains (all of them here; a block of them on one rank of a
         # distributed run, :mod:`.distributed`): momentum, gradients and batches cover those
         rows = self._trained_rows()
@@ -456,9 +458,10 @@ class Trainer:
                     f"matcha samples matchings of one static graph; topology "
                     f"'{topology.spec.family}' changes every round (period "
                     f"{len(self.link_schedule)})")
-            inner = (Digital(n, self.d, config.bits, x0, config.gamma)
+            held = self.x.shape[0]
+            inner = (Digital(held, self.d, config.bits, x0, config.gamma)
                      if config.transport == "digital"
-                     else DSGD(n, self.d, x0=x0, payload=config.ota_payload, decay=0.0))
+                     else DSGD(held, self.d, x0=x0, payload=config.ota_payload, decay=0.0))
             self.rule = Matcha(inner, topology, config.matcha_budget, self.device)
             self.link_schedule = (self.rule.links,)
             self.links = self.rule.links
@@ -467,16 +470,16 @@ class Trainer:
                                config.dllr_mask, config.dllr_sigma, config.dllr_order,
                                beta_noise=config.dllr_beta_noise)
         elif self.algorithm == "push_sum":
-            self.rule = PushSum(n, self.d, config.transport, device=self.device)
+            self.rule = PushSum(self.x.shape[0], self.d, config.transport, device=self.device)
         elif self.algorithm == "gradient_tracking":
             self.rule = GradientTracking(n, self.d, x0, config.transport, config.bits,
                                          config.gamma)
         elif self.algorithm == "dsgd" and config.transport == "digital":
-            self.rule = Digital(n, self.d, config.bits, x0, config.gamma)
+            self.rule = Digital(self.x.shape[0], self.d, config.bits, x0, config.gamma)
         elif self.algorithm == "dsgd":
             self.rule = self._dsgd(x0)
         elif self.algorithm == "choco":
-            self.rule = Choco(n, self.d, self.k, config.mask, self.gamma, x0)
+            self.rule = Choco(self.x.shape[0], self.d, self.k, config.mask, self.gamma, x0)
         else:
             self.rule = PaperLiteral(n, self.d, self.k, config.mask, self.gamma,
                                      config.error_feedback, device=self.device)
@@ -504,6 +507,30 @@ class Trainer:
     def _trained_rows(self) -> int:
         """How many clients' rows this process trains (all N in a single process)."""
         return self.n
+
+    def _rows_held(self) -> int:
+        """How many clients' rows this process holds in ``x`` (all N in a single process);
+        the rules a run split by rows applies (D-SGD, digital, MATCHA, push-sum, CHOCO) are
+        built for that many rows."""
+        return self.n
+
+    def _finite(self) -> bool:
+        """Whether every client's model is finite."""
+        return bool(torch.isfinite(self.x).all())
+
+    def _mix(self, links: RoundLinks, x_prev: torch.Tensor | None) -> Exchange:
+        """The update rule's round on the half-step models (``links``: the round's draws);
+        ``self.x`` then holds the mixed models. Returns the rule's :class:`~.gossip.Exchange`,
+        which the round's traffic is counted from."""
+        cfg = self.config
+        result = self.rule.communicate(self.x, self.links, links, self.channel,
+                                       train_gen=self.train_gen, x_prev=x_prev,
+                                       scratch=self._scratch,
+                                       tx_power_w=dbm_to_watt(cfg.channel.tx_power_dbm),
+                                       bandwidth_hz=cfg.channel.bandwidth_hz)
+        if result.x is not self.x:     # the rule mixed into the scratch buffer: swap
+            self._scratch, self.x = self.x, result.x
+        return result
 
     def _interrupted(self, flag: bool) -> bool:
         """Whether the run stops for an interrupt after this round (this process's Ctrl-C;
@@ -654,13 +681,7 @@ class Trainer:
                     ca = self.clique_averaging.apply(
                         self.x, x_prev, links, self.channel, trainable, cfg.channel.tx_power_dbm,
                         cfg.channel.bandwidth_hz, getattr(self.rule, "shrinkage", True))
-                result = self.rule.communicate(self.x, self.links, links, self.channel,
-                                               train_gen=self.train_gen, x_prev=x_prev,
-                                               scratch=self._scratch,
-                                               tx_power_w=dbm_to_watt(cfg.channel.tx_power_dbm),
-                                               bandwidth_hz=cfg.channel.bandwidth_hz)
-                if result.x is not self.x:     # the rule mixed into the scratch buffer: swap
-                    self._scratch, self.x = self.x, result.x
+                result = self._mix(links, x_prev)
             cost = round_traffic(result, self.links, self.d, dbm_to_watt(cfg.channel.tx_power_dbm),
                                  cfg.channel.bandwidth_hz, self.channel.snr)
             if ca is not None:
@@ -827,7 +848,7 @@ class Trainer:
 
     def _result(self, status: str, reason: str | None, saved: str | None) -> RunResult:
         final_acc = client_acc = None
-        finite = bool(torch.isfinite(self.x).all())
+        finite = self._finite()
         if finite and self.round > 0:
             with torch_threads(self.config.threads):
                 if self.last_eval_round != self.round:
@@ -915,7 +936,7 @@ class Trainer:
         """The D-SGD rule of this run: over a noisy channel it sends ``config.ota_payload``; a
         topology that changes every round sends the centred models (decay 0), as the links
         whose history the difference form follows are those of one fixed W."""
-        return DSGD(self.n, self.d, x0=x0, payload=self.config.ota_payload,
+        return DSGD(self.x.shape[0], self.d, x0=x0, payload=self.config.ota_payload,
                     decay=self._decay(self.topology))
 
     def _decay(self, topology: Any) -> float:

@@ -377,8 +377,15 @@ def _trainer(w, spec: TopologySpec, config: RunConfig) -> Trainer:
 
 def _check_training_memory(n: int, d: int, config: RunConfig, device=None) -> None:
     """Refuse, before anything is recorded, a run whose stacked state cannot fit in memory
-    (the GPU's free memory for a CUDA device)."""
+    (the GPU's free memory for a CUDA device). A run over several processes is checked by
+    each process for the rows it holds instead, when it builds its trainer
+    (:mod:`.distributed`)."""
     from ..plans.footprint import MEMORY_SHARE, available_memory, gib, training_bytes
+    from . import distributed
+
+    group = distributed.active()
+    if group is not None and group.world > 1:
+        return
 
     algorithm = config.resolved_algorithm
     need, where = training_bytes(n, d, algorithm, config.transport, config.bits), ""

@@ -81,7 +81,7 @@ from .compression import ErrorFeedback, common_mask, compress
 from .device import to_device
 
 __all__ = ["ALGORITHMS", "Choco", "DSGD", "Exchange", "LinkSet", "OTA_PAYLOADS", "Operator",
-           "PaperLiteral", "check_schedule", "difference_decay", "dsgd_mix",
+           "PaperLiteral", "check_schedule", "dense_form", "difference_decay", "dsgd_mix",
            "link_schedule"]
 
 ALGORITHMS = ("auto", "dsgd", "choco", "paper_literal", "gradient_tracking", "push_sum",
@@ -167,6 +167,10 @@ class LinkSet:
         self.index = {(int(r), int(s)): i for i, (r, s) in enumerate(zip(self.recv, self.send))}
         self.weights = w
         self.device = torch.device(device or "cpu")
+        #: the client of each row where the rows are not the clients in order (a rank's share
+        #: of the links in a run split by rows, :mod:`.row_split`): every operator built from
+        #: these links then takes the sparse form, each row's entries in the clients' order
+        self.columns: np.ndarray | None = None
         self._base: Operator | None = None
 
     def operator(self, up: np.ndarray) -> "Operator":
@@ -174,10 +178,10 @@ class LinkSet:
         if up.all():
             if self._base is None:
                 self._base = Operator(self.n, self.recv, self.send, self.w, self.diag,
-                                      device=self.device)
+                                      device=self.device, columns=self.columns)
             return self._base
         return Operator(self.n, self.recv[up], self.send[up], self.w[up], self.diag,
-                        device=self.device)
+                        device=self.device, columns=self.columns)
 
     def up(self, links: RoundLinks) -> np.ndarray:
         """Directed-link up mask (2E,) from the round's undirected edge mask."""
@@ -197,14 +201,18 @@ class Operator:
     dense ``torch.mm`` or sparse by density (see :data:`SPARSE_ADVANTAGE`). The sparse form is
     scipy CSR on the CPU and a torch CSR tensor elsewhere (``torch_sparse=True`` forces the
     torch form on the CPU too, to test it); the matrix is built in float64 and stored in float32
-    either way."""
+    either way. ``columns`` (the client of each row and column, where they are not the clients
+    in order) takes the sparse form whatever the density and stores each row's entries in the
+    order of those clients: a row of the scipy form adds its entries one after the other in the
+    order stored, so a rank of a run split by rows (:mod:`.row_split`), whose table holds its
+    block first, computes its rows as the whole operator does."""
 
     def __init__(self, n: int, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray,
                  diag: np.ndarray | None = None, *, device: torch.device | str | None = None,
-                 torch_sparse: bool | None = None):
+                 torch_sparse: bool | None = None, columns: np.ndarray | None = None):
         device = torch.device(device or "cpu")
         nnz = rows.size + (n if diag is not None else 0)
-        self.dense = n <= DENSE_MAX_N and nnz * SPARSE_ADVANTAGE >= n * n
+        self.dense = columns is None and dense_form(n, nnz)
         self.scipy = False
         if self.dense:
             m = np.zeros((n, n), dtype=np.float64)
@@ -219,6 +227,8 @@ class Operator:
             m = m + sp.diags(diag)
         self._exact = sp.csr_matrix(m, dtype=np.float64)
         csr = sp.csr_matrix(m, dtype=np.float32)
+        if columns is not None:
+            self._exact, csr = _in_order(self._exact, columns), _in_order(csr, columns)
         if not (torch_sparse if torch_sparse is not None else device.type != "cpu"):
             self.scipy = True
             self.matrix = csr
@@ -247,6 +257,20 @@ class Operator:
         if self.scipy:
             return torch.from_numpy(np.ascontiguousarray(self.matrix @ y.contiguous().numpy()))
         return torch.sparse.mm(self.matrix, y.contiguous())
+
+
+def _in_order(csr: sp.csr_matrix, columns: np.ndarray) -> sp.csr_matrix:
+    """``csr`` with each row's entries stored in the order of ``columns[j]`` (not sorted by
+    j; scipy's product with a dense matrix adds them in the order stored)."""
+    rows = np.repeat(np.arange(csr.shape[0]), np.diff(csr.indptr))
+    order = np.lexsort((columns[csr.indices], rows))
+    return sp.csr_matrix((csr.data[order], csr.indices[order], csr.indptr), shape=csr.shape)
+
+
+def dense_form(n: int, nnz: int) -> bool:
+    """Whether an N x N operator with ``nnz`` nonzeros is applied in the dense form
+    (:data:`DENSE_MAX_N`, :data:`SPARSE_ADVANTAGE`)."""
+    return n <= DENSE_MAX_N and nnz * SPARSE_ADVANTAGE >= n * n
 
 
 def link_schedule(topology, device: torch.device | str | None = None) -> tuple[LinkSet, ...]:
@@ -283,7 +307,7 @@ def dsgd_mix(x: torch.Tensor, links: LinkSet, up: np.ndarray,
     down = ~up
     np.add.at(diag, links.recv[down], links.w[down])
     return Operator(links.n, links.recv[up], links.send[up], links.w[up], diag,
-                    device=links.device).apply(x, out)
+                    device=links.device, columns=links.columns).apply(x, out)
 
 
 def _received_noise_rows(channel: Channel, power_per_coord: np.ndarray, g_min: np.ndarray,
@@ -371,6 +395,10 @@ class DSGD:
         self.n, self.d, self.shrinkage = n, d, shrinkage
         self.payload, self.decay = payload, float(decay)
         self.ref = None if x0 is None else x0.detach().clone()
+        #: the rounds some link of the whole run last delivered in, where this rule holds only
+        #: some links (a rank of a run split by rows, :mod:`.row_split`): their centred models
+        #: are kept as one process keeps them. None: this rule holds every link.
+        self.live: set[int] | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -432,7 +460,7 @@ class DSGD:
         lids = np.flatnonzero(up)
         tau = self.sent[lids]
         received = Operator(self.n, links.recv[lids], links.send[lids], links.w[lids],
-                            device=links.device).apply(p)
+                            device=links.device, columns=links.columns).apply(p)
         power = np.zeros(self.n)
         payload = np.empty(lids.size)
         for r in np.unique(tau):
@@ -443,7 +471,8 @@ class DSGD:
                 c = lam ** (t - int(r))
                 old = self.kept[int(r)]
                 received -= Operator(self.n, links.recv[lids[sel]], links.send[lids[sel]],
-                                     c * links.w[lids[sel]], device=links.device).apply(old)
+                                     c * links.w[lids[sel]], device=links.device,
+                                     columns=links.columns).apply(old)
                 norms = (torch.linalg.vector_norm(p - c * old, dim=1).double() ** 2
                          ).cpu().numpy()
             payload[sel] = links.w[lids[sel]] ** 2 * norms[links.send[lids[sel]]]
@@ -457,7 +486,8 @@ class DSGD:
         if lam:
             self.sent[lids] = t
             self.kept[t] = p
-            for r in [r for r in self.kept if r != t and not (self.sent == r).any()]:
+            for r in [r for r in self.kept if r != t and not (self.sent == r).any()
+                      and (self.live is None or r not in self.live)]:
                 del self.kept[r]
         down = np.flatnonzero(~up)
         missing = np.zeros(self.n)
@@ -519,7 +549,7 @@ class Choco:
     def communicate(self, x: torch.Tensor, links: LinkSet, rl: RoundLinks, channel: Channel,
                     train_gen: torch.Generator, scratch: torch.Tensor | None = None,
                     **_: object):
-        everyone = bool(rl.active.all())
+        everyone = rl.all_active      # one process's branch, whatever rows are held
         device = x.device
         active = to_device(rl.active, device)
         indices = (common_mask(self.d, self.k, train_gen, device=device)

@@ -39,23 +39,40 @@ from .channel import Channel, RoundLinks
 from .device import to_device
 from .gossip import Exchange, LinkSet, Operator
 
-__all__ = ["PushSum", "push_sum_weights", "receive_side_weights"]
+__all__ = ["PushSum", "push_sum_weights", "receive_side_weights", "sender_counts"]
 
 #: Smallest weight a receiver keeps after a noisy reception.
 WEIGHT_FLOOR = 0.05
 
 
-def push_sum_weights(n: int, recv: np.ndarray, send: np.ndarray, delivered: np.ndarray
+def push_sum_weights(n: int, recv: np.ndarray, send: np.ndarray, delivered: np.ndarray,
+                     counts: tuple[np.ndarray, np.ndarray] | None = None
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The column-stochastic P of one round: (receivers, senders, P_ij) of the delivered links
     and the diagonal P_jj. Sender j's share is 1 / (outdeg_j + 1) over its links (delivered or
-    not); what it could not deliver stays on its diagonal."""
-    outdeg = np.bincount(send, minlength=n).astype(np.float64)
+    not); what it could not deliver stays on its diagonal. ``counts``: each sender's links and
+    lost links (:func:`sender_counts`) where ``recv``/``send`` are only some of its links."""
+    if counts is None:
+        counts = (np.bincount(send, minlength=n), np.bincount(send[~delivered], minlength=n))
+    outdeg = counts[0].astype(np.float64)
     share = 1.0 / (outdeg + 1.0)
-    lost = np.bincount(send[~delivered], minlength=n).astype(np.float64)
+    lost = counts[1].astype(np.float64)
     diag = share * (1.0 + lost)
     ok = np.flatnonzero(delivered)
     return recv[ok], send[ok], share[send[ok]], diag
+
+
+def sender_counts(links: LinkSet, rl: RoundLinks) -> tuple[np.ndarray, np.ndarray] | None:
+    """Per row of the models, its links as a sender and those lost this round, counted over
+    every link where ``links`` is a rank's share of them (a run split by rows,
+    :class:`~.row_split.LocalLinks`: ``whole`` and ``held``); None for a whole link set."""
+    whole = getattr(links, "whole", None)
+    if whole is None:
+        return None
+    delivered = whole.up(rl)
+    held = links.held
+    return (np.bincount(whole.send, minlength=whole.n)[held],
+            np.bincount(whole.send[~delivered], minlength=whole.n)[held])
 
 
 def receive_side_weights(n: int, recv: np.ndarray, send: np.ndarray
@@ -87,10 +104,12 @@ class PushSum:
                     scratch: torch.Tensor | None = None, **_: object) -> Exchange:
         device = x.device
         up = links.up(rl)
-        recv, send, vals, diag = push_sum_weights(self.n, links.recv, links.send, up)
+        recv, send, vals, diag = push_sum_weights(self.n, links.recv, links.send, up,
+                                                  sender_counts(links, rl))
         w_col = self.w.to(device, x.dtype).unsqueeze(1)
         num = x * w_col                                         # x_j = w_j z_j
-        op = Operator(self.n, recv, send, vals, diag, device=links.device)
+        op = Operator(self.n, recv, send, vals, diag, device=links.device,
+                      columns=getattr(links, "columns", None))
         new_x = op.apply(num)
         new_w = torch.from_numpy(diag * self.w.cpu().numpy()).to(self.w.device)
         new_w.index_add_(0, to_device(recv, self.w.device),

@@ -132,3 +132,16 @@ def test_training_that_cannot_fit_is_refused_before_it_is_recorded(monkeypatch):
                                                  r"model with dsgd needs ~1 MiB"):
             db.execute(plan)
         assert db.catalog.query("SELECT count(*) AS n FROM airplan.executions")[0]["n"] == 0
+
+
+def test_training_bytes_of_one_process_of_a_run_split_over_several():
+    from airplan_qo.plans.footprint import training_bytes
+
+    whole = training_bytes(1000, 4810, "dsgd")
+    assert whole == 4 * 4 * 1000 * 4810              # models, scratch, momentum, gradients
+    # a rank holding its block of 500 and 2 neighbours, training the 500
+    share = training_bytes(1000, 4810, "dsgd", held=502, trained=500)
+    assert share == (2 * 502 + 2 * 500) * 4 * 4810
+    # CHOCO's replicas and aggregates are per held row
+    assert training_bytes(1000, 10, "choco", held=502, trained=500) == (4 * 502 + 2 * 500) * 40
+    assert training_bytes(1000, 10, "choco") == 6 * 1000 * 40

@@ -84,6 +84,62 @@ SCENARIOS = {
     # rank 0's callback rewires CHOCO to the complete graph and checkpoints at round 2
     "callback_choco_rewire_sparse": ("ring", 12, dict(rounds=6, k_ratio=0.1, dropout=0.2,
                                                       eval_every=6, **_OTA)),
+    # split by rows (airplan_qo/runtime/row_split.py): sparse operators (a ring of 30, one-peer
+    # exponential of 32), rules without state between rounds; a rank holds its block and halo
+    "split_dsgd_ring30_ota": ("ring", 30, dict(rounds=4, dropout=0.2, eval_every=2, **_OTA)),
+    "split_dsgd_ring31_model": ("ring", 31, dict(rounds=4, dropout=0.2, ota_payload="model",
+                                                 local_steps=2, eval_every=3, **_OTA)),
+    "split_dsgd_ring30_ideal": ("ring", 30, dict(rounds=3, dropout=0.1, eval_every=3)),
+    "split_digital_ring30": ("ring", 30, dict(rounds=4, transport="digital", dropout=0.2,
+                                              eval_every=4, **_OTA)),
+    "split_dsgd_peer32_ota": ("one_peer_exponential", 32, dict(rounds=5, dropout=0.1,
+                                                               eval_every=5, **_OTA)),
+    "split_matcha_ring30_ota": ("ring", 30, dict(rounds=4, algorithm="matcha", dropout=0.1,
+                                                 eval_every=4, **_OTA)),
+    "split_push_sum_ring30_ota": ("ring", 30, dict(rounds=4, algorithm="push_sum",
+                                                   local_steps=2, dropout=0.2, eval_every=2,
+                                                   **_OTA)),
+    "split_push_sum_peer32_digital": ("one_peer_exponential", 32, dict(
+        rounds=4, algorithm="push_sum", transport="digital", dropout=0.1, eval_every=4,
+        **_OTA)),
+    "split_push_sum_ring30_save": ("ring", 30, dict(rounds=3, algorithm="push_sum",
+                                                    dropout=0.2, eval_every=3, **_OTA)),
+    "split_choco_ring30_ota": ("ring", 30, dict(rounds=4, k_ratio=0.1, local_steps=2,
+                                                dropout=0.2, eval_every=2, **_OTA)),
+    "split_choco_peer32_ota": ("one_peer_exponential", 32, dict(rounds=5, k_ratio=0.2,
+                                                                dropout=0.1, eval_every=5,
+                                                                **_OTA)),
+    "split_choco_ring30_save": ("ring", 30, dict(rounds=3, k_ratio=0.1, dropout=0.2,
+                                                 eval_every=3, **_OTA)),
+    "resume_split_choco_ring30": ("ring", 30, dict(rounds=6, k_ratio=0.1, dropout=0.2,
+                                                   eval_every=3, **_OTA)),
+    "callback_split_choco_rewire": ("ring", 30, dict(rounds=4, k_ratio=0.1, dropout=0.2,
+                                                     eval_every=4, **_OTA)),
+    "split_digital4_ring30": ("ring", 30, dict(rounds=5, transport="digital", bits=4,
+                                               dropout=0.2, eval_every=2, **_OTA)),
+    "split_digital4_peer32": ("one_peer_exponential", 32, dict(rounds=5, transport="digital",
+                                                               bits=6, dropout=0.1,
+                                                               eval_every=5, **_OTA)),
+    "split_digital4_ring30_save": ("ring", 30, dict(rounds=3, transport="digital", bits=4,
+                                                    dropout=0.2, eval_every=3, **_OTA)),
+    "resume_split_digital4_ring30": ("ring", 30, dict(rounds=6, transport="digital", bits=4,
+                                                      dropout=0.2, eval_every=3, **_OTA)),
+    # D-SGD's difference form keeping state (decay 0.25 on a 4-regular graph of 48, sparse)
+    "split_dsgd_kreg48_ota": ("k_regular", 48, dict(rounds=5, dropout=0.2, local_steps=2,
+                                                    eval_every=2, **_OTA)),
+    "split_dsgd_kreg48_save": ("k_regular", 48, dict(rounds=3, dropout=0.2, eval_every=3,
+                                                     **_OTA)),
+    "resume_split_dsgd_kreg48": ("k_regular", 48, dict(rounds=6, dropout=0.2, eval_every=3,
+                                                       **_OTA)),
+    # written by R ranks at round 3, resumed by one process to round 6; and the other way
+    "split_dsgd_ring30_save": ("ring", 30, dict(rounds=3, dropout=0.2, eval_every=3, **_OTA)),
+    # uneven blocks (11, 10, 10 on 3 ranks): rank 0 closes the gaps of the padded gather
+    "split_choco_ring31_save": ("ring", 31, dict(rounds=3, k_ratio=0.1, dropout=0.2,
+                                                 eval_every=3, **_OTA)),
+    "resume_split_dsgd_ring30": ("ring", 30, dict(rounds=6, dropout=0.2, eval_every=3,
+                                                  **_OTA)),
+    # rank 0's callback rewires to the complete graph (every row held again) at round 2
+    "callback_split_rewire": ("ring", 30, dict(rounds=4, dropout=0.2, eval_every=4, **_OTA)),
 }
 #: scenarios whose ranks gather every row (``DistributedTrainer(..., exchange=...)``)
 EXCHANGE = {"dsgd_ring12_sparse_all": "all"}
@@ -111,13 +167,14 @@ def inputs(name: str, **changes):
     return config, dataset, part, build(TopologySpec.create(family, n))
 
 
-def outcome(trainer, result) -> dict:
-    """What the tests compare: every round's statistics but its wall time, the final models,
-    the result's accuracies and totals."""
+def outcome(trainer, result, x=None) -> dict:
+    """What the tests compare: every round's statistics but its wall time, the final models
+    (``x``: every client's, gathered from a run split by rows), the result's accuracies and
+    totals."""
     return {
         "history": [{k: v for k, v in row.items() if k != "wall_time_s"}
                     for row in result.history],
-        "x": trainer.x.clone(),
+        "x": (trainer.x if x is None else x).clone(),
         "status": result.status,
         "final_accuracy": result.final_accuracy,
         "client_accuracies": result.client_accuracies,
@@ -139,8 +196,16 @@ def main(out: Path, names: list[str]) -> None:
             result = trainer.run(callback(name, trainer, out / f"{name}.ckpt.pt"))
             if name.endswith("_save"):
                 trainer.save(out / f"{name}.ckpt.pt" if group.rank == 0 else None)
+            split = getattr(trainer, "split", False)
+            models = trainer.models() if split else None       # every rank takes part
             if group.rank == 0:
-                torch.save(outcome(trainer, result), out / f"{name}.pt")
+                torch.save({**outcome(trainer, result, models), "split": split,
+                            "held": None if trainer.held is None else trainer.held.tolist()},
+                           out / f"{name}.pt")
+            # the rows this rank holds (split by rows) and the table's size
+            torch.save({"held": None if trainer.held is None else trainer.held.tolist(),
+                        "table_rows": trainer.x.shape[0], "split": split},
+                       out / f"{name}.held{group.rank}.pt")
             # what this rank received, round by round
             torch.save([t.as_dict() for t in trainer.traffic_log],
                        out / f"{name}.traffic{group.rank}.pt")

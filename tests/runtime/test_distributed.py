@@ -103,7 +103,14 @@ TWO = [name for name in S.SCENARIOS]
 THREE = ["push_sum_ring_ota_dropout", "dsgd_peer_ota_dropout", "choco_ring_ota_dropout",
          "resume_dsgd_complete", "choco_ring_save", "dsgd_ring12_sparse", "dsgd_peer16_sparse",
          "choco_peer16_sparse", "choco_ring12_sparse_save", "resume_choco_ring12_sparse",
-         "push_sum_peer16_sparse", "digital_ring12_sparse"]
+         "push_sum_peer16_sparse", "digital_ring12_sparse", "split_dsgd_ring31_model",
+         "split_dsgd_peer32_ota", "split_matcha_ring30_ota", "split_digital_ring30",
+         "split_dsgd_ring30_save", "resume_split_dsgd_ring30", "split_push_sum_ring30_ota",
+         "split_push_sum_ring30_save", "split_choco_ring30_ota", "split_choco_peer32_ota",
+         "split_choco_ring30_save", "resume_split_choco_ring30", "split_digital4_ring30",
+         "split_digital4_peer32", "split_digital4_ring30_save", "resume_split_digital4_ring30",
+         "split_dsgd_kreg48_ota", "split_dsgd_kreg48_save", "resume_split_dsgd_kreg48",
+         "split_choco_ring31_save"]
 SPARSE = [name for name in S.SCENARIOS
           if "_sparse" in name and not name.startswith(("callback_", "resume_"))]
 
@@ -149,7 +156,20 @@ def test_distributed_run_equals_the_single_process_run(ranks, world, name):
                                          (2, "dsgd_ring8_sparse_save"),
                                          (2, "choco_ring12_sparse_save"),
                                          (3, "choco_ring12_sparse_save"),
-                                         (2, "callback_choco_rewire_sparse")])
+                                         (2, "callback_choco_rewire_sparse"),
+                                         (2, "split_dsgd_ring30_save"),
+                                         (3, "split_dsgd_ring30_save"),
+                                         (2, "split_push_sum_ring30_save"),
+                                         (3, "split_push_sum_ring30_save"),
+                                         (2, "split_choco_ring30_save"),
+                                         (3, "split_choco_ring30_save"),
+                                         (2, "callback_split_choco_rewire"),
+                                         (2, "split_digital4_ring30_save"),
+                                         (3, "split_digital4_ring30_save"),
+                                         (2, "split_dsgd_kreg48_save"),
+                                         (3, "split_choco_ring31_save"),
+                                         (3, "split_dsgd_kreg48_save"),
+                                         (2, "callback_split_rewire")])
 def test_checkpoint_of_several_processes_is_the_single_process_checkpoint(ranks, world, name,
                                                                          tmp_path):
     """Rank 0 writes the models, the gathered momentum and the rule's state of every client,
@@ -259,6 +279,90 @@ def test_a_rank_receives_only_the_rows_its_clients_mix(ranks, world, name):
             sparse = [t for t in log if not stateless or not (
                 t["round"] % config.eval_every == 0 or t["round"] == config.rounds)]
             assert sum(t["rows"] for t in sparse) <= len(sparse) * (n - sizes[rank]) / 2
+
+
+SPLIT = [name for name in S.SCENARIOS if name.startswith(("split_", "resume_split_"))]
+
+
+def _halo(name: str, lo: int, hi: int) -> set[int]:
+    """The senders into [lo, hi) over the period, from the mixing matrices themselves
+    (MATCHA: every edge of the graph)."""
+    config, _, _, topology = S.inputs(name)
+    if config.resolved_algorithm == "matcha":
+        return {j for i in range(lo, hi) for j in topology.graph.neighbors(i)} - set(range(lo, hi))
+    mats = [r.weights for r in getattr(topology, "rounds", ())] or [topology.weights]
+    return set().union(*(_outside_rows(w, lo, hi) for w in mats))
+
+
+def _round_halo(name: str, lo: int, hi: int) -> int:
+    """The most senders from outside [lo, hi) into it of any one round."""
+    config, _, _, topology = S.inputs(name)
+    if config.resolved_algorithm == "matcha":
+        return len(_halo(name, lo, hi))
+    mats = [r.weights for r in getattr(topology, "rounds", ())] or [topology.weights]
+    return max(len(_outside_rows(w, lo, hi)) for w in mats)
+
+
+@pytest.mark.parametrize("world, name", [(2, n) for n in SPLIT]
+                         + [(3, n) for n in SPLIT if n in THREE])
+def test_a_run_split_by_rows_holds_its_block_and_halo_only(ranks, world, name):
+    """Split by rows, a rank's table holds its block and the senders into it over the
+    period, nothing else; per round it receives the round's senders' half-step models, and on
+    evaluated rounds a slab of every block's columns at a time for the average model (as many
+    bytes as the blocks) but no whole stack; its results equal one process's (above)."""
+    config, *_ = S.inputs(name)
+    n = S.SCENARIOS[name][1]
+    bounds = distributed.blocks(n, world)
+    sizes = [hi - lo for lo, hi in bounds]
+    d = torch.load(ranks[world] / f"{name}.pt", weights_only=False)["x"].shape[1]
+    # push-sum's weight w_j travels with its row as 2 float32 words; CHOCO's replicas' k
+    # masked columns travel
+    width = {"push_sum": d + 2, "choco": k_from_ratio(config.k_ratio, d)}.get(
+        config.resolved_algorithm, d)
+    for rank, (lo, hi) in enumerate(bounds):
+        held = torch.load(ranks[world] / f"{name}.held{rank}.pt")
+        assert held["split"], (rank, held)
+        expected = sorted(set(range(lo, hi)) | _halo(name, lo, hi))
+        assert held["held"] == expected
+        # the table: the block and the most senders of any one round
+        assert held["table_rows"] == (hi - lo) + _round_halo(name, lo, hi)
+        assert held["table_rows"] <= len(expected)
+        if "peer" not in name:      # one-peer exponential: every 2^k-hop sender of a period
+            assert len(expected) < n
+        elif world == 3:            # ... but only one per client and round
+            assert held["table_rows"] < len(expected)
+        if config.resolved_algorithm == "matcha":
+            continue                # a round's rows depend on the matchings it activates
+        log = torch.load(ranks[world] / f"{name}.traffic{rank}.pt")
+        first = 4 if name.startswith("resume_") else 1
+        assert [t["round"] for t in log] == list(range(first, config.rounds + 1))
+
+        def gathered(per_row: int) -> int:
+            if len(set(sizes)) == 1:
+                return (n - sizes[rank]) * per_row
+            return max(sizes) * (world - 1) * per_row
+
+        for t, rows in zip(log, _expected_rows(name, world, rank)[first - 1:]):
+            evaluated = t["round"] % config.eval_every == 0 or t["round"] == config.rounds
+            assert t["rows"] == len(rows), (rank, t)
+            assert t["model_bytes"] == len(rows) * width * 4
+            other = gathered(4 * config.local_steps)
+            other += (8 * d if rank > 0 else 0) + (4 * d if rank < world - 1 else 0)
+            other += gathered(8)
+            if evaluated:           # the average model's slabs, accuracy counts
+                other += gathered(4 * d) + gathered(8)
+            assert t["other_bytes"] == other, (rank, t)
+
+
+def test_a_run_split_by_rows_gives_every_model_on_request(ranks):
+    """``trainer.models()`` gathers every client's model (compared with one process's
+    above); ``gather_models()``, which would put them into the rank's table, says so."""
+    from airplan_qo.runtime.distributed import DistributedTrainer
+
+    trainer = DistributedTrainer.__new__(DistributedTrainer)
+    trainer.held = np.arange(3)
+    with pytest.raises(ExecutionError, match=r"split by rows.*trainer.models\(\)"):
+        trainer.gather_models()
 
 
 def test_resumed_by_several_processes_from_a_one_process_checkpoint(ranks):
@@ -392,3 +496,35 @@ def test_cli_ranks_option_trains_like_one_process(tmp_path):
                               "SELECT 1"], cwd=tmp_path, env=_env(), capture_output=True,
                              text=True, timeout=120)
     assert refused.returncode == 2 and "--ranks" in refused.stderr
+
+
+def test_a_rank_refuses_a_share_its_memory_cannot_hold(monkeypatch):
+    """Each rank checks the rows it holds before allocating them: a split share (its block of
+    500 and 2 neighbours) fits where the whole stack would not."""
+    from airplan_qo.plans import footprint
+    from airplan_qo.runtime.engine import RunConfig
+
+    trainer = distributed.DistributedTrainer.__new__(distributed.DistributedTrainer)
+    trainer.config, trainer.algorithm = RunConfig(), "dsgd"
+    trainer.n, trainer.d, trainer.lo, trainer.hi = 1000, 4810, 0, 500
+    trainer.device = torch.device("cpu")
+    trainer.group = distributed.Group(0, 2, 0, "gloo")
+    monkeypatch.setattr(footprint, "available_memory", lambda: 60 * 2 ** 20)
+    trainer._check_memory(502)                       # ~38.6 MB of 48 MiB
+    with pytest.raises(ExecutionError, match=r"rank 0 of 2 holds 1000 of 1000 clients' models "
+                                             r"\(500 trained here\).*start more processes"):
+        trainer._check_memory(1000)                  # ~57.7 MB
+
+
+def test_a_run_over_processes_is_not_refused_for_the_whole_stack(monkeypatch):
+    """Rank 0 does not refuse a run over several processes for the memory of every client's
+    models: each rank checks its own share (above)."""
+    from airplan_qo.plans import footprint
+    from airplan_qo.runtime import execution
+    from airplan_qo.runtime.engine import RunConfig
+
+    monkeypatch.setattr(footprint, "available_memory", lambda: 2 ** 20)
+    with pytest.raises(ExecutionError, match="needs ~"):
+        execution._check_training_memory(1000, 4810, RunConfig())
+    monkeypatch.setattr(distributed, "active", lambda: distributed.Group(0, 2, 0, "gloo"))
+    execution._check_training_memory(1000, 4810, RunConfig())
