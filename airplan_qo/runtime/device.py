@@ -16,8 +16,8 @@ from typing import Any
 
 from ..errors import ExecutionError, ValidationError
 
-__all__ = ["DEFAULT_DEVICE", "DEVICE_FORMS", "check_device", "device_name", "resolve_device",
-           "to_device"]
+__all__ = ["DEFAULT_DEVICE", "DEVICE_FORMS", "available_bytes", "check_device", "device_name",
+           "resolve_device", "to_device"]
 
 #: The device a run uses when none is given.
 DEFAULT_DEVICE = "cpu"
@@ -89,3 +89,15 @@ def to_device(array: Any, device: Any):
 
     tensor = torch.from_numpy(array)
     return tensor if device.type == "cpu" else tensor.to(device)
+
+
+def available_bytes(device: Any = None) -> int | None:
+    """Bytes a new allocation may take now on ``device``: a CUDA device's free memory, else the
+    machine's available memory (None when the system does not say)."""
+    if device is not None and getattr(device, "type", None) == "cuda":
+        import torch
+
+        return int(torch.cuda.mem_get_info(device)[0])
+    from ..plans.footprint import available_memory
+
+    return available_memory()

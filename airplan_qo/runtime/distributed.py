@@ -113,7 +113,7 @@ import torch
 from ..errors import AirPlanError, ExecutionError
 from . import distributed_launch as launched
 from .channel import dbm_to_watt
-from .device import to_device
+from .device import available_bytes, to_device
 from .digital import Digital
 from .engine import RunConfig, RunResult, Trainer
 from .clique_averaging import clique_averaging_enabled
@@ -413,15 +413,12 @@ class DistributedTrainer(Trainer):
         """Refuse, before allocating, a share this rank's memory cannot hold: ``rows`` clients'
         models, scratch copy and rule state and its block's momentum and gradients (the GPU's
         free memory for a CUDA device)."""
-        from ..plans.footprint import MEMORY_SHARE, available_memory, gib, training_bytes
+        from ..plans.footprint import MEMORY_SHARE, gib, training_bytes
 
         cfg = self.config
         need = training_bytes(self.n, self.d, self.algorithm, cfg.transport, cfg.bits,
                               held=rows, trained=self.hi - self.lo)
-        if self.device.type == "cuda":
-            available: int | None = int(torch.cuda.mem_get_info(self.device)[0])
-        else:
-            available = available_memory()
+        available = available_bytes(self.device)
         if available is not None and need > MEMORY_SHARE * available:
             raise ExecutionError(
                 f"rank {self.rank} of {self.group.world} holds {rows} of {self.n} clients' "

@@ -47,7 +47,7 @@ from ..catalog.store import Catalog, now_utc
 from ..errors import CatalogLockedError, ExecutionError
 from ..plans.operators import MATCHA_BUDGET
 from ..plans.topology import TopologySpec
-from .device import DEFAULT_DEVICE, check_device, device_name, resolve_device
+from .device import DEFAULT_DEVICE, available_bytes, check_device, device_name, resolve_device
 from .engine import ROUND_KEYS, RunConfig, RunResult, Trainer
 from .feedback import feedback_basis
 from .inputs import trainer_inputs
@@ -380,7 +380,7 @@ def _check_training_memory(n: int, d: int, config: RunConfig, device=None) -> No
     (the GPU's free memory for a CUDA device). A run over several processes is checked by
     each process for the rows it holds instead, when it builds its trainer
     (:mod:`.distributed`)."""
-    from ..plans.footprint import MEMORY_SHARE, available_memory, gib, training_bytes
+    from ..plans.footprint import MEMORY_SHARE, gib, training_bytes
     from . import distributed
 
     group = distributed.active()
@@ -388,14 +388,9 @@ def _check_training_memory(n: int, d: int, config: RunConfig, device=None) -> No
         return
 
     algorithm = config.resolved_algorithm
-    need, where = training_bytes(n, d, algorithm, config.transport, config.bits), ""
-    if device is not None and device.type == "cuda":
-        import torch
-
-        available = int(torch.cuda.mem_get_info(device)[0])
-        where = f" on {device_name(device)}"
-    else:
-        available = available_memory()
+    need = training_bytes(n, d, algorithm, config.transport, config.bits)
+    where = f" on {device_name(device)}" if device is not None and device.type == "cuda" else ""
+    available = available_bytes(device)
     if available is not None and need > MEMORY_SHARE * available:
         raise ExecutionError(
             f"training {n} clients of a {d}-parameter model with {algorithm} needs ~{gib(need)} "
