@@ -161,6 +161,12 @@ class Channel:
         """Standard Gaussian noise of ``size`` from the noise generator, on its device."""
         return torch.randn(*size, generator=self.gen, device=self.gen.device)
 
+    def uniform(self, shape: tuple[int, ...]) -> torch.Tensor:
+        """Uniforms in [0, 1) of ``shape`` from the noise generator, on its device (the
+        quantiser's; a rank of a run split by rows draws its rows of them instead,
+        :class:`~.row_split.HaloNoise`)."""
+        return torch.rand(shape, generator=self.gen, device=self.gen.device)
+
     @property
     def noisy(self) -> bool:
         return self.kind == "ota"

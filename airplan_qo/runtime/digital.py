@@ -99,8 +99,7 @@ class DigitalGossip:
                             link_h2=h2)
         self._start(x, links)
         active = to_device(rl.active, x.device)
-        q = quantize(x - self.xhat, self.bits, channel.gen,
-                     getattr(channel, "uniform", None))
+        q = quantize(x - self.xhat, self.bits, channel.gen, channel.uniform)
         if not rl.active.all():
             q[~active] = 0.0
         self.xhat += q

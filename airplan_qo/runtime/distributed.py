@@ -107,6 +107,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
+import attrs
 import numpy as np
 import torch
 
@@ -126,9 +127,14 @@ from .digital import SCALE_BITS
 from .row_split import COLUMN_SLAB, HaloNoise, LocalLinks, column_mean, global_exchange, \
     held_rows, local_round, set_rule_rows, splits, table_rows
 
-__all__ = ["DISTRIBUTED_ALGORITHMS", "EXCHANGES", "DistributedTrainer", "Group",
+__all__ = ["DISTRIBUTED_ALGORITHMS", "EXCHANGES", "DistributedTrainer", "Group", "MemoryShare",
            "RoundTraffic", "active", "blocks", "check_distributed", "init", "launched", "lead",
-           "main", "needed_rows", "serve", "shutdown"]
+           "main", "memory_refusal", "needed_rows", "serve", "shutdown"]
+
+#: The keys of the rules' states that hold one row per client: push-sum's weights ``w``,
+#: the public copies ``xhat`` (CHOCO, quantised digital gossip) and the receivers' aggregates
+#: ``s`` (CHOCO, D-SGD's difference form).
+ROW_STATE = ("w", "xhat", "s")
 
 #: The environment ``torchrun`` (or any launcher) sets for every process.
 LAUNCH_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -326,6 +332,42 @@ def _client_numbers(rule: Any) -> list[torch.Tensor]:
     return [rule.w] if isinstance(rule, PushSum) else []
 
 
+@attrs.frozen
+class MemoryShare:
+    """What one rank holds in memory: where (its host, and its GPU for a CUDA device), the bytes
+    its share needs, the bytes available there (None: the system does not say) and its rows."""
+
+    where: str
+    need: int
+    available: int | None
+    rows: int
+
+
+def memory_refusal(shares: list[MemoryShare], n: int, d: int, algorithm: str) -> str | None:
+    """Why the ranks' shares do not fit, or None: per place (a host's memory, or one GPU), the
+    shares of the ranks there summed against :data:`~..plans.footprint.MEMORY_SHARE` of the
+    least memory any of them saw available."""
+    from ..plans.footprint import MEMORY_SHARE, gib
+
+    places: dict[str, list[int]] = {}
+    for rank, share in enumerate(shares):
+        places.setdefault(share.where, []).append(rank)
+    for where, ranks in places.items():
+        seen = [shares[r].available for r in ranks if shares[r].available is not None]
+        if not seen:
+            continue
+        need = sum(shares[r].need for r in ranks)
+        if need > MEMORY_SHARE * min(seen):
+            rows = ", ".join(f"{shares[r].rows}" for r in ranks)
+            who = (f"rank {ranks[0]}" if len(ranks) == 1
+                   else f"ranks {', '.join(map(str, ranks))}")
+            return (f"{who} of {len(shares)} on {where} hold {rows} of {n} clients' models of a "
+                    f"{d}-parameter model with {algorithm}: ~{gib(need)} needed there, "
+                    f"{gib(MEMORY_SHARE * min(seen))} available: spread the ranks over more "
+                    f"hosts or GPUs, or use fewer clients or a smaller model")
+    return None
+
+
 class DistributedTrainer(Trainer):
     """A :class:`~.engine.Trainer` whose clients are split over the ranks of the group
     (module docstring). Every rank builds it with the same arguments; ``group`` defaults to
@@ -410,22 +452,26 @@ class DistributedTrainer(Trainer):
         self.b1 = self.b0 + (self.hi - self.lo)
 
     def _check_memory(self, rows: int) -> None:
-        """Refuse, before allocating, a share this rank's memory cannot hold: ``rows`` clients'
-        models, scratch copy and rule state and its block's momentum and gradients (the GPU's
-        free memory for a CUDA device)."""
-        from ..plans.footprint import MEMORY_SHARE, gib, training_bytes
+        """Refuse, before allocating, shares the memory they live in cannot hold: each rank's
+        ``rows`` clients' models, scratch copy and rule state and its block's momentum and
+        gradients, summed over the ranks that share a host's memory (or a GPU). Every rank
+        learns every share and decides the same, so all refuse together with one message."""
+        import socket
+
+        import torch.distributed as dist
+
+        from ..plans.footprint import training_bytes
 
         cfg = self.config
         need = training_bytes(self.n, self.d, self.algorithm, cfg.transport, cfg.bits,
                               held=rows, trained=self.hi - self.lo)
-        available = available_bytes(self.device)
-        if available is not None and need > MEMORY_SHARE * available:
-            raise ExecutionError(
-                f"rank {self.rank} of {self.group.world} holds {rows} of {self.n} clients' "
-                f"models ({self.hi - self.lo} trained here) of a {self.d}-parameter model with "
-                f"{self.algorithm}: ~{gib(need)} needed, {gib(MEMORY_SHARE * available)} "
-                f"available on {self.device}: start more processes, or use fewer clients or "
-                f"a smaller model")
+        where = socket.gethostname() + (f" {self.device}" if self.device.type == "cuda" else "")
+        shares: list[Any] = [None] * self.group.world
+        dist.all_gather_object(shares, MemoryShare(where, need, available_bytes(self.device),
+                                                   rows))
+        refusal = memory_refusal(shares, self.n, self.d, self.algorithm)
+        if refusal is not None:
+            raise ExecutionError(refusal)
 
     def _split_links(self) -> list[tuple[np.ndarray, np.ndarray]] | None:
         """Per round of the period, (receivers, senders) of its links where the run is split by
@@ -933,7 +979,10 @@ class DistributedTrainer(Trainer):
             import torch.distributed as dist
 
             box: list[Any] = [None]
-            dist.recv_object_list(box, src=0, device=torch.device("cpu"))
+            if self.held is None:     # the whole state, sent once to every rank
+                dist.broadcast_object_list(box, src=0, device=torch.device("cpu"))
+            else:                     # this rank's share of it
+                dist.recv_object_list(box, src=0, device=torch.device("cpu"))
             self._restore(box[0], message[1], None)
         elif op == "load_failed":
             raise ExecutionError(message[1])
@@ -955,12 +1004,12 @@ class DistributedTrainer(Trainer):
 
         if self.held is not None:
             # split by rows: rank 0 gathers the models, the momentum and the rule's rows
-            # (push-sum's weights; the other rules split keep no state)
+            # (:data:`ROW_STATE`, the difference form's kept models and the per-link counts)
             full = self._gather_to_root(self.x[self.b0:self.b1])
             momentum = self._gather_to_root(self.m)
             mine = self.rule.state()
             rows = {k: self._gather_to_root(v[self.b0:self.b1]) for k, v in mine.items()
-                    if self._per_row(v)}
+                    if self._per_row(k, v)}
             if "missed" in mine:          # every link's count, which every rank keeps
                 rows["missed"] = torch.from_numpy(self._missed.copy())
             if "sent" in mine:            # every link's last delivery, which every rank keeps
@@ -991,14 +1040,12 @@ class DistributedTrainer(Trainer):
             finally:
                 self.m = block
 
-    def _per_row(self, value: Any, rows: int | None = None) -> bool:
-        """Whether a value of the rule's state holds one entry per row of the table (of
-        ``rows`` rows; the table's by default): push-sum's weights, CHOCO's replicas and
-        aggregates, not CHOCO's shared initial model."""
-        return (isinstance(value, torch.Tensor) and value.dim() >= 1
-                and value.is_floating_point()
-                and value.shape[0] == (self.x.shape[0] if rows is None else rows)
-                and value is not getattr(_inner(self.rule), "ref", None))
+    def _per_row(self, key: str, value: Any, rows: int | None = None) -> bool:
+        """Whether the rule's state ``key`` holds one entry per row of the table (of ``rows``
+        rows; the table's by default): push-sum's weights, CHOCO's and quantised gossip's
+        replicas and the aggregates (:data:`ROW_STATE`), by name, not by shape."""
+        return (key in ROW_STATE and isinstance(value, torch.Tensor)
+                and value.shape[0] == (self.x.shape[0] if rows is None else rows))
 
     def _gather_to_root(self, mine: torch.Tensor) -> torch.Tensor | None:
         """Every rank's block of rows (``mine``, in rank order) on rank 0 as one (N x ...)
@@ -1043,6 +1090,9 @@ class DistributedTrainer(Trainer):
                 _send(("load_failed", str(exc)))
                 raise
             _send(("load", str(path)))
+            if self.held is None:                      # every rank holds the whole stack
+                dist.broadcast_object_list([state], src=0, device=torch.device("cpu"))
+                return
             for rank in range(1, self.group.world):    # each rank's share of the state
                 dist.send_object_list([self._share_of(state, rank)], dst=rank,
                                       device=torch.device("cpu"))
@@ -1063,7 +1113,7 @@ class DistributedTrainer(Trainer):
         index = torch.from_numpy(held)
         rule = dict(state["rule"])
         per_link = {k: rule[k] for k in ("sent", "missed") if k in rule}
-        for key in ("w", "xhat", "s"):                 # one row per client
+        for key in ROW_STATE:                           # one row per client
             if key in rule:
                 rule[key] = rule[key][index]
         if "kept" in rule:                              # rounds x clients x d
@@ -1095,7 +1145,7 @@ class DistributedTrainer(Trainer):
             self._scratch = torch.empty_like(self.x)
             rule = self.rule.state()
             rows = {k: v[index.to(v.device)] for k, v in rule.items()
-                    if self._per_row(v, self.n)}
+                    if self._per_row(k, v, self.n)}
             self._missed = self._sent = None
             if "missed" in rule:
                 self._missed = rule["missed"].cpu().numpy().copy()
@@ -1123,7 +1173,7 @@ class DistributedTrainer(Trainer):
             rule = self.rule.state()
             rows = {}
             for k, v in rule.items():        # push-sum's weights: every client's
-                if self._per_row(v):
+                if self._per_row(k, v):
                     rows[k] = torch.empty(self.n, *v.shape[1:], dtype=v.dtype, device=v.device)
                     self._gather_rows(rows[k], v[self.b0:self.b1])
             if "missed" in rule:
@@ -1151,7 +1201,7 @@ class DistributedTrainer(Trainer):
             set_rule_rows(self.rule, int(index.size))
             rule = self.rule.state()
             rows = {k: v[to_device(index, v.device)] for k, v in rule.items()
-                    if self._per_row(v, self.n)}
+                    if self._per_row(k, v, self.n)}
             if "missed" in rule:
                 self._missed = rule["missed"].cpu().numpy().copy()
             if rows:

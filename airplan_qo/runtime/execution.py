@@ -377,9 +377,9 @@ def _trainer(w, spec: TopologySpec, config: RunConfig) -> Trainer:
 
 def _check_training_memory(n: int, d: int, config: RunConfig, device=None) -> None:
     """Refuse, before anything is recorded, a run whose stacked state cannot fit in memory
-    (the GPU's free memory for a CUDA device). A run over several processes is checked by
-    each process for the rows it holds instead, when it builds its trainer
-    (:mod:`.distributed`)."""
+    (the GPU's free memory for a CUDA device). A run over several processes is checked
+    instead by its processes for the rows each holds, when they build their trainers, after
+    the execution is recorded (:meth:`.distributed.DistributedTrainer._check_memory`)."""
     from ..plans.footprint import MEMORY_SHARE, gib, training_bytes
     from . import distributed
 

@@ -281,7 +281,8 @@ def local_round(round_links: RoundLinks, held: np.ndarray) -> RoundLinks:
 
 
 def set_rule_rows(rule: Any, rows: int) -> None:
-    """Make the rule (D-SGD, digital D-SGD, MATCHA over either) work on ``rows`` rows."""
+    """Make the rule (D-SGD, digital D-SGD, MATCHA over either, push-sum, CHOCO) work on
+    ``rows`` rows."""
     inner = _inner(rule)
     if isinstance(inner, Digital):
         inner = inner.gossip

@@ -183,12 +183,30 @@ def outcome(trainer, result, x=None) -> dict:
     }
 
 
+def _refuse_memory(out: Path, rank: int) -> None:
+    """Rank 1 sees almost no memory available: every rank must refuse the run, with the same
+    message, instead of rank 1 alone (which would leave the others waiting for it)."""
+    from airplan_qo.errors import ExecutionError
+    from airplan_qo.plans import footprint
+    from airplan_qo.runtime import distributed
+
+    if rank == 1:
+        footprint.available_memory = lambda: 100_000
+    try:
+        distributed.DistributedTrainer(*inputs("split_dsgd_ring30_save"))
+    except ExecutionError as exc:
+        (out / f"refuse_memory_rank1.{rank}.txt").write_text(str(exc))
+
+
 def main(out: Path, names: list[str]) -> None:
     from airplan_qo.runtime import distributed
 
     group = distributed.init("gloo")
     try:
         for name in names:
+            if name == "refuse_memory_rank1":
+                _refuse_memory(out, group.rank)
+                continue
             trainer = distributed.DistributedTrainer(*inputs(name),
                                                      exchange=EXCHANGE.get(name, "auto"))
             if name.startswith("resume_"):

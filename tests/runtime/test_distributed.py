@@ -498,22 +498,44 @@ def test_cli_ranks_option_trains_like_one_process(tmp_path):
     assert refused.returncode == 2 and "--ranks" in refused.stderr
 
 
-def test_a_rank_refuses_a_share_its_memory_cannot_hold(monkeypatch):
-    """Each rank checks the rows it holds before allocating them: a split share (its block of
-    500 and 2 neighbours) fits where the whole stack would not."""
-    from airplan_qo.plans import footprint
-    from airplan_qo.runtime.engine import RunConfig
+def test_shares_are_refused_by_the_memory_they_share():
+    """Every rank gathers every share and decides the same: the ranks on one host are summed
+    against that host's memory (one GPU's for CUDA), a split share (a block of 500 and 2
+    neighbours) fits where the whole stack would not."""
+    from airplan_qo.plans.footprint import training_bytes
 
-    trainer = distributed.DistributedTrainer.__new__(distributed.DistributedTrainer)
-    trainer.config, trainer.algorithm = RunConfig(), "dsgd"
-    trainer.n, trainer.d, trainer.lo, trainer.hi = 1000, 4810, 0, 500
-    trainer.device = torch.device("cpu")
-    trainer.group = distributed.Group(0, 2, 0, "gloo")
-    monkeypatch.setattr(footprint, "available_memory", lambda: 60 * 2 ** 20)
-    trainer._check_memory(502)                       # ~38.6 MB of 48 MiB
-    with pytest.raises(ExecutionError, match=r"rank 0 of 2 holds 1000 of 1000 clients' models "
-                                             r"\(500 trained here\).*start more processes"):
-        trainer._check_memory(1000)                  # ~57.7 MB
+    mib = 2 ** 20
+
+    def share(where, rows, available):
+        need = training_bytes(1000, 4810, "dsgd", "ota", 32, held=rows, trained=500)
+        return distributed.MemoryShare(where, need, available, rows)
+
+    # two hosts, 48 MiB usable each (60 x 0.8): a split share of ~38.6 MB fits on each
+    split = [share("a", 502, 60 * mib), share("b", 502, 60 * mib)]
+    assert distributed.memory_refusal(split, 1000, 4810, "dsgd") is None
+    # the whole stack (~57.7 MB) does not
+    whole = [share("a", 1000, 60 * mib), share("b", 1000, 60 * mib)]
+    assert distributed.memory_refusal(whole, 1000, 4810, "dsgd").startswith(
+        "rank 0 of 2 on a hold 1000 of 1000 clients' models of a 4810-parameter model with "
+        "dsgd: ~")
+    # two split shares on one host are summed, against the least memory either saw
+    same = [share("a", 502, 100 * mib), share("a", 502, 60 * mib)]
+    refusal = distributed.memory_refusal(same, 1000, 4810, "dsgd")
+    assert refusal.startswith("ranks 0, 1 of 2 on a hold 502, 502 of 1000 clients' models")
+    assert "spread the ranks over more hosts or GPUs" in refusal
+    # a system that does not say how much is free refuses nothing
+    assert distributed.memory_refusal([share("a", 1000, None)] * 2, 1000, 4810, "dsgd") is None
+
+
+def test_a_share_one_rank_cannot_hold_is_refused_by_every_rank(tmp_path):
+    launch(2, tmp_path, ["refuse_memory_rank1"])
+    said = [(tmp_path / f"refuse_memory_rank1.{r}.txt").read_text() for r in range(2)]
+    assert said[0] == said[1]
+    # both ranks run on this host: their shares (15 clients and 2 neighbours each) are summed
+    # against the least memory either saw, rank 1's
+    assert said[0].startswith("ranks 0, 1 of 2 on ") and " hold 17, 17 of 30 clients'" in said[0]
+    assert said[0].endswith("spread the ranks over more hosts or GPUs, or use fewer clients or "
+                            "a smaller model")
 
 
 def test_a_run_over_processes_is_not_refused_for_the_whole_stack(monkeypatch):
