@@ -480,6 +480,27 @@ def test_cli_under_torchrun_trains_and_resumes_like_one_process(tmp_path):
     assert json.loads(history[0]["h"]) == [1, 2]
 
 
+def test_cli_run_split_by_rows_records_what_one_process_records(tmp_path):
+    """Under the CLI (rank 0 leads, the other waits for jobs) a plan on a ring of 30 clients is
+    split by rows (each rank holds its 15 clients and 2 neighbours) and records the same rounds
+    as one process."""
+    from airplan_qo.plans.topology import TopologySpec, build
+    from airplan_qo.runtime.gossip import LinkSet
+    from airplan_qo.runtime.row_split import splits
+
+    ring = LinkSet(build(TopologySpec.create("ring", 30)))
+    assert splits("dsgd", torch.device("cpu"), 30, [(ring.recv, ring.send)], False)
+    statement = ("TRAIN digits ON 30 CLIENTS WITH (rounds = 4, snr_db = 5, dropout = 0.2) "
+                 "USING TOPOLOGY ring USING SPARSITY 1 SLA rounds <= 50")
+    one, two = tmp_path / "one.duckdb", tmp_path / "two.duckdb"
+    _cli(["sql", "--catalog", str(one), "--quiet", statement], tmp_path)
+    done = _cli(["sql", "--ranks", "2", "--catalog", str(two), "--quiet", statement], tmp_path)
+    assert "ring [" in done.stdout and "k=1" in done.stdout
+    rows = _round_stats(one)
+    assert len(rows) == 4 and _round_stats(two) == rows
+    assert _processes(two) == [2]
+
+
 def test_cli_ranks_option_trains_like_one_process(tmp_path):
     """``airplan sql --ranks 2 "TRAIN ..."`` starts the two processes itself (torch's launcher,
     standalone) and records what one process records; ``--ranks 0`` is refused."""
