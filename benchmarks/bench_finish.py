@@ -7,8 +7,8 @@ fully connected plan's: the clients' models stay apart (the consensus distance).
 what a few mixing-only rounds (``Trainer.step(train=False)``: the rule mixes, nobody trains)
 after T training rounds buy:
 
-- per (alpha, seed): the fully connected, uncompressed plan over the air (``complete``, k = 1)
-  trained for the whole budget; ``fc`` = its clients' final mean accuracy averaged over the
+- per (alpha, seed): the fully connected, uncompressed D-SGD plan over the air (``complete``,
+  k = 1, the reference ``fc`` is defined on) trained for the whole budget; ``fc`` = its clients' final mean accuracy averaged over the
   seeds, the target ``ratio x fc``, and its channel uses to the target (the SLA's smoothed
   rule, :func:`airplan_qo.evaluation.metrics.outcome_from_curve`);
 - per sparse plan and seed: T training rounds (each T of ``--at``), then up to ``--finish``
@@ -47,10 +47,11 @@ from airplan_qo.runtime.execution import prepare, trainer_inputs
 PLANS = ("one_peer_exponential", "small_world(k=4)", "d_cliques")
 
 
-def _trainer(db, w: Workload, topology: str) -> tuple[Trainer, str]:
+def _trainer(db, w: Workload, topology: str, algorithms: list[str] | None = None
+             ) -> tuple[Trainer, str]:
     # the SLA only has to admit the fixed plan: this measures it, whatever its prediction
     result = db.plan(w, sla="accuracy >= 0.1 * fc", topologies=[topology], sparsity=[1.0],
-                     transports=["ota"], fallback="error")
+                     transports=["ota"], algorithms=algorithms, fallback="error")
     job, _, _ = prepare(db.catalog, result, stop_at_target=False)
     return Trainer(job.config, *trainer_inputs(job.workload, job.spec)), \
         result.chosen.plan.label()
@@ -97,7 +98,7 @@ def measure(args: argparse.Namespace, tmp: Path) -> int:
                 **dict(p.split("=", 1) for p in args.param)})
             db.analyze(w)           # D-Cliques forms its cliques from the label statistics
             t0 = time.perf_counter()
-            fc, _ = _trainer(db, w, "complete")
+            fc, fc_label = _trainer(db, w, "complete", ["dsgd"])     # the reference: D-SGD
             fc_runs[seed] = [fc.step() for _ in range(args.rounds)]
             fc_time = time.perf_counter() - t0
             for topology in args.plans:
@@ -122,7 +123,7 @@ def measure(args: argparse.Namespace, tmp: Path) -> int:
         for seed, rows in fc_runs.items():
             reached, rounds, cost = outcome_from_curve(*_curve(rows), 0.0, target)
             fc_cost[seed] = cost if reached else None
-            print(json.dumps({"alpha": alpha, "seed": seed, "plan": "complete", "fc": fc_acc,
+            print(json.dumps({"alpha": alpha, "seed": seed, "plan": fc_label, "fc": fc_acc,
                               "target": target, "reached": reached, "rounds": rounds,
                               "channel_uses": cost}))
         for (topology, seed), (label, rows, finishes) in runs.items():
