@@ -38,6 +38,7 @@ the same arithmetic per receiver:
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 import attrs
@@ -191,9 +192,8 @@ class HaloNoise:
         order = np.argsort(held, kind="stable")
         ranked = held[order]
         out = torch.empty(*shape, device=gen.device)
-        for start in range(0, self._n, NOISE_ROWS):
-            stop = min(self._n, start + NOISE_ROWS)
-            piece = torch.rand(stop - start, shape[1], generator=gen, device=gen.device)
+        draw = functools.partial(torch.rand, generator=gen, device=gen.device)
+        for start, stop, piece in _pieces(draw, self._n, shape[1]):
             a, b = np.searchsorted(ranked, [start, stop])
             if a < b:
                 out[torch.from_numpy(order[a:b]).to(gen.device)] = \
@@ -231,13 +231,19 @@ def draw_rows(channel: Channel, rows: int, d: int, first: int, last: int) -> tor
     if d < NOISE_ROWS:
         return channel.randn(rows, d)[first:last].clone()
     out = torch.empty(last - first, d, device=channel.device)
-    for start in range(0, rows, NOISE_ROWS):
-        stop = min(rows, start + NOISE_ROWS)
-        piece = channel.randn(stop - start, d)
+    for start, stop, piece in _pieces(channel.randn, rows, d):
         lo, hi = max(start, first), min(stop, last)
         if lo < hi:
             out[lo - first:hi - first] = piece[lo - start:hi - start]
     return out
+
+
+def _pieces(draw: Callable[..., torch.Tensor], rows: int, width: int):
+    """``draw(rows, width)`` as pieces of :data:`NOISE_ROWS` rows, in order: (first row,
+    row after the last, the piece)."""
+    for start in range(0, rows, NOISE_ROWS):
+        stop = min(rows, start + NOISE_ROWS)
+        yield start, stop, draw(stop - start, width)
 
 
 def global_exchange(rule: Any, links: LinkSet, round_links: RoundLinks, d: int,
@@ -286,10 +292,7 @@ def set_rule_rows(rule: Any, rows: int) -> None:
     inner = _inner(rule)
     if isinstance(inner, Digital):
         inner = inner.gossip
-    if isinstance(inner, (PushSum, Choco)):
-        inner.n = rows
-        return
-    if not isinstance(inner, (DSGD, DigitalGossip)):
+    if not isinstance(inner, (DSGD, DigitalGossip, PushSum, Choco)):
         raise TypeError(f"{type(rule).__name__} is not split by rows")
     inner.n = rows
 
