@@ -255,6 +255,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         grid = grid.with_folds(args.folds)
     if args.confidence is not None:
         grid = grid.with_confidence(args.confidence)
+    if args.sla is not None:
+        grid = grid.with_sla(args.sla)
     out = args.out or f"evaluation-{grid.name}"
     executor = args.executor
     if executor != "local":
@@ -516,6 +518,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--confidence", type=float, metavar="P",
                    help="plan with the chance constraint P(meets SLA) >= P (default: the "
                         "grid's, else the planner's 0.95); estimators with a distribution only")
+    p.add_argument("--sla", metavar="PREDICATE",
+                   help="judge every workload by this SLA instead of the grid's (e.g. "
+                        "'avg_model_accuracy >= 0.95 * fc': the runs are the same, cached)")
     p.add_argument("--out", metavar="DIR", help="output directory (default evaluation-GRID)")
     p.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
     p.add_argument("--workers", type=int, metavar="N",

@@ -80,7 +80,7 @@ class Session:
              confidence: float | None = None, progress=None, fallback: str | None = None,
              transports: Iterable[Any] | None = None, algorithms: Iterable[str] | None = None,
              pilot: str | None = None, pilot_rounds: int | None = None,
-             device: str | None = None):
+             device: str | None = None, mix_rounds: str | int | None = None):
         """Enumerate, cost and choose a plan; returns a PlanResult (``.explain()``).
 
         ``fallback``: what happens when ``topologies``, ``weights`` or ``sparsity`` restrict
@@ -117,6 +117,13 @@ class Session:
         Pilot`` node, and the planning run records its execution (``pilot_exec_id``).
         docs/planner.md, "A pilot of the fully connected reference". ``device``: where the
         pilot trains (default: the session's device, else ``cpu``); nothing else trains here.
+
+        ``mix_rounds``: *mixing-only tails*, the budget's last rounds spent mixing without
+        training, which draw a sparse topology's clients to their average model: ``'auto'``
+        (each plan that can run one is planned both without and with the tail its topology's
+        mixing rate needs), a number of rounds (each plan that can is planned with that tail
+        only), or None / ``'off'`` (the default: every round trains). docs/planner.md,
+        "Mixing-only tails".
         """
         from .planner.optimizer import Optimizer
         from .plans.request import DEFAULT_CONFIDENCE, PlanRequest, check_confidence
@@ -146,7 +153,7 @@ class Session:
                                                                    sparsity, transports,
                                                                    algorithms))
                       else "complete"),
-            pilot=measured)
+            pilot=measured, mix_rounds=mix_rounds)
         result = Optimizer(self.catalog, progress=progress).plan(request)
         if confidence is not None and result.chosen.cost.estimate.p_meets is None:
             import attrs

@@ -134,6 +134,10 @@ def measure(args: argparse.Namespace, tmp: Path) -> int:
                         "avg_model_at_t": rows[t - 1]["test_accuracy"],
                         "clients_at_t": rows[t - 1]["client_acc_mean"],
                         "clients_after_finish": extra[-1]["client_acc_mean"],
+                        # the clients' accuracy deficit to their average model after each
+                        # mixing-only round (docs/results.md, Mixing-only tails)
+                        "deficit": [round(x["test_accuracy"] - x["client_acc_mean"], 4)
+                                    for x in extra],
                         "reached": reached,
                         "mixing_rounds": max(0, rounds - t) if reached else None,
                         "channel_uses": spent,

@@ -528,6 +528,13 @@ _V6: tuple[str, ...] = (
     "ALTER TABLE planning_runs ADD COLUMN pilot JSON",
 )
 
+# Version 7: a plan can end its round budget with mixing-only rounds (``mix_rounds``, the
+# planner's ``WITH (mix_rounds = 'auto')``); rows of older catalogs train every round.
+_V7: tuple[str, ...] = (
+    "ALTER TABLE plans ADD COLUMN mix_rounds INTEGER DEFAULT 0",
+    "UPDATE plans SET mix_rounds = 0 WHERE mix_rounds IS NULL",
+)
+
 #: Every migration, oldest first; versions are consecutive from 1.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial catalog: workloads, statistics, topologies, plans, executions, "
@@ -544,6 +551,8 @@ MIGRATIONS: tuple[Migration, ...] = (
               _V5),
     Migration(6, "planning runs name the pilot of the fully connected reference they were "
                  "planned with (pilot_exec_id) and what it measured (pilot)", _V6),
+    Migration(7, "plans record their mixing-only rounds at the end of the budget "
+                 "(mix_rounds)", _V7),
 )
 
 #: The schema version this code writes and expects.

@@ -25,8 +25,8 @@ Shared plan quantities (heterogeneity, channel noise, p of the random mixing mat
 from __future__ import annotations
 
 from .interface import (DEFAULT_ESTIMATOR, ESTIMATORS, RANGE_MARK, BatchEstimator,
-                        CostEstimator, EstimationContext, estimate_many, recorded_range,
-                        refusal, refuser, resolve_constants)
+                        CostEstimator, EstimationContext, estimate_many, plans_mixing_tails,
+                        recorded_range, refusal, refuser, resolve_constants)
 
 
 def _register() -> None:
@@ -42,5 +42,6 @@ def _register() -> None:
 _register()
 
 __all__ = ["BatchEstimator", "CostEstimator", "DEFAULT_ESTIMATOR", "ESTIMATORS",
-           "EstimationContext", "RANGE_MARK", "estimate_many", "recorded_range", "refusal",
+           "EstimationContext", "RANGE_MARK", "estimate_many", "plans_mixing_tails",
+           "recorded_range", "refusal",
            "refuser", "resolve_constants"]

@@ -182,12 +182,26 @@ def estimate_many(estimator: CostEstimator, ctx: EstimationContext,
     return [estimator.estimate(ctx, plan, stats, target_accuracy) for plan, stats in items]
 
 
+def plans_mixing_tails(estimator: CostEstimator) -> bool:
+    """Whether ``estimator`` costs plans that end with mixing-only rounds
+    (``plans_mixing_tails = True``; plans/finish.py): only ``ttt`` among the built-in ones."""
+    return bool(getattr(estimator, "plans_mixing_tails", False))
+
+
 def refuser(estimator: CostEstimator) -> Callable[[PhysicalPlan], str | None]:
     """:func:`refusal` bound to ``estimator`` (whether it is :class:`Refusing` is checked
-    once: the planner asks for every plan it enumerates)."""
-    if isinstance(estimator, Refusing):
-        return estimator.refusal
-    return _costs_every_plan
+    once: the planner asks for every plan it enumerates); a plan with a mixing-only tail is
+    refused by an estimator that does not model one (:func:`plans_mixing_tails`)."""
+    own = estimator.refusal if isinstance(estimator, Refusing) else _costs_every_plan
+    if plans_mixing_tails(estimator):
+        return own
+    why = (f"estimator {estimator.name} does not model mixing-only rounds; COST MODEL ttt "
+           f"does")
+
+    def refuse(plan: PhysicalPlan) -> str | None:
+        return why if plan.mix_rounds else own(plan)
+
+    return refuse
 
 
 def _costs_every_plan(plan: PhysicalPlan) -> None:

@@ -44,7 +44,7 @@ def check_scope(scope: str, scope_key: str) -> tuple[str | None, str | None]:
 _LOAD_SQL = """
 SELECT * FROM (
 SELECT f.feedback_id, f.exec_id, f.plan_id, f.actual, f.censored,
-       p.family, p.k_ratio, p.snr_db, p.g_th, p.terms::VARCHAR AS terms,
+       p.family, p.k_ratio, p.snr_db, p.g_th, p.terms::VARCHAR AS terms, p.mix_rounds,
        p.calibration_ids, pr.planning_run_id, pr.sla_threshold,
        coalesce(w.dataset, json_extract_string(e.options, '$.dataset'), '') AS dataset,
        e.actual_rounds, t.mixing_p AS topo_p, t.lambda2_laplacian AS topo_lambda2,
@@ -93,6 +93,11 @@ def load(catalog: Catalog, estimator: str, scope: str, scope_key: str
         if r["target_metric"] not in (None, "accuracy"):
             skipped.append(f"execution {exec_id}: its SLA bounds {r['target_metric']}, and the "
                            "estimators are fitted on the clients' accuracy")
+            continue
+        if r["mix_rounds"]:
+            skipped.append(f"execution {exec_id}: its plan ends with {r['mix_rounds']} "
+                           "mixing-only rounds, which the fitted curves of training do not "
+                           "describe")
             continue
         t, e, drop = curves.get(exec_id, (np.empty(0), np.empty(0), None))
         common = dict(estimator=est.name, family=r["family"], dataset=r["dataset"],

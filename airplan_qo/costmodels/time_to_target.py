@@ -644,13 +644,43 @@ __all__ += ["MeasuredReference", "reference_from_pilot", "combine_reference"]
 CONSTANTS_FILE = "time_to_target.json"
 
 
-def load_reference() -> dict:
-    """The shipped reference fit: version, source, flat constants and the fitted range."""
+#: The shipped fit of the same model on the *average model's* accuracy curves of the same grid
+#: (``avg_model_accuracy``): what a plan with a mixing-only tail is planned with.
+AVERAGE_MODEL_FILE = "time_to_target_avg.json"
+
+#: The accuracy deficit to their average model the clients keep after a long mixing-only tail
+#: over the air, times the mixing rate p: the noise each mixing round adds is contracted by
+#: 1 - p per round, so the deficit it leaves scales as noise variance / p, the variance as
+#: 1 / SNR. 0.00085 = the half point measured on the one-peer exponential graph (p_random 0.17)
+#: at 10 dB after 40 mixing-only rounds (mnist1d, N = 30; :func:`finish_gap`). A calibration may
+#: set it as ``finish.floor``.
+FINISH_FLOOR = 0.00085
+
+
+@functools.lru_cache(maxsize=4)
+def load_reference(name: str = CONSTANTS_FILE) -> dict:
+    """A shipped fit (the clients' own models by default, :data:`AVERAGE_MODEL_FILE` for the
+    average model): version, source, flat constants and the fitted range."""
     import json
     from importlib import resources
 
-    text = (resources.files("airplan_qo.costmodels") / CONSTANTS_FILE).read_text()
+    text = (resources.files("airplan_qo.costmodels") / name).read_text()
     return json.loads(text)
+
+
+def finish_gap(deficit: float, p: float, mix_rounds: int, channel,
+               constants: Mapping[str, float]) -> float:
+    """The accuracy the clients are planned to end below their average model after
+    ``mix_rounds`` mixing-only rounds: their ``deficit`` at the end of training shrunk by
+    ``1 - p`` per round (``p`` the random mixing matrix's rate, plans/finish.py), plus the
+    floor the channel's noise leaves over the air: ``finish.floor`` (:data:`FINISH_FLOOR`)
+    / p at 10 dB, scaled by 10 / SNR (linear); none on a digital or ideal channel."""
+    p = min(max(float(p), 1e-6), 1.0)
+    left = max(float(deficit), 0.0) * (1.0 - p) ** int(mix_rounds)
+    if getattr(channel, "kind", "ideal") != "ota":
+        return left
+    return left + float(constants.get("finish.floor", FINISH_FLOOR)) / p * 10.0 ** (
+        -(channel.snr_db - 10.0) / 10.0)
 
 
 def flatten(plan_fit: "TobitFit", fc_fit: "TobitFit",
@@ -789,6 +819,8 @@ class TimeToTargetEstimator:
     fitted_metric: str = attrs.field(factory=lambda: load_reference().get("metric", "accuracy"))
     #: constants a calibration may add beyond the priors (the level of a dataset not in the grid)
     open_prefixes: tuple[str, ...] = ("fc.dataset:",)
+    #: it costs plans that end with mixing-only rounds (:meth:`_tail_estimate`)
+    plans_mixing_tails: bool = True
 
     # calibration (interface.Calibratable): a censored level shift per dataset, ttt_fit.py
     calibration_scopes = ("global", "dataset")
@@ -1025,7 +1057,55 @@ class TimeToTargetEstimator:
         return (rho, notes, g, c.get("target.level", 1.0), c.get("target.relative", 0.0),
                 p_ceiling)
 
+    @functools.cached_property
+    def average_model(self) -> "TimeToTargetEstimator":
+        """The same model fitted on the average model's curves (:data:`AVERAGE_MODEL_FILE`)."""
+        fit = load_reference(AVERAGE_MODEL_FILE)
+        return TimeToTargetEstimator(priors=dict(fit["constants"]),
+                                     fitted_range=dict(fit.get("range", {})),
+                                     fitted_metric=fit.get("metric", "avg_model_accuracy"))
+
+    def _tail_estimate(self, ctx, plan, stats, target_accuracy, ref: ReferenceTerms):
+        """A plan that trains ``budget - m`` rounds and then only mixes for ``m``
+        (``plan.mix_rounds``; plans/finish.py). It meets the SLA when its clients reach the
+        target while training (this model, on the shorter budget) or when its *average*
+        model is at least :func:`finish_gap` above the target when the training ends (the
+        fit on the average model's curves, :attr:`average_model`): the tail then draws the
+        clients to it. Its rounds: those of the training, plus the whole tail where the
+        clients have not reached the target by then."""
+        m = int(plan.mix_rounds)
+        train = max(int(ctx.round_budget) - m, 1)
+        base = attrs.evolve(plan, mix_rounds=0)
+        trained = self._estimate(attrs.evolve(ctx, round_budget=train), base, stats,
+                                 target_accuracy, ref)
+        avg = self.average_model
+        actx = attrs.evolve(ctx, constants=avg.priors, fitted_range=avg.fitted_range,
+                            round_budget=train)
+        # the clients' deficit to their average model when the training ends, from the two
+        # fits' curves, and what the tail leaves of it
+        deficit = (avg.accuracy_at(actx, base, stats, train)
+                   - self.accuracy_at(ctx, base, stats, train))
+        gap = finish_gap(deficit, trained.terms.get("p_random", 1.0), m, plan.channel,
+                         ctx.constants)
+        averaged = avg.estimate(actx, base, stats, min(float(target_accuracy) + gap, 1.0))
+        p_train, p_avg = trained.p_meets or 0.0, averaged.p_meets or 0.0
+        p = max(p_train, p_avg)
+        rounds = (trained.rounds or float(train)) + (1.0 - p_train) * m
+        acc = max(trained.accuracy or 0.0, (averaged.accuracy or 0.0) - gap)
+        terms = dict(trained.terms, p_meets=p, p_meets_training=p_train,
+                     p_meets_average_model=p_avg, mix_rounds=float(m), training_rounds=train,
+                     finish_deficit=deficit, finish_gap=gap,
+                     average_model_median_rounds=averaged.terms.get("median_rounds", math.inf))
+        notes = tuple(dict.fromkeys(trained.notes + tuple(
+            f"average model: {n}" for n in averaged.notes)))
+        return Estimate(rounds=rounds, accuracy=acc, rounds_lo=trained.rounds_lo,
+                        rounds_hi=trained.rounds_hi, terms=terms,
+                        model_term=trained.model_term, calibration_ids=ctx.calibration_ids,
+                        p_meets=p, notes=notes)
+
     def _estimate(self, ctx, plan, stats, target_accuracy, ref: ReferenceTerms):
+        if plan.mix_rounds:
+            return self._tail_estimate(ctx, plan, stats, target_accuracy, ref)
         ceiling = ref.ceiling
         t = self._terms(ctx, plan, stats, ref)
         budget = max(int(ctx.round_budget), 1)
@@ -1107,4 +1187,5 @@ class ReferenceTerms:
 __all__ += ["DEFAULT_FITTED_ALGORITHMS", "DEFAULT_FITTED_TRANSPORTS", "FittedOperators",
             "fitted_operators", "operator_fitted", "OPERATOR_SD", "ReferenceTerms",
             "TimeToTargetEstimator", "load_reference", "flatten", "CONSTANTS_FILE",
+            "AVERAGE_MODEL_FILE", "FINISH_FLOOR", "finish_gap",
             "DATASET_SPREAD_PRIOR_RUNS", "pooled_spread", "dataset_spread"]

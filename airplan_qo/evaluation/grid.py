@@ -27,6 +27,7 @@ import attrs
 from ..costmodels import DEFAULT_ESTIMATOR
 from ..errors import AirPlanError, ValidationError
 from ..plans.request import check_confidence
+from ..plans.request import check_mix_rounds
 from ..plans.sla import DEFAULT_SLA, parse_sla
 from ..plans.topology import TopologySpec, parse_topology
 from ..plans.workload import WORKLOAD_PARAMS, Workload, coerce_param
@@ -42,7 +43,7 @@ TOP_KEYS = ("name", "description", "seeds", "folds", "cv_seed", "estimator", "ob
             "workloads")
 #: Keys of a workload entry besides the workload parameters (WORKLOAD_PARAMS).
 PLAN_KEYS = ("name", "dataset", "clients", "topologies", "sparsity", "weights", "sla",
-             "transports", "algorithms")
+             "transports", "algorithms", "mix_rounds")
 #: Plan-space keys whose list value is the candidate space, not a cross product of workloads.
 _LIST_KEYS = ("topologies", "sparsity", "weights", "transports", "algorithms")
 #: What a workload that names no transports or algorithms is planned with: over the air, the
@@ -77,6 +78,9 @@ class WorkloadSpec:
     transports: tuple[str, ...] = ()
     #: algorithms as the grid names them; () = the default rule (``auto``)
     algorithms: tuple[str, ...] = ()
+    #: mixing-only tails planned beside each plan (``session.plan(mix_rounds=)``): 0 (none),
+    #: ``auto`` or a number of rounds (plans/finish.py)
+    mix_rounds: str | int = 0
 
     def plan_transports(self) -> tuple[str, ...]:
         """The transports the candidates are planned with (``session.plan(transports=)``)."""
@@ -116,7 +120,18 @@ class WorkloadSpec:
                                      local_steps=w.local_steps, periodic=periodic) is None:
                             plans.add((spec, k, canonical(resolve(alg, k), k), transport,
                                        bits))
-        return len(plans)
+        return len(plans) + sum(1 for spec, k, alg, _, _ in plans if self._tailed(spec, alg))
+
+    def _tailed(self, spec: TopologySpec, algorithm: str) -> bool:
+        """Whether a plan of ``spec`` running ``algorithm`` is planned with a mixing-only tail
+        too (``auto``: every topology but the complete graph, which averages in one round)."""
+        from ..plans.operators import MIXING_ONLY, resolve
+
+        if not self.mix_rounds or resolve(algorithm, 1.0) not in MIXING_ONLY:
+            return False
+        if self.mix_rounds == "auto":
+            return spec.family != "complete"
+        return self.mix_rounds < self.workload.rounds
 
     def for_seed(self, seed: int) -> Workload:
         return attrs.evolve(self.workload, seed=int(seed))
@@ -144,6 +159,7 @@ class WorkloadSpec:
                 "topologies": [_topology_text(f, p) for f, p in self.topologies],
                 **({"transports": list(self.transports)} if self.transports else {}),
                 **({"algorithms": list(self.algorithms)} if self.algorithms else {}),
+                **({"mix_rounds": self.mix_rounds} if self.mix_rounds else {}),
                 **({"access_point": True} if w.access_point else {})}
 
 
@@ -176,6 +192,18 @@ class Grid:
     def with_confidence(self, p: float) -> "Grid":
         """The same grid planned with chance-constraint confidence ``p`` (``--confidence``)."""
         return attrs.evolve(self, confidence=check_confidence(p, "--confidence"))
+
+    def with_sla(self, text: str) -> "Grid":
+        """The same grid with every workload judged by the SLA ``text`` (``--sla``): the same
+        runs, another accuracy metric or ratio. Refused where a workload is judged at
+        several SLAs (the grid names them; one replaces one)."""
+        sla = _sla(text, _Where("--sla"), "sla")
+        seen = [w.workload for w in self.workloads]
+        if len(set(seen)) != len(seen):
+            raise ValidationError(f"grid {self.name} judges some workloads at several SLAs; "
+                                  f"--sla replaces a single one: edit the grid's sla instead")
+        return attrs.evolve(self, workloads=tuple(attrs.evolve(w, sla=sla)
+                                                  for w in self.workloads))
 
     def with_folds(self, k: int) -> "Grid":
         if isinstance(k, bool) or not isinstance(k, int) or k < 2:
@@ -445,9 +473,13 @@ def _workload_spec(values: dict[str, Any], index: int, where: _Where, label: str
     key = _string(name, where, f"{label}.name") if name is not None else ""
     transports = _transports(values.get("transports"), where, f"{label}.transports")
     algorithms = _algorithms(values.get("algorithms"), where, f"{label}.algorithms")
+    try:
+        mix = check_mix_rounds(values.get("mix_rounds"))
+    except AirPlanError as exc:
+        raise where.error(f"{label}.mix_rounds", str(exc)) from None
     spec = WorkloadSpec(key=key, index=index, workload=workload, topologies=tuple(topo),
                         sparsity=ks, weights=tuple(rules), sla=sla, transports=transports,
-                        algorithms=algorithms)
+                        algorithms=algorithms, mix_rounds=mix)
     _check_operators(spec, where, label)
     return spec
 

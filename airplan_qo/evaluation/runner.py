@@ -117,6 +117,8 @@ def cache_key(workload, plan: PhysicalPlan, rounds: int) -> str:
            "stop_at_target": False}
     if plan.transport != "ota":   # over-the-air keys stay those of the runs cached before
         doc.update(transport=plan.transport, bits=plan.bits)
+    if plan.mix_rounds:
+        doc.update(mix_rounds=plan.mix_rounds)
     text = json.dumps(doc, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -183,7 +185,7 @@ def plan_seed(session, grid: Grid, ws: WorkloadSpec, seed: int) -> SeedPlan:
                           sparsity=ws.sparsity, estimator=grid.estimator,
                           objective=grid.objective, confidence=grid.confidence,
                           fallback="complete", transports=ws.plan_transports(),
-                          algorithms=ws.plan_algorithms(),
+                          algorithms=ws.plan_algorithms(), mix_rounds=ws.mix_rounds,
                           statement=f"evaluate {grid.name}: {ws.key} (seed {seed})")
     specs = ws.specs()
     candidates = [c for c in result.candidates if c.plan.k_ratio in ws.sparsity

@@ -73,6 +73,13 @@ def _fc_row(m, sp) -> dict[str, float]:
     return row
 
 
+def trained(candidates: Sequence[Any]) -> list[Any]:
+    """The candidates whose every round trains: the model is fitted on (and picks among)
+    those; a plan with a mixing-only tail (plans/finish.py) is costed from the average model's
+    fit by the planner, not here."""
+    return [c for c in candidates if not c.plan.mix_rounds]
+
+
 def observations(measured, outcome_of) -> list[dict[str, Any]]:
     """One row per measured run: workload, plan, seed, relative features, log T, censoring."""
     rows = []
@@ -82,7 +89,7 @@ def observations(measured, outcome_of) -> list[dict[str, Any]]:
             fc_label = sp.fc_candidate.plan.label()
             x_fc = _features(sp, sp.fc_candidate)
             fc_row = _fc_row(m, sp)
-            cands = list(sp.candidates)
+            cands = trained(sp.candidates)
             if sp.fc_candidate not in cands:
                 cands.append(sp.fc_candidate)
             for c in cands:
@@ -247,6 +254,7 @@ def evaluate(measured, outcome_of, summaries: Mapping[str, Mapping[str, Any]],
             seed0 = min(m.seeds)
             sp = m.seeds[seed0]
             budget = sp.result.context.round_budget
+            candidates = trained(sp.candidates)
             cand_labels = tuple(c.plan.label() for c in sp.candidates)
             seed_costs: dict[str, dict[int, float]] = defaultdict(dict)
             for (wk, label, seed), o in outcome_of.items():
@@ -264,14 +272,14 @@ def evaluate(measured, outcome_of, summaries: Mapping[str, Mapping[str, Any]],
             offsets = {"measured_fc": measured_fc.get(key),
                        "predicted_fc": fcm.mean(_fc_row(m, sp))}
             relative = [with_fc_error({f: x[f] - x_fc[f] for f in PLAN_FEATURES}, 1.0 - fc_pred)
-                        for x in (_features(sp, c) for c in sp.candidates)]
+                        for x in (_features(sp, c) for c in candidates)]
             for variant, off in offsets.items():
                 if off is None:
                     continue
                 cands = [ChooserPlan(c.plan.label(), plan.mean(rel, off),
                                    float(c.cost.per_round.channel_uses),
                                    float(c.cost.startup))
-                         for c, rel in zip(sp.candidates, relative)]
+                         for c, rel in zip(candidates, relative)]
                 sd = spread["plan"] if variant == "measured_fc" else spread["joint"]
                 pick, p, feasible = choose(cands, sd, budget, confidence)
                 comparisons[variant].append(

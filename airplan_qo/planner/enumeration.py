@@ -16,14 +16,17 @@ from typing import Any
 import attrs
 
 from ..catalog.store import Catalog
+from ..costmodels.features import survival_factor
 from ..errors import PlanningError, ValidationError
 from ..plans.families import FAMILIES
 from ..plans.mixing import WEIGHTS
+from ..plans.finish import tail_rounds
 from ..plans.operators import (AUTO_ALGORITHMS, AUTO_TRANSPORTS, DEFAULT_DIGITAL_BITS,
-                               EXACT_BITS, PLAN_ALGORITHMS, PRESETS, canonical, exclusion)
+                               EXACT_BITS, MIXING_ONLY, PLAN_ALGORITHMS, PRESETS, canonical,
+                               exclusion)
 from ..plans.plan import PhysicalPlan
 from ..plans.request import PlanRequest
-from ..plans.topology import TopologySpec
+from ..plans.topology import TopologySpec, TopologyStats
 from ..plans.workload import Workload
 from .clique_planning import d_cliques_params
 from .statistics import LabelStatistics, label_statistics
@@ -149,13 +152,20 @@ class OperatorChoices:
     access_point: bool
     local_steps: int
     refuse: Callable[[PhysicalPlan], str | None]
+    #: the request's mixing-only tails (``PlanRequest.mix_rounds``) and the round budget
+    mix_rounds: str | int = 0
+    budget: int = 0
     reasons: dict[str, list[str]] = attrs.field(factory=dict)
     planned: set[str] = attrs.field(factory=set)
 
-    def for_plan(self, spec: TopologySpec, k: float, channel) -> list[PhysicalPlan]:
+    def for_plan(self, spec: TopologySpec, k: float, channel,
+                 stats: TopologyStats | None = None) -> list[PhysicalPlan]:
         """The plans to cost for topology ``spec`` at sparsity ``k``. Under AUTO, D-SGD and
         CHOCO are costed only where the default rule runs them (D-SGD at k = 1, CHOCO
-        below): such plans are labelled with the rule (``auto``), as before."""
+        below): such plans are labelled with the rule (``auto``), as before. With mixing-only
+        tails asked for, each plan that can run them follows with its tail (``'auto'``: the
+        tail its topology needs, from ``stats``; plans/finish.py), or is replaced by its tail
+        of the request's fixed number of rounds."""
         out: list[PhysicalPlan] = []
         built: dict[tuple, tuple[PhysicalPlan, str | None]] = {}
         added: set[tuple] = set()
@@ -178,8 +188,26 @@ class OperatorChoices:
             self.planned.update((alg, transport))
             if key not in added:
                 added.add(key)
-                out.append(plan)
+                tail = self.tail(plan, stats)
+                tailed = attrs.evolve(plan, mix_rounds=tail) if tail else None
+                if tailed is not None and self.refuse(tailed) is not None:
+                    tailed = None
+                if tailed is None or self.mix_rounds == "auto":
+                    out.append(plan)
+                if tailed is not None:
+                    out.append(tailed)
         return out
+
+    def tail(self, plan: PhysicalPlan, stats: TopologyStats | None) -> int:
+        """The mixing-only rounds to plan ``plan`` with as well (0: none)."""
+        if not self.mix_rounds or plan.effective_algorithm not in MIXING_ONLY:
+            return 0
+        if self.mix_rounds == "auto":
+            if stats is None:
+                return 0
+            p = stats.spectra.mixing_p * survival_factor(plan, stats)
+            return tail_rounds(p, plan.effective_algorithm, self.budget)
+        return self.mix_rounds if self.mix_rounds < self.budget else 0
 
     def check(self) -> None:
         """ValidationError when an algorithm or transport the request names explicitly has no
@@ -215,17 +243,19 @@ def operator_list(algorithms: tuple[str, ...], transports: tuple[tuple[str, int]
         for alg in algorithms for transport, bits in transports)
 
 
-def operator_choices(request: PlanRequest, refuse: Callable[[PhysicalPlan], str | None]
-                     ) -> OperatorChoices:
+def operator_choices(request: PlanRequest, refuse: Callable[[PhysicalPlan], str | None],
+                     budget: int = 0) -> OperatorChoices:
     """The request's algorithms and transports (AUTO: :data:`AUTO_ALGORITHMS` and
-    :data:`AUTO_TRANSPORTS`); ``refuse`` gives the estimator's reason not to cost a plan."""
+    :data:`AUTO_TRANSPORTS`) and mixing-only tails; ``refuse`` gives the estimator's reason
+    not to cost a plan; ``budget``: the round budget the tails end."""
     return OperatorChoices(
         algorithms=tuple(request.algorithms or AUTO_ALGORITHMS),
         transports=tuple(transport_choices(request)),
         explicit_algorithms=request.algorithms is not None,
         explicit_transports=request.transports is not None,
         access_point=bool(request.workload.access_point),
-        local_steps=int(request.workload.local_steps), refuse=refuse)
+        local_steps=int(request.workload.local_steps), refuse=refuse,
+        mix_rounds=request.mix_rounds, budget=int(budget))
 
 
 __all__ = ["DEFAULT_FAMILIES", "OperatorChoices", "PLANNED_WEIGHTS", "candidate_specs",

@@ -27,7 +27,8 @@ from ..catalog.privacy import choose_release
 from ..catalog.sketch import dimensions
 from ..catalog.store import Catalog
 from ..costmodels import (DEFAULT_ESTIMATOR, ESTIMATORS, EstimationContext, estimate_many,
-                          recorded_range, refuser, resolve_constants)
+                          plans_mixing_tails, recorded_range, refuser,
+                          resolve_constants)
 from ..errors import PlanningError, ValidationError
 from ..plans.families import FAMILIES
 from ..plans.plan import OBJECTIVES, Cost, PhysicalPlan, round_cost
@@ -196,6 +197,9 @@ class Optimizer:
                                   f"{', '.join(OBJECTIVES)}")
         if objective == "c_ours" and est_name != "paper":
             raise ValidationError("objective c_ours is only defined by the paper estimator")
+        if request.mix_rounds and not plans_mixing_tails(estimator):
+            raise ValidationError(f"mix_rounds = {request.mix_rounds!r}: estimator {est_name} "
+                                  f"does not model mixing-only rounds; COST MODEL ttt does")
         budgets = budget_limits(request)
         if request.min_mixing_p is not None and not 0.0 <= request.min_mixing_p <= 1.0:
             raise ValidationError(f"min_mixing_p must be in [0, 1], got {request.min_mixing_p}")
@@ -251,7 +255,7 @@ class Optimizer:
                 family_ctx[family] = attrs.evolve(ctx, constants=consts, calibration_ids=ids_f,
                                                   fitted_range=recorded_range(rows, ids_f))
         pruning = Pruning(request, fc_accuracy, budgets, round_budget, tuple(unanalysed))
-        operators = operator_choices(request, refuser(estimator))
+        operators = operator_choices(request, refuser(estimator), round_budget)
         # the plans of consecutive topologies costed in one context are costed in one batch
         # (an estimator that costs many at once computes what they share once: estimate_many),
         # enumerated as the batch consumes them
@@ -264,7 +268,7 @@ class Optimizer:
                 st, tid = stats_of[spec]
                 details = clique_details(spec, labels) if spec.family == "d_cliques" else {}
                 for k in sparsity:
-                    for plan in operators.for_plan(st.spec, k, channel):
+                    for plan in operators.for_plan(st.spec, k, channel, st):
                         plans.append((plan, st, spec, tid, details))
                         yield plan, st
 

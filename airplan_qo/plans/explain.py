@@ -131,8 +131,13 @@ def build_tree(result, analyze: dict[str, Any] | None = None) -> Node:
         ota_attrs["dropout"] = plan.channel.dropout
     children.append(Node(consensus_node(plan), ota_attrs,
                          actual={k: act[k] for k in ("actual_link_drop_rate",) if k in act}))
-    loop = Node("Gossip Loop", {"per_round_cost": per_round_obj,
-                                "rounds_interval": _interval(est.rounds_lo, est.rounds_hi)},
+    loop_attrs = {"per_round_cost": per_round_obj,
+                  "rounds_interval": _interval(est.rounds_lo, est.rounds_hi)}
+    if plan.mix_rounds:   # the budget's last rounds only mix (plans/finish.py)
+        budget = result.context.round_budget
+        loop_attrs["mixing_only_rounds"] = (f"{plan.mix_rounds} (rounds "
+                                            f"{budget - plan.mix_rounds + 1}..{budget})")
+    loop = Node("Gossip Loop", loop_attrs,
                 startup_cost=startup, total_cost=total, rounds=est.rounds,
                 actual={k: act[k] for k in ("actual_rounds_run", "actual_channel_uses")
                         if k in act},

@@ -58,6 +58,21 @@ DLLR_OA_FAMILY = PRESETS["dllr_oa"][0]
 MATCHA_BUDGET = 0.5
 
 
+#: The algorithms that can run mixing-only rounds (a plan's ``mix_rounds`` tail): the rules
+#: that mix the models themselves. Gradient tracking's exchange carries gradient trackers, and
+#: FedAvg, FedProx, paper_literal and DLLR-OA send the round's update, which is zero when
+#: nobody trains.
+MIXING_ONLY: tuple[str, ...] = ("dsgd", "choco", "push_sum", "matcha")
+
+
+def check_mixing_tail(algorithm: str, mix_rounds: int) -> None:
+    """ValidationError when ``mix_rounds`` mixing-only rounds are asked of an algorithm that
+    cannot run them (:data:`MIXING_ONLY`)."""
+    if mix_rounds and algorithm not in MIXING_ONLY:
+        raise ValidationError(f"mix_rounds = {mix_rounds}: {algorithm} cannot run mixing-only "
+                              f"rounds; the algorithms that can: {', '.join(MIXING_ONLY)}")
+
+
 def activation(algorithm: str) -> float:
     """Expected share of the topology's links a round uses: MATCHA's budget, else 1."""
     return MATCHA_BUDGET if algorithm == "matcha" else 1.0
@@ -317,7 +332,8 @@ def extra_reals(algorithm: str, transport: str = "ota", noisy: bool = True) -> i
 
 
 __all__ = ["DLLR_OA_FAMILY", "PRESETS",
-           "AUTO_ALGORITHMS", "AUTO_TRANSPORTS", "Combination", "MATCHA_BUDGET", "activation",
+           "AUTO_ALGORITHMS", "AUTO_TRANSPORTS", "Combination", "MATCHA_BUDGET", "MIXING_ONLY",
+           "activation", "check_mixing_tail",
            "DEFAULT_DIGITAL_BITS", "EXACT_BITS", "EXCLUSIONS", "MAX_BITS", "MIN_BITS", "WEIGHT_REPEATS",
            "PLAN_ALGORITHMS", "SERVER_ALGORITHMS", "TRANSPORTS", "auto_rule", "canonical",
            "check_algorithm", "check_bits", "check_transport", "exclusion", "extra_reals",

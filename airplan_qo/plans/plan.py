@@ -77,6 +77,7 @@ shown as such.
 from __future__ import annotations
 
 import functools
+import numbers
 import math
 from typing import Any
 
@@ -85,7 +86,8 @@ import attrs
 from ..errors import ValidationError
 from .channel_config import ChannelConfig
 from .operators import (EXACT_BITS, SERVER_ALGORITHMS, activation, check_algorithm, check_bits,
-                        check_transport, extra_reals, payload_vectors, resolve, transport_label)
+                        check_mixing_tail, check_transport, extra_reals, payload_vectors,
+                        resolve, transport_label)
 from .rates import channel_rate, ideal_rate, inverse_rate, resend_multiple, slot_time
 from .topology import TopologySpec, TopologyStats
 
@@ -121,6 +123,13 @@ def _check_k(instance, attribute, value):
         raise ValidationError(f"sparsity k must be in (0, 1], got {value!r}")
 
 
+def _check_mix_rounds(value) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+        raise ValidationError(f"mix_rounds must be a non-negative integer (the mixing-only "
+                              f"rounds at the end of the budget), got {value!r}")
+    return int(value)
+
+
 @attrs.frozen
 class PhysicalPlan:
     """One point of the plan space.
@@ -128,7 +137,10 @@ class PhysicalPlan:
     ``transport``: ``ota`` (over-the-air aggregation) or ``digital`` (packets of ``bits`` bits
     per coordinate, 1..32; 32 = exact float32); an over-the-air plan has ``bits = 32`` (the
     payload is analog, nothing is quantised). ``algorithm``: one of
-    :data:`~.operators.PLAN_ALGORITHMS` (``auto``: D-SGD at k = 1, CHOCO below)."""
+    :data:`~.operators.PLAN_ALGORITHMS` (``auto``: D-SGD at k = 1, CHOCO below).
+    ``mix_rounds``: the last ``mix_rounds`` rounds of the round budget only mix (nobody
+    trains; :mod:`.finish`), for the algorithms of :data:`~.operators.MIXING_ONLY`; 0: every
+    round trains."""
 
     topology: TopologySpec
     k_ratio: float = attrs.field(default=1.0, validator=_check_k)
@@ -137,11 +149,13 @@ class PhysicalPlan:
     mask: str = "common_randk"
     transport: str = attrs.field(default="ota", converter=check_transport)
     bits: int = attrs.field(default=EXACT_BITS, converter=check_bits)
+    mix_rounds: int = attrs.field(default=0, converter=_check_mix_rounds)
 
     def __attrs_post_init__(self) -> None:
         if self.transport == "ota" and self.bits != EXACT_BITS:
             raise ValidationError(f"bits = {self.bits} applies to digital plans only: an "
                                   f"over-the-air payload is analog (not quantised)")
+        check_mixing_tail(self.effective_algorithm, self.mix_rounds)
 
     @property
     def effective_algorithm(self) -> str:
@@ -155,6 +169,8 @@ class PhysicalPlan:
             text += f" {self.algorithm}"
         if self.transport != "ota":
             text += f" {transport_label(self.transport, self.bits)}"
+        if self.mix_rounds:
+            text += f" mix={self.mix_rounds}"
         return text
 
 

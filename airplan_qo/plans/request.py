@@ -51,6 +51,26 @@ def check_confidence(value: Any, name: str = "confidence") -> float:
     return v
 
 
+def check_mix_rounds(value: Any) -> str | int:
+    """A request's mixing-only tails (plans/finish.py): ``'auto'`` (each plan that can run
+    one planned both without and with the tail its topology needs), an integer m >= 0 (each
+    plan that can planned with m mixing-only rounds only; 0: none), or None / ``'off'`` (none,
+    the default)."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("off", "none")):
+        return 0
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return "auto"
+    if isinstance(value, str):
+        try:
+            value = int(value.strip())
+        except ValueError:
+            pass
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValidationError(f"mix_rounds must be 'auto', 'off' or a non-negative integer (the "
+                              f"mixing-only rounds at the end of the budget), got {value!r}")
+    return int(value)
+
+
 @attrs.frozen
 class PlanRequest:
     """Everything a planning call needs besides the catalog.
@@ -87,6 +107,8 @@ class PlanRequest:
     #: a measured pilot of the fully connected reference (plans/pilot.py): the ``ttt``
     #: estimator takes the reference from it and every cost includes its traffic
     pilot: Any = None
+    #: mixing-only tails to plan beside each plan (:func:`check_mix_rounds`; plans/finish.py)
+    mix_rounds: str | int = attrs.field(default=0, converter=check_mix_rounds)
 
 
 @attrs.frozen

@@ -42,7 +42,7 @@ RESUMABLE_CHANGES = frozenset({"rounds", "threads", "target_accuracy", "eval_eve
 #: checkpoint (which does not record them) ran with.
 ADDED_FIELDS = {"transport": "ota", "bits": 32, "prox_mu": None, "matcha_budget": 0.5,
                 "dllr_mask": "random", "dllr_sigma": 0.01, "dllr_order": "gauss_seidel",
-                "dllr_beta_noise": 0.01}
+                "dllr_beta_noise": 0.01, "mix_rounds": 0}
 
 
 def _link_dict(links: Any) -> dict[str, torch.Tensor]:

@@ -45,7 +45,7 @@ from .push_sum import PushSum
 from .gossip import ALGORITHMS, DSGD, OTA_PAYLOADS, Choco, Exchange, PaperLiteral, \
     check_schedule, difference_decay, link_schedule, round_traffic
 from ..plans.channel_config import CHANNEL_PARAMS, IDEAL_CHANNEL, ChannelConfig, number_in
-from ..plans.operators import MATCHA_BUDGET
+from ..plans.operators import MATCHA_BUDGET, MIXING_ONLY, check_mixing_tail
 from ..plans.sla import TARGET_METRICS, first_crossing
 from .metrics import consensus_distance, consensus_exploded, diverged, jain_index, \
     stuck_after_explosion
@@ -82,7 +82,6 @@ FEDPROX_MU = 0.01
 _EVAL_SAMPLES = 512
 #: The update rules that can run a mixing-only round (:meth:`Trainer.step` with
 #: ``train=False``): those whose exchange mixes the models themselves.
-MIXING_ONLY = ("dsgd", "choco", "push_sum", "matcha")
 _EVAL_CLIENTS = 16
 
 
@@ -198,8 +197,16 @@ class RunConfig:
         default=DLLR_SIGMA, validator=attrs.validators.optional(number_in(0.0)))
     dllr_order: str = attrs.field(default="gauss_seidel", validator=_choice(ORDERS))
     dllr_beta_noise: float = attrs.field(default=DLLR_BETA_NOISE, validator=_finite(0.0))
+    #: The last ``mix_rounds`` rounds of the budget only mix (:meth:`Trainer.step` with
+    #: ``train=False``): the plan's mixing-only tail (docs/runtime.md, Mixing-only rounds).
+    mix_rounds: int = attrs.field(default=0)
 
     def __attrs_post_init__(self) -> None:
+        if isinstance(self.mix_rounds, bool) or not isinstance(self.mix_rounds, (int, np.integer)) \
+                or not 0 <= self.mix_rounds < self.rounds:
+            raise ValidationError(f"mix_rounds must be an integer in 0..rounds - 1 = "
+                                  f"{self.rounds - 1}, got {self.mix_rounds!r}")
+        check_mixing_tail(self.resolved_algorithm, self.mix_rounds)
         if self.client_eval_samples is not None:
             _positive_int("client_eval_samples")(self, None, self.client_eval_samples)
         if isinstance(self.bits, bool) or not isinstance(self.bits, (int, np.integer)) \
@@ -268,7 +275,8 @@ class RunConfig:
         """Plain-Python dict of every field (JSON- and checkpoint-safe), the channel's settings
         flat (:meth:`.ChannelConfig.flat`: ``channel`` names the kind): the form executions'
         options and checkpoints store."""
-        out = attrs.asdict(self, filter=lambda a, _v: a.name != "channel")
+        out = attrs.asdict(self, filter=lambda a, v: a.name != "channel"
+                           and not (a.name == "mix_rounds" and v == 0))
         return {**out, **self.channel.flat()}
 
     @classmethod
@@ -794,7 +802,8 @@ class Trainer:
                         reason = (f"target accuracy {cfg.target_accuracy} reached at round "
                                   f"{self.rounds_to_target}")
                         break
-                    row = self.step()
+                    row = (self.step() if self.round < cfg.rounds - cfg.mix_rounds
+                           else self.step(train=False))
                     if self.failure is not None:
                         status, reason = "failed", self.failure
                         break

@@ -40,7 +40,7 @@ _INT_TEXT = re.compile(r"-?[0-9]+\Z")
 EXECUTION_OPTIONS = ("device",)
 #: WITH keys that are planning options: a pilot of the fully connected reference trained
 #: before the choice (``pilot = 'fc'``, ``pilot_rounds = R``; plans/pilot.py).
-PLANNING_OPTIONS = ("pilot", "pilot_rounds")
+PLANNING_OPTIONS = ("pilot", "pilot_rounds", "mix_rounds")
 _PARAM_IN_MESSAGE = re.compile(r"parameter '([^']+)'")
 
 
@@ -82,6 +82,9 @@ class BoundTrain:
     #: ``WITH (pilot = 'fc', pilot_rounds = R)`` (None: no pilot; rounds None: the default).
     pilot: str | None = None
     pilot_rounds: int | None = None
+    #: ``WITH (mix_rounds = 'auto' | m)``: mixing-only tails planned beside each plan
+    #: (plans/finish.py); 0: none
+    mix_rounds: str | int = 0
     #: ``MINIMIZE metric`` (None: the planner's default, channel uses; ``c_ours`` with
     #: ``COST MODEL paper``)
     objective: str | None = None
@@ -89,9 +92,11 @@ class BoundTrain:
     def plan_options(self) -> dict[str, Any]:
         """The pilot keywords of ``Session.plan`` this statement asks for (the pilot trains
         on the statement's device)."""
-        return {} if self.pilot is None else {"pilot": self.pilot,
-                                              "pilot_rounds": self.pilot_rounds,
-                                              "device": self.device}
+        out: dict[str, Any] = {} if self.pilot is None else {
+            "pilot": self.pilot, "pilot_rounds": self.pilot_rounds, "device": self.device}
+        if self.mix_rounds:
+            out["mix_rounds"] = self.mix_rounds
+        return out
 
     @property
     def runs_training(self) -> bool:
@@ -212,6 +217,22 @@ class _Binder:
                              f"estimator; COST MODEL {estimator} does not use it",
                              kind[1].this)
         return str(kind[0]).lower(), None if rounds is None else int(rounds[0])
+
+    def mix_rounds(self, estimator: str | None) -> str | int:
+        """``WITH (mix_rounds = 'auto' | m | 'off')``: the mixing-only tails to plan."""
+        from ..plans.request import check_mix_rounds
+
+        given = self.planning.get("mix_rounds")
+        if given is None:
+            return 0
+        try:
+            value = check_mix_rounds(given[0])
+        except ValidationError as e:
+            raise self.error(str(e), given[1].expression) from None
+        if value and estimator is not None and estimator != "ttt":
+            raise self.error(f"mix_rounds: COST MODEL {estimator} does not model mixing-only "
+                             f"rounds; COST MODEL ttt does", given[1].this)
+        return value
 
     def topologies(self, stmt: Train, clients: int):
         clause = stmt.args.get("topology")
@@ -477,5 +498,6 @@ def bind(statement: Statement) -> BoundTrain | BoundAnalyze:
                   if train.args.get("fallback") else None),
         pilot=pilot,
         pilot_rounds=pilot_rounds,
+        mix_rounds=binder.mix_rounds(estimator),
         objective=binder.objective(train, estimator),
     )

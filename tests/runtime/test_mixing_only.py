@@ -1,5 +1,6 @@
 """Mixing-only rounds (``Trainer.step(train=False)``): the rule mixes, nobody trains."""
 
+import attrs
 import numpy as np
 import pytest
 import torch
@@ -99,3 +100,30 @@ def test_a_run_resumed_after_mixing_only_rounds_is_the_same_run(tmp_path, digits
     rows = [[{k: v for k, v in row.items() if k != "wall_time_s"} for row in t.history[-2:]]
             for t in (trainer, again)]
     assert rows[0] == rows[1]
+
+
+def test_a_run_with_mix_rounds_ends_its_budget_with_mixing_only_rounds(digits, digits_skewed,
+                                                                        ring10):
+    cfg = RunConfig(model="logistic", rounds=8, lr=0.1, local_steps=2, mix_rounds=3)
+    result = Trainer(cfg, digits, digits_skewed, ring10).run()
+    trained = [h["train_loss"] is not None for h in result.history]
+    assert trained == [True] * 5 + [False] * 3
+    # the same rounds stepped by hand give the same models
+    by_hand = Trainer(attrs.evolve(cfg, mix_rounds=0), digits, digits_skewed, ring10)
+    for t in range(8):
+        by_hand.step(train=t < 5)
+    final = Trainer(cfg, digits, digits_skewed, ring10)
+    final.run()
+    assert torch.equal(final.x, by_hand.x)
+
+
+def test_mix_rounds_is_checked():
+    with pytest.raises(Exception, match="mix_rounds must be an integer in 0..rounds - 1"):
+        RunConfig(rounds=5, mix_rounds=5)
+    with pytest.raises(Exception, match="gradient_tracking cannot run mixing-only rounds"):
+        RunConfig(rounds=5, mix_rounds=2, algorithm="gradient_tracking",
+                  transport="digital")
+    # a configuration without a tail records none (older checkpoints and cache keys hold)
+    assert "mix_rounds" not in RunConfig().as_dict()
+    assert RunConfig(rounds=5, mix_rounds=2).as_dict()["mix_rounds"] == 2
+    assert RunConfig.from_dict(RunConfig(rounds=5, mix_rounds=2).as_dict()).mix_rounds == 2

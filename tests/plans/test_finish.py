@@ -1,0 +1,143 @@
+"""Mixing-only tails as a plan dimension (plans/finish.py): how many rounds a topology's tail
+takes, the plan value, the planner's candidates and their estimates, SQL, the catalog row and
+a trained run whose last rounds only mix."""
+
+import math
+
+import attrs
+import pytest
+
+import airplan_qo as aq
+from airplan_qo.errors import AirPlanError, ValidationError
+from airplan_qo.costmodels.time_to_target import FINISH_FLOOR, finish_gap
+from airplan_qo.plans.channel_config import IDEAL_CHANNEL, ChannelConfig
+from airplan_qo.plans.finish import MIN_TAIL, REDUCTION, tail_rounds
+from airplan_qo.plans.plan import PhysicalPlan
+from airplan_qo.plans.topology import TopologySpec
+from airplan_qo.sql import parse_one
+from airplan_qo.sql.binder import bind
+
+
+def test_tail_rounds_follow_the_random_mixing_rate():
+    # 1 - p per round: a 30-fold shrink takes ln 30 / -ln(1 - p) rounds
+    assert tail_rounds(0.17, "dsgd", 100) == math.ceil(math.log(REDUCTION) / -math.log(0.83))
+    # slower mixing, a longer tail, capped at a quarter of the budget
+    assert tail_rounds(0.11, "dsgd", 100) > tail_rounds(0.17, "dsgd", 100)
+    assert tail_rounds(0.02, "dsgd", 100) == 25 == tail_rounds(0.0, "dsgd", 100)
+    # at least MIN_TAIL rounds; none where a round mixes nearly exactly (the complete graph)
+    assert tail_rounds(0.8, "dsgd", 100) == MIN_TAIL
+    assert tail_rounds(0.95, "dsgd", 100) == 0
+    # a budget too short leaves no room; only the rules that mix the models themselves
+    assert tail_rounds(0.17, "dsgd", 4 * MIN_TAIL - 1) == 0
+    assert tail_rounds(0.17, "gradient_tracking", 100) == 0
+    assert tail_rounds(0.17, "choco", 100) > 0
+
+
+def test_the_gap_the_tail_leaves():
+    ota = ChannelConfig(kind="ota", snr_db=10.0)
+    # the deficit shrinks by 1 - p per round, over a noise floor that falls with the SNR and
+    # with faster mixing
+    left = 0.2 * 0.8 ** 10
+    assert finish_gap(0.2, 0.2, 10, ota, {}) == pytest.approx(left + FINISH_FLOOR / 0.2)
+    assert finish_gap(0.2, 0.2, 10, ChannelConfig(kind="ota", snr_db=20.0), {}) == \
+        pytest.approx(left + FINISH_FLOOR / 0.2 / 10)
+    assert finish_gap(0.2, 0.4, 0, ota, {}) < finish_gap(0.2, 0.2, 0, ota, {})
+    assert finish_gap(0.2, 0.2, 10, IDEAL_CHANNEL, {}) == pytest.approx(left)
+    # a calibration may set the floor; a negative predicted deficit counts as none
+    assert finish_gap(-0.1, 0.2, 10, ota, {"finish.floor": 0.004}) == pytest.approx(0.02)
+
+
+def test_a_plan_with_a_tail_names_it_and_refuses_rules_that_cannot_mix():
+    spec = TopologySpec.create("ring", 10)
+    plan = PhysicalPlan(spec, mix_rounds=5)
+    assert plan.label().endswith(" mix=5") and PhysicalPlan(spec).label() == "ring " \
+        "[metropolis_hastings] k=1"
+    with pytest.raises(ValidationError, match="gradient_tracking cannot run mixing-only"):
+        PhysicalPlan(spec, algorithm="gradient_tracking", transport="digital", mix_rounds=5)
+    with pytest.raises(ValidationError, match="mix_rounds must be a non-negative integer"):
+        PhysicalPlan(spec, mix_rounds=-1)
+
+
+W = aq.Workload.from_params("mnist1d", 80, {"alpha": 1.0, "rounds": 200, "snr_db": 10,
+                                            "local_steps": 5})
+
+
+def _plan(db, **kw):
+    return db.plan(W, topologies=["complete", "one_peer_exponential"], sparsity=[1.0],
+                   transports=["ota"], algorithms=["auto"], fallback="complete", **kw)
+
+
+def test_the_planner_costs_tails_from_the_average_model_fit(tmp_path):
+    with aq.connect(tmp_path / "c.duckdb") as db:
+        plain = _plan(db)
+        assert not any(c.plan.mix_rounds for c in plain.candidates)
+        tailed = _plan(db, mix_rounds="auto")
+        by = {c.plan.label(): c for c in tailed.candidates}
+        peer = by["one_peer_exponential [prescribed] k=1"].cost
+        mix = next(c.plan.mix_rounds for c in tailed.candidates
+                   if c.plan.topology.family == "one_peer_exponential" and c.plan.mix_rounds)
+        label = f"one_peer_exponential [prescribed] k=1 mix={mix}"
+        tail = by[label].cost
+        # the complete graph averages in a round: no tail planned for it
+        assert not any(c.plan.mix_rounds and c.plan.topology.family == "complete"
+                       for c in tailed.candidates)
+        t = tail.estimate.terms
+        # trained alone the one-peer graph's clients rarely reach the target; its average
+        # model, 15 rounds of mixing later, is planned to reach it plus the 10 dB gap
+        assert peer.estimate.p_meets < 0.5 < t["p_meets_average_model"]
+        assert tail.estimate.p_meets == max(t["p_meets_training"], t["p_meets_average_model"])
+        assert t["training_rounds"] == 200 - mix and mix == tail_rounds(
+            t["p_random"], "dsgd", 200)
+        assert t["finish_gap"] == pytest.approx(finish_gap(
+            t["finish_deficit"], t["p_random"], mix, tail_plan_channel(tailed), {}))
+        # the same per-round cost: the tail's rounds are paid like any other
+        assert tail.per_round.channel_uses == peer.per_round.channel_uses
+        assert tail.estimate.rounds <= 200
+        # recorded with its tail
+        row = db.sql(f"SELECT mix_rounds FROM airplan.plans WHERE plan_id = "
+                     f"{by[label].plan_id}")
+        assert list(row[0].rows) == [(mix,)]
+        # a fixed number of rounds: every plan with that tail (the complete graph too)
+        fixed = _plan(db, mix_rounds=10)
+        assert {c.plan.mix_rounds for c in fixed.candidates} == {10}
+
+
+def tail_plan_channel(result):
+    return result.candidates[0].plan.channel
+
+
+def test_estimators_without_a_tail_model_refuse_it(tmp_path):
+    with aq.connect(tmp_path / "c.duckdb") as db:
+        with pytest.raises(ValidationError, match="estimator dsgd does not model mixing-only"):
+            _plan(db, mix_rounds="auto", estimator="dsgd")
+    with pytest.raises(ValidationError, match="mix_rounds must be 'auto', 'off' or a non-neg"):
+        aq.plans.request.check_mix_rounds("sometimes")
+
+
+def test_sql_with_mix_rounds():
+    bound = bind(parse_one("EXPLAIN TRAIN mnist1d ON 20 CLIENTS WITH (mix_rounds = 'auto')"))
+    assert bound.mix_rounds == "auto" and bound.plan_options() == {"mix_rounds": "auto"}
+    assert bind(parse_one("TRAIN mnist1d ON 20 CLIENTS WITH (mix_rounds = 12)")).mix_rounds == 12
+    assert bind(parse_one("TRAIN mnist1d ON 20 CLIENTS")).plan_options() == {}
+    with pytest.raises(AirPlanError, match="mix_rounds must be") as err:
+        bind(parse_one("TRAIN mnist1d ON 20 CLIENTS WITH (mix_rounds = 'x')"))
+    assert "column" in str(err.value)
+    with pytest.raises(AirPlanError, match="COST MODEL dsgd does not model mixing-only"):
+        bind(parse_one("TRAIN mnist1d ON 20 CLIENTS WITH (mix_rounds = 'auto') COST MODEL dsgd"))
+
+
+def test_an_execution_runs_the_tail_and_records_it(tmp_path):
+    from airplan_qo.runtime.execution import execute
+
+    w = aq.Workload.from_params("digits", 10, {"rounds": 12, "snr_db": 20})
+    with aq.connect(tmp_path / "c.duckdb") as db:
+        result = db.plan(w, topologies=["ring"], sparsity=[1.0], transports=["ota"],
+                         algorithms=["dsgd"], mix_rounds=4, fallback="complete")
+        tail = next(c for c in result.candidates if c.plan.mix_rounds == 4)
+        report = execute(db.catalog, attrs.evolve(result, chosen=tail), quiet=True,
+                         stop_at_target=False)
+        assert report.result.rounds == 12
+        rows = db.sql(f"SELECT round, train_loss FROM airplan.round_stats WHERE exec_id = "
+                      f"{report.exec_id} ORDER BY round")[0].rows
+        assert [loss is None for _, loss in rows] == [False] * 8 + [True] * 4
+        assert "mix=4" in result.explain()
