@@ -1081,13 +1081,18 @@ class TimeToTargetEstimator:
         avg = self.average_model
         actx = attrs.evolve(ctx, constants=avg.priors, fitted_range=avg.fitted_range,
                             round_budget=train)
+        aref = ref.average.get("terms")
+        if aref is None:   # shared by the workload's plans, as ref is
+            aref = ref.average["terms"] = avg.reference_terms(actx, ref.n, ref.channel)
         # the clients' deficit to their average model when the training ends, from the two
-        # fits' curves, and what the tail leaves of it
-        deficit = (avg.accuracy_at(actx, base, stats, train)
-                   - self.accuracy_at(ctx, base, stats, train))
+        # fits' curves (trained.accuracy: the clients' after ``train`` rounds), and what the
+        # tail leaves of it
+        deficit = (_curve(avg._terms(actx, base, stats, aref)["mu"], aref.ceiling, train)
+                   - (trained.accuracy or 0.0))
         gap = finish_gap(deficit, trained.terms.get("p_random", 1.0), m, plan.channel,
                          ctx.constants)
-        averaged = avg.estimate(actx, base, stats, min(float(target_accuracy) + gap, 1.0))
+        averaged = avg._estimate(actx, base, stats, min(float(target_accuracy) + gap, 1.0),
+                                 aref)
         p_train, p_avg = trained.p_meets or 0.0, averaged.p_meets or 0.0
         p = max(p_train, p_avg)
         rounds = (trained.rounds or float(train)) + (1.0 - p_train) * m
@@ -1182,6 +1187,9 @@ class ReferenceTerms:
     noise: dict = attrs.field(factory=dict, eq=False)
     notes: dict = attrs.field(factory=dict, eq=False)
     targets: dict = attrs.field(factory=dict, eq=False)
+    #: the average model's fit's reference terms (``"terms"``), once a plan with a mixing-only
+    #: tail needs them
+    average: dict = attrs.field(factory=dict, eq=False)
 
 
 __all__ += ["DEFAULT_FITTED_ALGORITHMS", "DEFAULT_FITTED_TRANSPORTS", "FittedOperators",

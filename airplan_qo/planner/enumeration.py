@@ -207,7 +207,7 @@ class OperatorChoices:
                 return 0
             p = stats.spectra.mixing_p * survival_factor(plan, stats)
             return tail_rounds(p, plan.effective_algorithm, self.budget)
-        return self.mix_rounds if self.mix_rounds < self.budget else 0
+        return self.mix_rounds
 
     def check(self) -> None:
         """ValidationError when an algorithm or transport the request names explicitly has no

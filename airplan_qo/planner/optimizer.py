@@ -214,6 +214,9 @@ class Optimizer:
         rows = self.catalog.current_calibration(est_name)
         constants, cal_ids = resolve_constants(estimator, rows, w.dataset)
         round_budget = int(min(w.rounds, budgets.get("rounds", math.inf)))
+        if isinstance(request.mix_rounds, int) and request.mix_rounds >= round_budget:
+            raise ValidationError(f"mix_rounds = {request.mix_rounds} leaves no training round "
+                                  f"in a budget of {round_budget} rounds")
         ctx = EstimationContext(n_classes=n_classes, d=d, alpha=alpha, alpha_source=alpha_source,
                                 round_budget=round_budget, constants=constants,
                                 calibration_ids=cal_ids, privacy_epsilon=privacy_eps,

@@ -110,6 +110,9 @@ def test_estimators_without_a_tail_model_refuse_it(tmp_path):
     with aq.connect(tmp_path / "c.duckdb") as db:
         with pytest.raises(ValidationError, match="estimator dsgd does not model mixing-only"):
             _plan(db, mix_rounds="auto", estimator="dsgd")
+    with aq.connect(tmp_path / "c.duckdb") as db:
+        with pytest.raises(ValidationError, match="mix_rounds = 200 leaves no training round"):
+            _plan(db, mix_rounds=200)
     with pytest.raises(ValidationError, match="mix_rounds must be 'auto', 'off' or a non-neg"):
         aq.plans.request.check_mix_rounds("sometimes")
 
