@@ -416,8 +416,8 @@ class Reoptimizer:
 
     def _replan(self, trig: Trigger, observed: Mapping[str, Any], config: Any):
         """(candidate to rewire to or None, the planning result or None, a note). A run
-        rewires its topology and k only: the new plan keeps the run's transport and algorithm
-        (``config``, the trainer's RunConfig)."""
+        rewires its topology and k only: the new plan keeps the run's transport, algorithm and
+        mixing-only tail (``config``, the trainer's RunConfig), so no tail is planned."""
         cur = self.current
         if self.request is None or self.planner is None:
             return None, None, f"re-planning unavailable; kept {_label(cur.spec)}"
@@ -432,7 +432,7 @@ class Reoptimizer:
             self.request, workload=observed_workload(self.request.workload, observed),
             sparsity=ks or (cur.k_ratio,), min_mixing_p=cur.mixing_p,
             transports=(_transport_of(config),),
-            algorithms=(config.algorithm,),
+            algorithms=(config.algorithm,), mix_rounds=0,
             # the current topology stays a candidate only where it can run with a larger k
             exclude_topologies=() if max(ks, default=0.0) > cur.k_ratio else (cur.spec,),
             statement=(f"re-optimisation of execution {self.exec_id} at round {trig.round} "
