@@ -135,7 +135,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
             weights=args.weights, sparsity=args.sparsity, budgets=budgets,
             estimator=args.estimator, objective=args.objective,
             progress=_planning_progress(args), fallback=args.fallback,
-            transports=args.transport, algorithms=args.algorithm)
+            transports=args.transport, algorithms=args.algorithm,
+            mix_rounds=args.mix_rounds)
         print(result.explain(format=args.format, verbose=args.verbose,
                              alternatives=args.alternatives))
     return 0
@@ -439,6 +440,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="when nothing in the --topology/--weights/--sparsity restriction meets "
                         "the SLA: error (the default), auto (plan the whole space instead) or "
                         "complete (the fully connected plan)")
+    p.add_argument("--mix-rounds", metavar="auto|M|off",
+                   help="mixing-only tails: auto (each plan that can also with the tail its "
+                        "topology needs), M rounds (each such plan with that tail), off (the "
+                        "default); docs/planner.md, Mixing-only tails")
     p.add_argument("--within-rounds", type=int, help="round budget")
     p.add_argument("--estimator", help="cost model: ttt (default), dsgd or paper")
     p.add_argument("--objective", help="channel_uses (default), energy_j, airtime_s, c_ours")

@@ -227,3 +227,14 @@ def test_calibrate_after_default_trains_calibrates_the_planner_s_model(tmp_path,
     assert main(["calibrate", "--catalog", cat, "--estimator", "dsgd"]) == 2
     assert "calibrating the dsgd estimator for scope global needs at least 3" in \
         capsys.readouterr().err
+
+
+def test_explain_plans_mixing_only_tails(tmp_path, capsys):
+    argv = ["--catalog", str(tmp_path / "c.duckdb"), "explain", "--dataset", "mnist1d",
+            "--clients", "80", "--param", "alpha=1", "--param", "rounds=200", "--topology",
+            "one_peer_exponential", "--topology", "complete", "-k", "1", "--transport", "ota",
+            "--alternatives", "3"]
+    assert main(argv) == 0
+    assert "mix=" not in capsys.readouterr().out
+    assert main(argv + ["--mix-rounds", "auto"]) == 0
+    assert "one_peer_exponential [prescribed] k=1 mix=" in capsys.readouterr().out
