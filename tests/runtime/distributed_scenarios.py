@@ -140,6 +140,11 @@ SCENARIOS = {
                                                   **_OTA)),
     # rank 0's callback rewires to the complete graph (every row held again) at round 2
     "callback_split_rewire": ("ring", 30, dict(rounds=4, dropout=0.2, eval_every=4, **_OTA)),
+    # a plan's mixing-only tail: the last rounds only mix, whole and split by rows
+    "dsgd_peer_mix_ota": ("one_peer_exponential", 8, dict(rounds=5, mix_rounds=2, dropout=0.2,
+                                                          **_OTA)),
+    "split_dsgd_ring30_mix": ("ring", 30, dict(rounds=5, mix_rounds=2, dropout=0.2,
+                                               eval_every=2, **_OTA)),
 }
 #: scenarios whose ranks gather every row (``DistributedTrainer(..., exchange=...)``)
 EXCHANGE = {"dsgd_ring12_sparse_all": "all"}

@@ -110,7 +110,7 @@ THREE = ["push_sum_ring_ota_dropout", "dsgd_peer_ota_dropout", "choco_ring_ota_d
          "split_choco_ring30_save", "resume_split_choco_ring30", "split_digital4_ring30",
          "split_digital4_peer32", "split_digital4_ring30_save", "resume_split_digital4_ring30",
          "split_dsgd_kreg48_ota", "split_dsgd_kreg48_save", "resume_split_dsgd_kreg48",
-         "split_choco_ring31_save"]
+         "split_choco_ring31_save", "split_dsgd_ring30_mix"]
 SPARSE = [name for name in S.SCENARIOS
           if "_sparse" in name and not name.startswith(("callback_", "resume_"))]
 
@@ -148,6 +148,10 @@ def test_distributed_run_equals_the_single_process_run(ranks, world, name):
     assert torch.equal(got["x"][0], got["x"][-1]) == name.startswith("fed")
     assert got["history"][-1]["round"] == (4 if name.startswith("callback") else
                                            S.SCENARIOS[name][2]["rounds"])
+    # a mixing-only tail ran as such: no training loss in its rounds
+    tail = S.SCENARIOS[name][2].get("mix_rounds", 0)
+    trained = [row["train_loss"] is not None for row in got["history"]]
+    assert trained == [True] * (len(trained) - tail) + [False] * tail
 
 
 @pytest.mark.parametrize("world, name", [(2, "choco_ring_save"), (2, "dsgd_complete_save"),
@@ -346,7 +350,9 @@ def test_a_run_split_by_rows_holds_its_block_and_halo_only(ranks, world, name):
             evaluated = t["round"] % config.eval_every == 0 or t["round"] == config.rounds
             assert t["rows"] == len(rows), (rank, t)
             assert t["model_bytes"] == len(rows) * width * 4
-            other = gathered(4 * config.local_steps)
+            # the clients' training losses (none in a mixing-only round)
+            trains = t["round"] <= config.rounds - config.mix_rounds
+            other = gathered(4 * config.local_steps) if trains else 0
             other += (8 * d if rank > 0 else 0) + (4 * d if rank < world - 1 else 0)
             other += gathered(8)
             if evaluated:           # the average model's slabs, accuracy counts
