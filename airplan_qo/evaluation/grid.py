@@ -26,8 +26,7 @@ import attrs
 
 from ..costmodels import DEFAULT_ESTIMATOR
 from ..errors import AirPlanError, ValidationError
-from ..plans.request import check_confidence
-from ..plans.request import check_mix_rounds
+from ..plans.request import check_confidence, check_mix_rounds
 from ..plans.sla import DEFAULT_SLA, parse_sla
 from ..plans.topology import TopologySpec, parse_topology
 from ..plans.workload import WORKLOAD_PARAMS, Workload, coerce_param
@@ -123,8 +122,10 @@ class WorkloadSpec:
         return len(plans) + sum(1 for spec, k, alg, _, _ in plans if self._tailed(spec, alg))
 
     def _tailed(self, spec: TopologySpec, algorithm: str) -> bool:
-        """Whether a plan of ``spec`` running ``algorithm`` is planned with a mixing-only tail
-        too (``auto``: every topology but the complete graph, which averages in one round)."""
+        """Whether a plan of ``spec`` running ``algorithm`` is counted with a mixing-only tail
+        too (``auto``: every topology but the complete graph, which averages in one round; the
+        planner also leaves the tail out where a budget is too short for one, so this may
+        count more than it plans)."""
         from ..plans.operators import MIXING_ONLY, resolve
 
         if not self.mix_rounds or resolve(algorithm, 1.0) not in MIXING_ONLY:
