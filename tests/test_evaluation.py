@@ -862,3 +862,36 @@ sparsity = [1.0]
     with pytest.raises(ValidationError, match=r"grid mixed.toml: key 'sla': the workloads' SLAs "
                                               r"bound accuracy and avg_model_accuracy; one grid"):
         parse_grid(text, source="mixed.toml")
+
+
+def test_sla_override_rejudges_every_workload_and_refuses_several_slas():
+    grid = parse_grid(TTT_GRID, source="ttt.toml")
+    over = grid.with_sla("avg_model_accuracy >= 0.9 * fc")
+    assert {w.sla for w in over.workloads} == {"avg_model_accuracy >= 0.9 * fc"}
+    assert [w.workload for w in over.workloads] == [w.workload for w in grid.workloads]
+    with pytest.raises(ValidationError, match="--sla"):
+        grid.with_sla("rounds <= 10")           # no accuracy bound
+    twice = parse_grid(TTT_GRID.replace("[[workloads]]", '[[workloads]]\nsla = ["accuracy >= '
+                                        '0.9 * fc", "accuracy >= 0.8 * fc"]'), source="2.toml")
+    with pytest.raises(ValidationError, match="judges some workloads at several SLAs"):
+        twice.with_sla("accuracy >= 0.9 * fc")
+
+
+def test_a_grid_measures_plans_with_and_without_their_mixing_only_tails(tmp_path):
+    text = TTT_GRID.replace("alpha = [0.1, 1.0]", "alpha = 0.5").replace(
+        "rounds = 3", "rounds = 24").replace('topologies = ["ring"]',
+                                             'topologies = ["ring", "complete"]')
+    grid = parse_grid(text.replace("[[workloads]]", '[[workloads]]\nmix_rounds = "auto"'),
+                      source="tails.toml")
+    (ws,) = grid.workloads
+    assert ws.mix_rounds == "auto" and ws.n_plans() == 3      # the ring with and without
+    with aq.connect(str(tmp_path / "c.duckdb")) as db:
+        (m,) = measure(db, grid)
+        labels = {r.plan for r in m.runs}
+        tails = db.catalog.query("SELECT DISTINCT p.mix_rounds FROM airplan.executions e "
+                                 "JOIN airplan.plans p USING (plan_id) WHERE p.mix_rounds > 0")
+    assert any(label.endswith(f"mix={t['mix_rounds']}") for label in labels for t in tails)
+    assert "ring [metropolis_hastings] k=1" in labels
+    with pytest.raises(ValidationError, match=r"key 'workloads\[0\].mix_rounds': mix_rounds must"):
+        parse_grid(text.replace("[[workloads]]", '[[workloads]]\nmix_rounds = "often"'),
+                   source="bad.toml")
