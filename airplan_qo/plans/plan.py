@@ -77,8 +77,8 @@ shown as such.
 from __future__ import annotations
 
 import functools
-import numbers
 import math
+import numbers
 from typing import Any
 
 import attrs

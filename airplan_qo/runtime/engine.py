@@ -80,8 +80,6 @@ STATUSES = ("succeeded", "failed", "aborted")
 FEDPROX_MU = 0.01
 
 _EVAL_SAMPLES = 512
-#: The update rules that can run a mixing-only round (:meth:`Trainer.step` with
-#: ``train=False``): those whose exchange mixes the models themselves.
 _EVAL_CLIENTS = 16
 
 
@@ -202,8 +200,9 @@ class RunConfig:
     mix_rounds: int = attrs.field(default=0)
 
     def __attrs_post_init__(self) -> None:
-        if isinstance(self.mix_rounds, bool) or not isinstance(self.mix_rounds, (int, np.integer)) \
-                or not 0 <= self.mix_rounds < self.rounds:
+        m = self.mix_rounds
+        if isinstance(m, bool) or not isinstance(m, (int, np.integer)) \
+                or not 0 <= m < self.rounds:
             raise ValidationError(f"mix_rounds must be an integer in 0..rounds - 1 = "
                                   f"{self.rounds - 1}, got {self.mix_rounds!r}")
         check_mixing_tail(self.resolved_algorithm, self.mix_rounds)
