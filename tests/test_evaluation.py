@@ -869,6 +869,7 @@ def test_sla_override_rejudges_every_workload_and_refuses_several_slas():
     over = grid.with_sla("avg_model_accuracy >= 0.9 * fc")
     assert {w.sla for w in over.workloads} == {"avg_model_accuracy >= 0.9 * fc"}
     assert [w.workload for w in over.workloads] == [w.workload for w in grid.workloads]
+    assert over.sla_override == "avg_model_accuracy >= 0.9 * fc" and grid.sla_override is None
     with pytest.raises(ValidationError, match="--sla"):
         grid.with_sla("rounds <= 10")           # no accuracy bound
     twice = parse_grid(TTT_GRID.replace("[[workloads]]", '[[workloads]]\nsla = ["accuracy >= '

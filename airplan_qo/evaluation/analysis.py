@@ -372,7 +372,9 @@ def analyze(session, grid: Grid, measured: Sequence[Measured], *,
         summary["baselines"] = block
     summary["time_to_target"] = _time_to_target(measured, outcome_of, summaries, folds_of, notes,
                                                 f"airplan evaluate --grid {grid.name} "
-                                                f"(grid sha256 {grid.sha[:16]})",
+                                                + (f"--sla '{grid.sla_override}' "
+                                                   if grid.sla_override else "")
+                                                + f"(grid sha256 {grid.sha[:16]})",
                                                 grid.confidence or TTT_CONFIDENCE)
     return Analysis(grid, tuple(results), tuple(runs), tuple(outcomes), tuple(preds),
                     tuple(fold_fits), full_fit, tuple(all_fits), tuple(ttests), tuple(topo_table),

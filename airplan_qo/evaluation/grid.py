@@ -183,6 +183,8 @@ class Grid:
     description: str = ""
     #: the chance constraint's confidence the advisor plans with (None: the planner's default)
     confidence: float | None = None
+    #: the SLA every workload is judged by instead of the grid's (``--sla``; None: the grid's)
+    sla_override: str | None = None
 
     def with_seeds(self, n: int) -> "Grid":
         """The same grid with seeds 0..n-1 (the CLI's ``--seeds``)."""
@@ -204,7 +206,7 @@ class Grid:
             raise ValidationError(f"grid {self.name} judges some workloads at several SLAs; "
                                   f"--sla replaces a single one: edit the grid's sla instead")
         return attrs.evolve(self, workloads=tuple(attrs.evolve(w, sla=sla)
-                                                  for w in self.workloads))
+                                                  for w in self.workloads), sla_override=sla)
 
     def with_folds(self, k: int) -> "Grid":
         if isinstance(k, bool) or not isinstance(k, int) or k < 2:

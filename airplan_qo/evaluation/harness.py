@@ -120,6 +120,7 @@ def _evaluate(session, grid: Grid, *, out_dir, figures, scalability, progress, c
     command = command or (f"airplan evaluate --grid {grid.source.removeprefix('builtin:')} "
                           f"{seeds}--folds {grid.folds} --out {out} --catalog {catalog.path}"
                           + (f" --confidence {grid.confidence:g}" if grid.confidence else "")
+                          + (f" --sla '{grid.sla_override}'" if grid.sla_override else "")
                           + (f" --executor {executor_arg}" if executor_arg else ""))
     eval_id = int(catalog.insert_row("evaluations", {
         "grid": grid.name, "grid_sha": grid.sha, "seeds": len(grid.seeds), "folds": grid.folds,
