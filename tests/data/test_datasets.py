@@ -464,3 +464,22 @@ def test_tiny_imagenet_layout_errors(tmp_path):
     (folder / "val" / "val_annotations.txt").unlink()
     with pytest.raises(DataError, match="val_annotations.txt"):
         load("tiny_imagenet", root=tmp_path)
+
+
+def test_cifar_like_stand_in_is_read_as_cifar10_and_depends_on_its_label(tmp_path):
+    """benchmarks/cifar_like.py writes files the cifar10 loader reads; an image is its class's
+    pattern plus noise, so images of one class are closer to each other than to another's."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "cifar_like", Path(__file__).resolve().parents[2] / "benchmarks" / "cifar_like.py")
+    cifar_like = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cifar_like)
+    cifar_like.write(tmp_path, n_train=203, n_test=40, noise=0.1, shift=2, seed=3)
+    ds = load("cifar10", root=tmp_path)
+    assert (ds.n_train, ds.n_test, ds.input_shape, ds.n_classes) == (203, 40, (3, 32, 32), 10)
+    assert set(np.unique(ds.y_train)) <= set(range(10)) and len(np.unique(ds.y_train)) == 10
+    x = np.asarray(ds.x_train).reshape(ds.n_train, -1)
+    means = np.stack([x[ds.y_train == c].mean(axis=0) for c in range(10)])
+    nearest = np.argmin(((x[:, None, :] - means[None]) ** 2).sum(axis=2), axis=1)
+    assert (nearest == ds.y_train).mean() > 0.9
