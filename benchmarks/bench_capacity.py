@@ -32,7 +32,6 @@ import time
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from airplan_qo.data import Dataset, partition  # noqa: E402
