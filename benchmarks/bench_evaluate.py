@@ -21,6 +21,11 @@ run was trained, and prints one JSON object:
 - ``train_seconds`` and ``seconds_per_run``: the runs' own training time summed, and per run (it
   grows when runs side by side contend for the machine); ``workers_busy`` = training seconds /
   (workers x measurement phase), which falls when the workers wait for the calling process;
+- ``phases``: when (seconds into the measurement) the first run started training, the last
+  run was submitted and the last run started, and the busy share of the training slots in
+  each phase (``busy_startup`` before the first run, ``busy_planning`` while runs are still
+  being submitted, ``busy_queued`` until the last one starts, ``busy_tail`` after it): where
+  the workers wait;
 - the machine and its load average before and after.
 
 ``--baseline DIR`` also times another source tree of the package (for instance the main
@@ -97,9 +102,16 @@ def _evaluate(grid: str, seeds: int | None, label: str, args: list[str], folder:
     else:   # a tree that does not split its time: what follows the measurement is analysis
         split["analysis"] = summary["wall_s"] - summary["measure_s"]
     split["other"] = wall - sum(split.values())
+    phases = {f"phase_{k}": timing[k] for k in PHASES if k in timing}
     return {"wall": wall, "measure": timing.get("measure_s", summary["measure_s"]),
-            "train_seconds": summary["train_seconds"], **{f"split_{k}": v
-                                                          for k, v in split.items()}}
+            "train_seconds": summary["train_seconds"], **phases,
+            **{f"split_{k}": v for k, v in split.items()}}
+
+
+#: the measurement's phases (``airplan_qo.evaluation.runner.occupancy``): when the first run
+#: started, the last was submitted and the last started, and how busy the slots were in each
+PHASES = ("first_start_s", "submitted_s", "last_start_s", "busy_startup", "busy_planning",
+          "busy_queued", "busy_tail")
 
 
 def _dask(grid: str, seeds: int | None, n: int, folder: Path, label: str,
@@ -177,6 +189,8 @@ def main() -> None:
         "seconds_per_run": {n: round(med[n]["train_seconds"] / runs, 3) for n in names},
         "workers_busy": {n: round(med[n]["train_seconds"] / (slots[n] * med[n]["measure"]), 2)
                          for n in names},
+        "phases": {n: {k: round(med[n][f"phase_{k}"], 2) for k in PHASES
+                       if f"phase_{k}" in med[n]} for n in names},
         "repeats": len(reps),
         "wall_s_each": {n: [round(rep[n]["wall"], 2) for rep in reps] for n in names},
     }

@@ -247,7 +247,10 @@ class _Trainer:
     would otherwise wait for (:meth:`_result`). ``times`` accumulates where this process spent
     its time (seconds): ``plan_s`` planning, ``train_s`` training (a serial run's streamed
     recording included), ``wait_s`` waiting for workers, ``record_s`` recording, ``read_s``
-    reading the runs back, ``start_s`` starting the pool.
+    reading the runs back, ``start_s`` starting the pool. ``spans`` holds each trained run's
+    (start, end) in seconds since this object was made (the end is when its result reached
+    this process; the start, the end less the run's own wall time), and ``submitted_s`` when
+    the last run was submitted: :func:`occupancy` makes the timing's busy shares of them.
     """
 
     def __init__(self, session, workers: int, backend=None):
@@ -268,6 +271,9 @@ class _Trainer:
         self.walls: dict[str, float] = {}           # key -> training wall time (s)
         self.times = dict.fromkeys(("plan_s", "train_s", "wait_s", "record_s", "read_s",
                                     "start_s"), 0.0)
+        self.t0 = time.perf_counter()
+        self.spans: list[tuple[float, float]] = []
+        self.submitted_s = 0.0
 
     @property
     def local_pool(self) -> bool:
@@ -292,11 +298,13 @@ class _Trainer:
     def submit(self, result):
         """Start training (the pool) or train now (serial); ``collect`` records a serial run,
         ``result`` returns a submitted one."""
+        self.submitted_s = time.perf_counter() - self.t0
         if self.serial:
             t0 = time.perf_counter()
             report = _execute(self.session, result)
             wall = time.perf_counter() - t0
             self.times["train_s"] += wall
+            self._span(wall)
             return report, wall
         from ..runtime.execution import prepare
         from .executors import on_worker, train_cached
@@ -309,8 +317,18 @@ class _Trainer:
             return job, options, future
         self.start((job.workload,))
         future = self.pool.submit(train_cached, job)
+        future.add_done_callback(self._pool_span)
         self.queued.append((job, future))
         return job, options, future
+
+    def _span(self, wall: float) -> None:
+        end = time.perf_counter() - self.t0
+        self.spans.append((end - wall, end))
+
+    def _pool_span(self, future) -> None:
+        """A pool run's span, when its result arrives (not for one taken back: trained here)."""
+        if not future.cancelled() and future.exception() is None:
+            self._span(future.result()[1])
 
     def result(self, pending) -> tuple[Any, float]:
         """(run, wall seconds) of a submitted run, once it is back (this process trains queued
@@ -343,6 +361,7 @@ class _Trainer:
                 t0 = time.perf_counter()
                 self.here[future] = train_here(job)
                 self.times["train_s"] += time.perf_counter() - t0
+                self._span(self.here[future][1])
                 return True
         return False
 
@@ -461,7 +480,30 @@ def measure(session, grid: Grid, *, progress: Callable[[str], None] | None = Non
     finally:
         if times is not None:
             times.update(trainer.times)
+            if trainer.spans:
+                times.update(occupancy(trainer.spans, trainer.slots, trainer.submitted_s,
+                                       time.perf_counter() - trainer.t0))
     trainer.close()
+    return out
+
+
+def occupancy(spans: list[tuple[float, float]], slots: int, submitted: float,
+              end: float) -> dict[str, float]:
+    """How busy the ``slots`` training slots were, from the runs' (start, end) spans, in four
+    phases of a measurement that ends at ``end``: ``startup`` until the first run started,
+    ``planning`` until the last run was submitted (``submitted``), ``queued`` until the last
+    run started, and ``tail`` until the end. Returns each phase's end (``first_start_s``,
+    ``submitted_s``, ``last_start_s``) and its busy share (``busy_startup`` ...: training
+    seconds in it over slots x its length; 0 where it is empty)."""
+    first = min(s for s, _ in spans)
+    last = max(s for s, _ in spans)
+    bounds = {"startup": (0.0, first), "planning": (first, max(first, submitted)),
+              "queued": (max(first, submitted), max(first, submitted, last)),
+              "tail": (max(first, submitted, last), max(end, first, submitted, last))}
+    out = {"first_start_s": first, "submitted_s": submitted, "last_start_s": last}
+    for name, (a, b) in bounds.items():
+        busy = sum(max(0.0, min(e, b) - max(s, a)) for s, e in spans)
+        out[f"busy_{name}"] = busy / (slots * (b - a)) if b > a else 0.0
     return out
 
 

@@ -116,8 +116,13 @@ def test_the_worker_processes_start_before_planning_and_not_for_a_cached_grid(tm
         w0, w1 = (grid.workloads[0].for_seed(s) for s in (0, 1))
         assert events == [("start", 1, (("digits", w0.seed), ("digits", w1.seed)), True),
                           ("plan", 0), ("plan", 1)]
-        assert set(times) == {"plan_s", "train_s", "wait_s", "record_s", "read_s", "start_s"}
+        assert set(times) == {"plan_s", "train_s", "wait_s", "record_s", "read_s", "start_s",
+                              "first_start_s", "submitted_s", "last_start_s", "busy_startup",
+                              "busy_planning", "busy_queued", "busy_tail"}
         assert times["plan_s"] > 0 and times["record_s"] > 0
+        assert 0 < times["first_start_s"] <= times["last_start_s"]
+        assert all(0 <= times[f"busy_{p}"] <= 1.0 + 1e-9
+                   for p in ("startup", "planning", "queued", "tail"))
         events.clear()
         runner.measure(db, grid, workers=2)          # every run cached: no worker process
         assert events == [("plan", 0), ("plan", 1)]
@@ -149,3 +154,15 @@ def test_a_warm_worker_process_has_the_datasets_loaded(tmp_path):
         pool.shutdown()
     assert [k[:2] for k in loaded] == [("digits", 3)]
     assert threads == 1
+
+
+def test_occupancy_splits_the_slots_busy_time_into_phases():
+    # two slots; runs [1, 3], [2, 6] and [5, 7]; the last submitted at 4, the end at 8
+    out = runner.occupancy([(1.0, 3.0), (2.0, 6.0), (5.0, 7.0)], 2, 4.0, 8.0)
+    assert (out["first_start_s"], out["submitted_s"], out["last_start_s"]) == (1.0, 4.0, 5.0)
+    assert out["busy_startup"] == 0.0                         # [0, 1]: nothing ran
+    assert out["busy_planning"] == (2.0 + 2.0) / (2 * 3.0)    # [1, 4]
+    assert out["busy_queued"] == 1.0 / (2 * 1.0)              # [4, 5]: one run
+    assert out["busy_tail"] == (1.0 + 2.0) / (2 * 3.0)        # [5, 8]
+    # every run submitted before the first started: the planning phase is empty
+    assert runner.occupancy([(2.0, 3.0)], 1, 1.0, 3.0)["busy_planning"] == 0.0
