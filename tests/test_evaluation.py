@@ -3,6 +3,7 @@ advisor, and the quick grid end to end (report, figures, catalog rows, cache).""
 
 import json
 import math
+import time
 
 import attrs
 import numpy as np
@@ -616,6 +617,17 @@ def test_parallel_workers_record_the_same_rows_as_a_serial_evaluation(tmp_path, 
     here = []   # runs the evaluating process trained itself instead of waiting for the pool
     train_here = runner.train_here
     monkeypatch.setattr(runner, "train_here", lambda job: here.append(job) or train_here(job))
+    # the worker process is kept busy for its first 3 s (it starts in well under a second from
+    # the fork server), so runs wait in the pool's queue and this process trains some of them
+    from airplan_qo.evaluation import executors
+
+    start_pool = executors.start_pool
+
+    def busy_pool(*args, **kwargs):
+        pool = start_pool(*args, **kwargs)
+        pool.submit(time.sleep, 3.0)
+        return pool
+    monkeypatch.setattr(executors, "start_pool", busy_pool)
     batches = []   # the runs returned by workers are recorded a workload at a time
     batch = execution.record_trained_batch
     monkeypatch.setattr(execution, "record_trained_batch",

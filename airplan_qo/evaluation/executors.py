@@ -4,7 +4,7 @@ worker processes, or any :class:`concurrent.futures.Executor`, a Dask cluster's 
 ``executor`` (Python) / ``--executor`` (CLI) takes
 
 - ``None`` or ``"local"``: this machine (``workers`` = 1 trains in this process, more in a pool
-  of spawn worker processes; :class:`~.runner._Trainer`);
+  of worker processes; :class:`~.runner._Trainer`);
 - ``"dask://HOST[:PORT]"`` (port 8786 when left out), or a Dask scheduler address as
   ``dask scheduler`` prints it (``"tcp://HOST:PORT"``, ``"tls://HOST:PORT"``): connect a
   ``dask.distributed.Client`` to that scheduler (the optional extra ``airplan-qo[dask]``) and
@@ -24,8 +24,8 @@ import asyncio
 import threading
 import time
 from collections import OrderedDict
-from concurrent.futures import Executor
-from typing import Any
+from concurrent.futures import Executor, Future
+from typing import Any, Callable
 
 import attrs
 
@@ -195,24 +195,128 @@ def on_worker(fn, *args):
     return fn(*args)
 
 
+#: What the fork server imports once, before it forks the worker processes (:func:`pool_context`).
+PRELOAD = ("airplan_qo.runtime.engine", "airplan_qo.runtime.execution",
+           "airplan_qo.evaluation.executors", "sklearn.datasets")
+
+
+def pool_context():
+    """How worker processes start: forked from a fork server that has imported the training
+    code (:data:`PRELOAD`) once, where the platform has one (Linux, macOS), else spawned. A
+    spawned worker imports torch and the package itself, 2-3 s on an idle core, and many at
+    once share the cores: on a 16-core machine the first run started 7-9 s into the
+    measurement with 4 or 16 of them (docs/evaluation.md, Parallel workers). A forked one
+    starts with them imported, in milliseconds once the server runs. Both are fresh processes
+    with none of the calling process's threads or open catalog."""
+    import multiprocessing
+
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(list(PRELOAD))   # no effect once the server runs
+        return ctx
+    return multiprocessing.get_context("spawn")
+
+
+class _Forwarded(Future):
+    """A run submitted to a :class:`StartingPool` before its processes were up: pending until
+    the pool's own future for it (``inner``) is done, and cancellable as long as that one is
+    (no worker has taken it), so the calling process can still take it back."""
+
+    inner: Any = None
+
+    def cancel(self) -> bool:
+        if self.inner is not None and not self.inner.cancel():
+            return False
+        return super().cancel()
+
+
 def start_pool(processes: int, warm: tuple = (), *, now: bool = True):
-    """A pool of up to ``processes`` spawn worker processes that train runs
+    """A pool of up to ``processes`` worker processes (:func:`pool_context`) that train runs
     (:func:`train_cached`), each set up by :func:`init_pool_worker`: one torch thread, SIGINT
     ignored while idle, the training code imported and the datasets of the workloads in
     ``warm`` (at most the last :data:`_KEEP` kept) loaded. With ``now`` all of them start at
-    once: a worker process spends seconds importing torch, and started before the calling
-    process plans its first workload that overlaps with the planning instead of delaying the
-    first runs; otherwise they start one per run submitted while none is idle."""
-    import multiprocessing
+    once, in the background (:class:`StartingPool`: the calling process plans its first
+    workloads meanwhile, and runs it submits wait for the processes); otherwise they start one
+    per run submitted while none is idle."""
     from concurrent.futures import ProcessPoolExecutor
 
-    pool = ProcessPoolExecutor(max(1, processes),
-                               mp_context=multiprocessing.get_context("spawn"),
-                               initializer=init_pool_worker, initargs=(tuple(warm),))
-    if now:   # the pool starts a process per task submitted while none is idle: one each
-        for _ in range(max(1, processes)):
-            pool.submit(int)
-    return pool
+    def make():
+        pool = ProcessPoolExecutor(max(1, processes), mp_context=pool_context(),
+                                   initializer=init_pool_worker, initargs=(tuple(warm),))
+        if now:   # the pool starts a process per task submitted while none is idle: one each
+            for _ in range(max(1, processes)):
+                pool.submit(int)
+        return pool
+    return StartingPool(make) if now else make()
+
+
+class StartingPool:
+    """A process pool started in a background thread (starting processes blocks until the
+    fork server has imported the training code, seconds): ``submit`` returns a future at once;
+    runs submitted before the pool is up wait in a backlog and go to it, in order, when it is.
+    A backlog run cancelled meanwhile (the calling process took it back to train it itself)
+    is not sent. ``shutdown`` waits for the start, then shuts the pool down."""
+
+    def __init__(self, make: Callable[[], Any]):
+        self._pool: Any = None
+        self._error: BaseException | None = None
+        self._backlog: list[tuple[Any, Callable, tuple]] = []
+        self._early: list[_Forwarded] = []     # every run submitted before the pool was up
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._start, args=(make,), daemon=True,
+                                        name="airplan-pool-start")
+        self._thread.start()
+
+    def _start(self, make) -> None:
+        try:
+            pool = make()
+        except BaseException as exc:   # raised to the runs waiting for it
+            pool, self._error = None, exc
+        with self._lock:
+            self._pool = pool
+            backlog, self._backlog = self._backlog, []
+            for outer, fn, args in backlog:
+                self._forward(outer, fn, args)
+
+    def _forward(self, outer: "_Forwarded", fn, args) -> None:
+        if outer.cancelled():
+            return
+        if self._error is not None:
+            outer.set_exception(self._error)
+            return
+        outer.inner = inner = self._pool.submit(fn, *args)
+
+        def done(f) -> None:
+            if f.cancelled() or outer.cancelled():   # taken back: _Forwarded.cancel
+                return
+            if f.exception() is not None:
+                outer.set_exception(f.exception())
+            else:
+                outer.set_result(f.result())
+        inner.add_done_callback(done)
+
+    def submit(self, fn: Callable, *args: Any):
+        with self._lock:
+            if self._pool is not None:
+                return self._pool.submit(fn, *args)
+            if self._error is not None:
+                raise self._error
+            outer = _Forwarded()
+            self._backlog.append((outer, fn, args))
+            self._early.append(outer)
+            return outer
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        if cancel_futures:
+            with self._lock:
+                for outer, _fn, _args in self._backlog:
+                    outer.cancel()
+        self._thread.join()
+        if self._pool is not None:
+            self._pool.shutdown(wait=wait, cancel_futures=cancel_futures)
+        for outer in self._early:   # those the pool cancelled: nobody is left to wait for them
+            if outer.inner is not None and outer.inner.cancelled():
+                Future.cancel(outer)
 
 
 def init_pool_worker(warm: tuple = ()) -> None:
@@ -250,4 +354,5 @@ def train_cached(job):
 
 
 __all__ = ["Backend", "CONNECT_TIMEOUT_S", "dask_address", "resolve", "one_torch_thread",
-           "on_worker", "start_pool", "init_pool_worker", "train_cached"]
+           "on_worker", "pool_context", "start_pool", "StartingPool", "init_pool_worker",
+           "train_cached"]

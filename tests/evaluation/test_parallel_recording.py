@@ -3,6 +3,7 @@ recorded in batches with the rows of one-by-one recording, and the worker proces
 load the grid's datasets) before the first workload is planned."""
 
 import math
+import time
 
 import attrs
 import pytest
@@ -166,3 +167,44 @@ def test_occupancy_splits_the_slots_busy_time_into_phases():
     assert out["busy_tail"] == (1.0 + 2.0) / (2 * 3.0)        # [5, 8]
     # every run submitted before the first started: the planning phase is empty
     assert runner.occupancy([(2.0, 3.0)], 1, 1.0, 3.0)["busy_planning"] == 0.0
+
+
+def test_a_starting_pool_keeps_early_runs_in_order_and_lets_them_be_taken_back():
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    up, hold = threading.Event(), threading.Event()
+    order = []
+
+    def make():
+        up.wait(5)
+        return ThreadPoolExecutor(1)
+
+    def run(i):
+        order.append(i)
+        if i == 0:
+            hold.wait(5)     # keeps the one worker busy: run 2 waits in the pool's queue
+        return i * 10
+    pool = executors.StartingPool(make)
+    early = [pool.submit(run, i) for i in range(4)]      # the pool is not up yet
+    assert not any(f.done() for f in early)
+    assert early[1].cancel()                             # taken back before it was sent
+    up.set()
+    while early[2].inner is None:
+        time.sleep(0.01)
+    assert early[2].cancel()                             # sent, but no worker has it
+    hold.set()
+    assert early[0].result(5) == 0 and early[3].result(5) == 30
+    assert pool.submit(run, 5).result(5) == 50           # up: straight to the pool
+    pool.shutdown()
+    assert order == [0, 3, 5] and early[1].cancelled() and early[2].cancelled()
+
+
+def test_a_pool_that_cannot_start_fails_the_runs_that_wait_for_it():
+    def make():
+        raise OSError("no processes today")
+    pool = executors.StartingPool(make)
+    pool._thread.join(5)
+    with pytest.raises(OSError, match="no processes today"):
+        pool.submit(int)
+    pool.shutdown()
