@@ -222,12 +222,16 @@ class _Forwarded(Future):
     the pool's own future for it (``inner``) is done, and cancellable as long as that one is
     (no worker has taken it), so the calling process can still take it back."""
 
-    inner: Any = None
+    def __init__(self, lock: threading.Lock):
+        super().__init__()
+        self.inner: Any = None
+        self._sending = lock     # held while backlog runs are sent: cancel sees before or after
 
     def cancel(self) -> bool:
-        if self.inner is not None and not self.inner.cancel():
-            return False
-        return super().cancel()
+        with self._sending:
+            if self.inner is not None and not self.inner.cancel():
+                return False
+            return super().cancel()
 
 
 def start_pool(processes: int, warm: tuple = (), *, now: bool = True):
@@ -301,16 +305,16 @@ class StartingPool:
                 return self._pool.submit(fn, *args)
             if self._error is not None:
                 raise self._error
-            outer = _Forwarded()
+            outer = _Forwarded(self._lock)
             self._backlog.append((outer, fn, args))
             self._early.append(outer)
             return outer
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         if cancel_futures:
-            with self._lock:
+            with self._lock:      # not sent yet: nothing to take back from the pool
                 for outer, _fn, _args in self._backlog:
-                    outer.cancel()
+                    Future.cancel(outer)
         self._thread.join()
         if self._pool is not None:
             self._pool.shutdown(wait=wait, cancel_futures=cancel_futures)

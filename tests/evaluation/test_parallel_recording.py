@@ -208,3 +208,23 @@ def test_a_pool_that_cannot_start_fails_the_runs_that_wait_for_it():
     with pytest.raises(OSError, match="no processes today"):
         pool.submit(int)
     pool.shutdown()
+
+
+def test_a_starting_pool_shut_down_while_starting_cancels_its_backlog():
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    up = threading.Event()
+    ran = []
+
+    def make():
+        up.wait(5)
+        return ThreadPoolExecutor(1)
+    pool = executors.StartingPool(make)
+    early = [pool.submit(ran.append, i) for i in range(3)]
+    stopping = threading.Thread(target=pool.shutdown, kwargs={"cancel_futures": True})
+    stopping.start()                 # Ctrl-C before the processes were up
+    time.sleep(0.1)
+    up.set()
+    stopping.join(5)
+    assert not stopping.is_alive() and all(f.cancelled() for f in early) and ran == []
