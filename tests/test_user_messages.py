@@ -81,3 +81,18 @@ def test_target_accuracy_replaces_the_default_sla_and_conflicts_with_an_accuracy
         assert db.plan(w, topologies=["ring"]).target_accuracy == 0.8
         with pytest.raises(ValidationError, match="both set the accuracy target"):
             db.plan(w, sla="accuracy >= 0.95 * fc")
+
+
+def test_a_budget_too_short_to_learn_anything_is_named():
+    """After 1 round at a tiny learning rate the predicted fc is below chance: an SLA of
+    0.95 * fc would be met by an untrained model, and the planner says so; 40 rounds do not."""
+    with aq.connect(":memory:") as db:
+        [short] = db.sql("EXPLAIN TRAIN digits ON 10 CLIENTS WITH (rounds = 1, lr = 0.001)")
+        [enough] = db.sql("EXPLAIN TRAIN digits ON 10 CLIENTS WITH (rounds = 40)")
+        [absolute] = db.sql("EXPLAIN TRAIN digits ON 10 CLIENTS WITH (rounds = 1, lr = 0.001) "
+                            "SLA accuracy >= 0.5")
+    [warning] = [ln for ln in short.text.splitlines() if "near or below chance" in ln]
+    assert "1-round budget" in warning and "10 classes (0.1)" in warning
+    assert "pilot = 'fc'" in warning
+    assert "near or below chance" not in enough.text
+    assert "near or below chance" not in absolute.text   # an absolute target means what it says

@@ -57,6 +57,10 @@ PERIODIC_KEPT = 256
 _PERIODIC: dict[TopologySpec, TopologyStats] = {}
 _PERIODIC_LOCK = threading.Lock()
 
+#: A predicted fully connected accuracy below this multiple of chance (1 / classes) after the
+#: budget draws a warning: an SLA relative to it (``0.95 * fc``) is then met by an untrained model.
+CHANCE_MARGIN = 1.5
+
 
 
 #: How a warning names what an accuracy metric measures.
@@ -335,6 +339,14 @@ class Optimizer:
                                       "optimistic: the clients' own models reach a target no "
                                       "sooner than their average")
                 + " (docs/planner.md, The SLA's metric)")
+        chance = 1.0 / n_classes if n_classes else 0.0
+        if request.pilot is None and request.sla.relative and \
+                fc_accuracy < CHANCE_MARGIN * chance:
+            warnings.append(
+                f"the fully connected reference is predicted at {fc_accuracy:.3g} after the "
+                f"{round_budget}-round budget, near or below chance for {n_classes} classes "
+                f"({chance:.3g}): an SLA relative to fc asks for next to nothing; give more "
+                "rounds, an absolute target (accuracy >= X), or a pilot (WITH (pilot = 'fc'))")
         if alpha_source.startswith("declared") and w.partition == "dirichlet":
             warnings.append("heterogeneity is the declared alpha; run ANALYZE WORKLOAD for "
                             "sketch-based statistics")
