@@ -982,8 +982,11 @@ class TimeToTargetEstimator:
             out.append(f"algorithm {alg} not in the fitted runs ({', '.join(ops.algorithms)})"
                        f": {what}")
         n = stats.spectra.n_nodes
+        own = (r.get("clients_by_dataset") or {}).get(ctx.dataset)
         if r.get("clients") and not r["clients"][0] <= n <= r["clients"][1]:
             out.append(f"N = {n} outside the fitted {r['clients'][0]}..{r['clients'][1]}")
+        elif own and not own[0] <= n <= own[1]:
+            out.append(f"N = {n} outside the fitted {own[0]}..{own[1]} for {ctx.dataset}")
         ks = r.get("k")
         if ks and not min(ks) <= plan.k_ratio <= max(ks):
             out.append(f"k = {plan.k_ratio:g} outside the fitted {min(ks):g}..{max(ks):g}")

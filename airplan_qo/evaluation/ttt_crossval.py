@@ -449,6 +449,12 @@ def reference(fit_pair: Mapping[str, Any], measured, source: str) -> dict[str, A
         "range": {
             "clients": [min(s.workload.clients for s in specs),
                         max(s.workload.clients for s in specs)],
+            # per dataset too: a dataset fitted at N <= 40 is extrapolated at N = 100, though
+            # another reached 100
+            "clients_by_dataset": {
+                ds: [min(s.workload.clients for s in specs if s.workload.dataset == ds),
+                     max(s.workload.clients for s in specs if s.workload.dataset == ds)]
+                for ds in sorted({s.workload.dataset for s in specs})},
             "k": sorted({p.k_ratio for p in plans}),
             # the operators (the estimator widens a plan outside them): transports by name,
             # the digital widths as an interval (they enter through the continuous ``quant``

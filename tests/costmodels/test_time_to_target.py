@@ -127,6 +127,22 @@ def test_the_ttt_estimate_flags_heterogeneity_and_dropout_outside_its_fitted_ran
     assert not db.plan(w, sla="accuracy >= 0.9 * fc", **kw).candidates[0].cost.estimate.notes
 
 
+def test_a_size_outside_what_its_dataset_was_fitted_on_is_flagged():
+    """mnist1d was fitted at N = 20..40, digits up to 100: N = 100 is inside the whole fit's
+    range of clients but outside mnist1d's, and the note says so; N = 30 is inside both."""
+    import airplan_qo as aq
+
+    db = aq.connect(":memory:")
+    kw = dict(estimator="ttt", topologies=["ring"], sparsity=[1.0], fallback="complete")
+
+    def notes(dataset, n):
+        w = aq.Workload(dataset=dataset, clients=n, alpha=0.5, snr_db=10)
+        return db.plan(w, **kw).candidates[0].cost.estimate.notes
+    assert "N = 100 outside the fitted 20..40 for mnist1d" in notes("mnist1d", 100)
+    assert not any(n.startswith("N = ") for n in notes("mnist1d", 30))
+    assert not any(n.startswith("N = ") for n in notes("digits", 100))
+
+
 def test_calibrate_ttt_shifts_the_dataset_level_from_executions(tmp_path):
     import attrs
 
