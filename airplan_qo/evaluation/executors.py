@@ -202,15 +202,18 @@ PRELOAD = ("airplan_qo.runtime.engine", "airplan_qo.runtime.execution",
 
 def pool_context():
     """How worker processes start: forked from a fork server that has imported the training
-    code (:data:`PRELOAD`) once, where the platform has one (Linux, macOS), else spawned. A
+    code (:data:`PRELOAD`) once, on Linux; spawned elsewhere (macOS forks badly once system
+    frameworks are loaded, which is why Python spawns there by default). A
     spawned worker imports torch and the package itself, 2-3 s on an idle core, and many at
     once share the cores: on a 16-core machine the first run started 7-9 s into the
     measurement with 4 or 16 of them (docs/evaluation.md, Parallel workers). A forked one
     starts with them imported, in milliseconds once the server runs. Both are fresh processes
     with none of the calling process's threads or open catalog."""
     import multiprocessing
+    import sys
 
-    if "forkserver" in multiprocessing.get_all_start_methods():
+    methods = multiprocessing.get_all_start_methods()
+    if sys.platform.startswith("linux") and "forkserver" in methods:
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload(list(PRELOAD))   # no effect once the server runs
         return ctx
