@@ -12,7 +12,9 @@ and its second left out, null). Beside it the planner's ``p_random`` (the
 spectral p times the survival factor of dropout and truncation: the p of the `ttt` fits). The
 default SNR (40 dB) keeps the channel's noise floor below what the window measures; ``--snr-db``
 takes the workload's. ``rounds_to_1pct``: per seed, the mixing-only rounds that took the distance
-under 1% of its start (null: not within ``2 --window`` rounds).
+under 1% of its start (null: not within ``2 --window`` rounds). ``p_horizon_ideal``: the
+rate computed from the mixing matrices themselves over the first ``--window`` rounds with every
+link up (:func:`horizon_p`), the candidate statistic the measured rates are held against.
 
     python benchmarks/bench_mixing_rate.py [--clients 80] [--snr-db 40]
         [--topologies "small_world(k=4)" one_peer_exponential "base_k(k=1)" "erdos_renyi(p=0.3)"]
@@ -24,6 +26,7 @@ import argparse
 import json
 import warnings
 
+import numpy as np
 import torch
 
 import airplan_qo as aq
@@ -35,6 +38,20 @@ from airplan_qo.runtime.metrics import consensus_distance
 
 #: A window is measured while the consensus distance is at least this share of its start.
 FLOOR = 0.01
+
+
+def horizon_p(topology, rounds: int) -> float:
+    """The per-round rate a random spread of the models is contracted by, on average over the
+    first ``rounds`` rounds, every link up: ``1 - (||Phi (I - J/n)||_F^2 / (n - 1))^(1/rounds)``
+    with Phi the product of the rounds' W (static: W^rounds). A candidate for the rate the
+    fits cost plans with (the table in docs/results.md); computed, not measured."""
+    n = topology.graph.number_of_nodes()
+    centred = np.eye(n) - np.full((n, n), 1.0 / n)
+    phi = centred
+    for t in range(rounds):
+        phi = np.asarray(topology.at(t).weights.todense()) @ phi
+    spread = float((phi ** 2).sum()) / (n - 1)
+    return 1.0 - spread ** (1.0 / rounds) if spread > 0 else 1.0
 
 
 def rate(d: list[float], a: int, b: int) -> float | None:
@@ -68,12 +85,13 @@ def main() -> None:
         if spec in seen:
             continue
         seen.add(spec)
+        topology = build(spec)
         first, second, to_floor = [], [], []
         for seed in range(args.seeds):
             config = RunConfig.from_dict(dict(model="mlp", rounds=10 ** 6, eval_every=10 ** 6,
                                               channel="ota", snr_db=args.snr_db,
                                               channel_seed=seed))
-            trainer = Trainer(config, data, part, build(spec))
+            trainer = Trainer(config, data, part, topology)
             gen = torch.Generator().manual_seed(seed)
             trainer.x += 0.1 * torch.randn(trainer.x.shape, generator=gen)
             d = [consensus_distance(trainer.x)]
@@ -94,6 +112,7 @@ def main() -> None:
             v = [x for x in v if x is not None]
             return round(sum(v) / len(v), 3) if v else None
         rows.append({"plan": f"{spec.label()} [{spec.weights}]",
+                     "p_horizon_ideal": round(horizon_p(topology, args.window), 3),
                      "p_random": round(cand.cost.estimate.terms.get("p_random", float("nan")), 3),
                      "p_measured_first": mean(first), "p_measured_next": mean(second),
                      "rounds_to_1pct": [r for r in to_floor]})
