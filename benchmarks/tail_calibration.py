@@ -70,7 +70,8 @@ def groups(path: str, plain: bool = False) -> list[dict]:
         key = (ds, int(n), alpha, sla, fam, params, int(m or 0))
         g = out.setdefault(key, {"catalog": path, "dataset": ds, "clients": int(n),
                                  "alpha": alpha, "sla": sla, "plan": f"{fam} {params or ''}".strip(),
-                                 "mix_rounds": int(m or 0), "p_meets": t.get("p_meets"),
+                                 "mix_rounds": int(m or 0), "rounds": len(clients),
+                                 "p_meets": t.get("p_meets"),
                                  "p_meets_average_model": t.get("p_meets_average_model"),
                                  "seeds": 0, "reached": 0, "avg_at_training_end_over_fc": []})
         g["seeds"] += 1
@@ -97,6 +98,21 @@ def calibration(rows: list[dict]) -> list[dict]:
     return bins
 
 
+def plain_by_clients(rows: list[dict]) -> dict:
+    """The plans without a tail, one SLA per workload: the average model's accuracy after the
+    whole budget over fc, per (dataset, alpha, plan) and number of clients (with the budget)."""
+    out: dict[str, dict] = defaultdict(dict)
+    seen = set()
+    for g in sorted(rows, key=lambda g: (g["dataset"], str(g["alpha"]), g["plan"], g["clients"])):
+        key = (g["catalog"], g["dataset"], g["clients"], g["alpha"], g["plan"], g["rounds"])
+        if g["mix_rounds"] or key in seen:
+            continue
+        seen.add(key)
+        out[f"{g['dataset']} alpha={g['alpha']} {g['plan']}"][
+            f"N={g['clients']}, {g['rounds']} rounds"] = g["avg_at_training_end_over_fc"]
+    return dict(out)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("catalogs", nargs="+")
@@ -111,6 +127,7 @@ def main() -> None:
         "tails": sorted(rows, key=lambda g: (g["catalog"], g["clients"], g["sla"], g["plan"])),
         "calibration": calibration(rows),
         "calibration_without_tails": calibration([g for g in every if not g["mix_rounds"]]),
+        "plain_average_model_over_fc_by_clients": plain_by_clients(every),
         "planned_p_at_least_0.8_by_family": {
             fam: {"plans": len(v), "mean_planned_p": round(sum(g["p_meets"] for g in v) / len(v), 3),
                   "seeds_reached": f"{sum(g['reached'] for g in v)}/{sum(g['seeds'] for g in v)}"}
