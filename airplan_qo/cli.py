@@ -271,6 +271,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         default_workers() if args.workers is None else args.workers
     if workers < 1:
         raise ValidationError(f"--workers must be at least 1, got {workers}")
+    if workers > 1:
+        from .evaluation.executors import start_fork_server
+
+        # the worker processes' fork server imports torch while this process opens the
+        # catalog and plans (if every run is cached, no worker process is ever forked)
+        start_fork_server()
 
     def progress(message: str) -> None:
         print(message, file=sys.stderr, flush=True)

@@ -228,3 +228,36 @@ def test_a_starting_pool_shut_down_while_starting_cancels_its_backlog():
     up.set()
     stopping.join(5)
     assert not stopping.is_alive() and all(f.cancelled() for f in early) and ran == []
+
+
+def test_airplan_evaluate_starts_the_fork_server_before_it_opens_the_catalog(tmp_path,
+                                                                            monkeypatch):
+    """The fork server imports the training code while the command opens the catalog and
+    plans: started first with several workers, not at all with one."""
+    import sys
+
+    from airplan_qo import session
+    from airplan_qo.cli import main
+
+    events = []
+
+    def opened(*a, **k):
+        events.append("connect")
+        raise aq.CatalogError("stop here")
+
+    monkeypatch.setattr(executors, "start_fork_server", lambda: events.append("fork server"))
+    monkeypatch.setattr(session, "connect", opened)
+    catalog = str(tmp_path / "c.duckdb")
+    assert main(["evaluate", "--quick", "--workers", "2", "--catalog", catalog]) != 0
+    assert events == ["fork server", "connect"]
+    events.clear()
+    assert main(["evaluate", "--quick", "--workers", "1", "--catalog", catalog]) != 0
+    assert events == ["connect"]
+    if sys.platform.startswith("linux"):
+        monkeypatch.undo()
+        assert executors.start_fork_server() is True    # started (or running): pools fork
+        pool = executors.start_pool(1)
+        try:
+            assert pool.submit(int, "7").result(timeout=120) == 7
+        finally:
+            pool.shutdown()
