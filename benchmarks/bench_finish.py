@@ -12,7 +12,8 @@ after T training rounds buy:
   seeds, the target ``ratio x fc``, and its channel uses to the target (the SLA's smoothed
   rule, :func:`airplan_qo.evaluation.metrics.outcome_from_curve`);
 - per sparse plan and seed: T training rounds (each T of ``--at``), then up to ``--finish``
-  mixing-only rounds; the round at which the clients' mean accuracy reaches the target on the
+  mixing-only rounds (and, with ``--finish-on TOPOLOGY``, ``--finish-on-rounds`` mixing-only
+  rounds on that topology instead, the trainer rewired to it); the round at which the clients' mean accuracy reaches the target on the
   same smoothed rule over the whole curve (training then mixing), and its channel uses against
   the fully connected plan's on the same seed.
 
@@ -22,6 +23,8 @@ summary table.
 
     OMP_NUM_THREADS=1 nice python benchmarks/bench_finish.py
     OMP_NUM_THREADS=1 nice python benchmarks/bench_finish.py --alphas 0.3 1 --seeds 0 1
+    OMP_NUM_THREADS=1 nice python benchmarks/bench_finish.py --clients 100 --at 173 196 \
+        --finish 27 --finish-on complete --finish-on-rounds 4
     OMP_NUM_THREADS=1 nice python benchmarks/bench_finish.py --dataset leaf_synthetic \
         --clients 40 --param partition=natural --rounds 100 --at 50 100 --seeds 0 1
 """
@@ -73,6 +76,11 @@ def main() -> int:
     ap.add_argument("--at", type=int, nargs="+", default=[100, 150, 200],
                     help="training rounds after which the mixing-only rounds start")
     ap.add_argument("--finish", type=int, default=40, help="mixing-only rounds at most")
+    ap.add_argument("--finish-on", metavar="TOPOLOGY",
+                    help="also mix on this topology instead (rewired after the T training "
+                         "rounds; built as the planner builds it for the workload), for "
+                         "--finish-on-rounds rounds")
+    ap.add_argument("--finish-on-rounds", type=int, default=4)
     ap.add_argument("--ratio", type=float, default=0.95, help="target = ratio x fc")
     ap.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                     help="another workload parameter (e.g. partition=natural)")
@@ -114,6 +122,13 @@ def measure(args: argparse.Namespace, tmp: Path) -> int:
                     again, _ = _trainer(db, w, topology)
                     again.load(path)
                     finishes[t] = [again.step(train=False) for _ in range(args.finish)]
+                    if args.finish_on:
+                        other, _ = _trainer(db, w, args.finish_on)
+                        again, _ = _trainer(db, w, topology)
+                        again.load(path)
+                        again.rewire(other.topology)
+                        finishes[(t, args.finish_on)] = [again.step(train=False)
+                                                         for _ in range(args.finish_on_rounds)]
                 runs[(topology, seed)] = (label, rows, finishes)
             print(f"# alpha {alpha} seed {seed}: {time.perf_counter() - t0:.0f} s "
                   f"(fc {fc_time:.0f} s)", flush=True)
@@ -127,10 +142,12 @@ def measure(args: argparse.Namespace, tmp: Path) -> int:
                               "target": target, "reached": reached, "rounds": rounds,
                               "channel_uses": cost}))
         for (topology, seed), (label, rows, finishes) in runs.items():
-            for t, extra in finishes.items():
+            for key, extra in finishes.items():
+                t, on = key if isinstance(key, tuple) else (key, None)
                 acc, cost = _curve(rows[:t] + extra)
                 reached, rounds, spent = outcome_from_curve(acc, cost, 0.0, target)
-                line = {"alpha": alpha, "seed": seed, "plan": label, "train_rounds": t,
+                line = {"alpha": alpha, "seed": seed,
+                        "plan": label + (f", mixing on {on}" if on else ""), "train_rounds": t,
                         "avg_model_at_t": rows[t - 1]["test_accuracy"],
                         "clients_at_t": rows[t - 1]["client_acc_mean"],
                         "clients_after_finish": extra[-1]["client_acc_mean"],
@@ -153,7 +170,9 @@ def measure(args: argparse.Namespace, tmp: Path) -> int:
     print("|---|---|---|---|---|---|---|---|")
     for s in summary:
         ratio = f"{s['vs_fc']:.3f}" if s["vs_fc"] is not None else "not reached"
-        print(f"| {s['alpha']} | {s['plan'][:40]} (seed {s['seed']}) | {s['train_rounds']} | "
+        plan, _, on = s["plan"].partition(", mixing on ")
+        plan = plan[:40] + (f", then on {on}" if on else "")
+        print(f"| {s['alpha']} | {plan} (seed {s['seed']}) | {s['train_rounds']} | "
               f"{s['avg_model_at_t']:.3f} | {s['clients_at_t']:.3f} | "
               f"{s['mixing_rounds'] if s['mixing_rounds'] is not None else '-'} | "
               f"{s['clients_after_finish']:.3f} | {ratio} |")
