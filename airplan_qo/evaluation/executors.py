@@ -197,7 +197,7 @@ def on_worker(fn, *args):
 
 #: What the fork server imports once, before it forks the worker processes (:func:`pool_context`).
 PRELOAD = ("airplan_qo.runtime.engine", "airplan_qo.runtime.execution",
-           "airplan_qo.evaluation.executors", "sklearn.datasets")
+           "airplan_qo.evaluation.executors")
 
 
 def pool_context():

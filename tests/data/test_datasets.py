@@ -181,6 +181,26 @@ def test_digits_shapes_and_split():
     assert np.all(np.abs(share - 0.2) < 0.02)
 
 
+def test_digits_are_scikit_learns_without_importing_it():
+    """The digits table read from the file scikit-learn ships equals its load_digits, bit for
+    bit; loading digits imports no scikit-learn (a fresh process, whose modules are its own)."""
+    import subprocess
+    import sys
+
+    from sklearn.datasets import load_digits
+
+    from airplan_qo.data.datasets import _digits_table
+
+    table, bunch = _digits_table(), load_digits()
+    assert np.array_equal(table[:, :-1], bunch.data)
+    assert np.array_equal(table[:, -1].astype(int), bunch.target)
+    code = ("import sys; from airplan_qo.data import load; load('digits'); "
+            "print('sklearn' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "False"
+
+
 def test_digits_seeded_split():
     a, b, c = load("digits", seed=3), load("digits", seed=3), load("digits", seed=4)
     np.testing.assert_array_equal(a.y_train, b.y_train)
