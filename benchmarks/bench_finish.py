@@ -13,9 +13,10 @@ after T training rounds buy:
   rule, :func:`airplan_qo.evaluation.metrics.outcome_from_curve`);
 - per sparse plan and seed: T training rounds (each T of ``--at``), then up to ``--finish``
   mixing-only rounds (and, with ``--finish-on TOPOLOGY``, ``--finish-on-rounds`` mixing-only
-  rounds on that topology instead, the trainer rewired to it); the round at which the clients' mean accuracy reaches the target on the
-  same smoothed rule over the whole curve (training then mixing), and its channel uses against
-  the fully connected plan's on the same seed.
+  rounds on that topology instead, the trainer rewired to it); the round at which the
+  clients' mean accuracy reaches the target on the same smoothed rule over the whole curve
+  (training then mixing), and its channel uses against the fully connected plan's on the same
+  seed.
 
 Each plan is planned as the planner would (its weights rule, the workload's channel) with the
 topology, k = 1 and over-the-air transport fixed. Prints one JSON line per (plan, seed, T) and a
@@ -109,6 +110,8 @@ def measure(args: argparse.Namespace, tmp: Path) -> int:
             fc, fc_label = _trainer(db, w, "complete", ["dsgd"])     # the reference: D-SGD
             fc_runs[seed] = [fc.step() for _ in range(args.rounds)]
             fc_time = time.perf_counter() - t0
+            # the topology the tails rewire to, built once per seed
+            other = _trainer(db, w, args.finish_on)[0].topology if args.finish_on else None
             for topology in args.plans:
                 trainer, label = _trainer(db, w, topology)
                 rows, saved = [], {}
@@ -122,11 +125,10 @@ def measure(args: argparse.Namespace, tmp: Path) -> int:
                     again, _ = _trainer(db, w, topology)
                     again.load(path)
                     finishes[t] = [again.step(train=False) for _ in range(args.finish)]
-                    if args.finish_on:
-                        other, _ = _trainer(db, w, args.finish_on)
+                    if other is not None:
                         again, _ = _trainer(db, w, topology)
                         again.load(path)
-                        again.rewire(other.topology)
+                        again.rewire(other)
                         finishes[(t, args.finish_on)] = [again.step(train=False)
                                                          for _ in range(args.finish_on_rounds)]
                 runs[(topology, seed)] = (label, rows, finishes)
