@@ -9,7 +9,8 @@ against the SLA with ``fc`` the complete graph's measured mean final accuracy in
 and the average model's accuracy when the training ended (the round before the tail) over
 ``fc``. Then the same pooled into bins of planned P: the share of seeds that reached the target
 in each bin, against the bin's mean planned P (a calibrated planner has them equal), for the
-tails and, for comparison, for the sparse plans without a tail in the same catalogs.
+tails on the plans' own topologies, for those on the complete graph (``plans.mix_on``) and, for
+comparison, for the sparse plans without a tail in the same catalogs.
 
     python benchmarks/tail_calibration.py CATALOG [CATALOG ...]
 """
@@ -27,7 +28,7 @@ from airplan_qo.plans.sla import parse_sla
 
 QUERY = """
 SELECT w.dataset, w.n_clients, w.alpha, pr.sla, p.family, p.topology_params, p.mix_rounds,
-       p.terms, e.exec_id, pr.workload_id
+       p.terms, e.exec_id, pr.workload_id, {mix_on} AS mix_on
 FROM executions e JOIN plans p USING (plan_id)
 JOIN planning_runs pr ON pr.planning_run_id = p.planning_run_id
 JOIN workloads w ON w.workload_id = pr.workload_id
@@ -49,13 +50,16 @@ def groups(path: str, plain: bool = False) -> list[dict]:
         con.execute("SET search_path = 'airplan,main'")
     except duckdb.Error:
         pass
-    rows = con.execute(QUERY).fetchall()
+    try:      # catalogs before version 8 have no tails on the complete graph
+        rows = con.execute(QUERY.format(mix_on="p.mix_on")).fetchall()
+    except duckdb.Error:
+        rows = con.execute(QUERY.format(mix_on="NULL")).fetchall()
     fc: dict[tuple, list[float]] = defaultdict(list)
-    for ds, n, alpha, sla, fam, params, m, terms, eid, wid in rows:
+    for ds, n, alpha, sla, fam, params, m, terms, eid, wid, on in rows:
         if fam == "complete":
             fc[(ds, n, alpha, sla)].append(curve(con, eid, "client_acc_mean")[-1])
     out: dict[tuple, dict] = {}
-    for ds, n, alpha, sla, fam, params, m, terms, eid, wid in rows:
+    for ds, n, alpha, sla, fam, params, m, terms, eid, wid, on in rows:
         if fam == "complete" or (ds, n, alpha, sla) not in fc:
             continue
         if not m and not plain:
@@ -67,10 +71,11 @@ def groups(path: str, plain: bool = False) -> list[dict]:
         reached, _, _ = outcome_from_curve(clients, [0.0] * len(clients), 0.0, target)
         trained = int(t.get("training_rounds") or len(clients) - int(m or 0))
         avg = curve(con, eid, "test_accuracy")
-        key = (ds, int(n), alpha, sla, fam, params, int(m or 0))
+        key = (ds, int(n), alpha, sla, fam, params, int(m or 0), on)
         g = out.setdefault(key, {"catalog": path, "dataset": ds, "clients": int(n),
                                  "alpha": alpha, "sla": sla, "plan": f"{fam} {params or ''}".strip(),
-                                 "mix_rounds": int(m or 0), "rounds": len(clients),
+                                 "mix_rounds": int(m or 0), "mix_on": on,
+                                 "rounds": len(clients),
                                  "p_meets": t.get("p_meets"),
                                  "p_meets_average_model": t.get("p_meets_average_model"),
                                  "seeds": 0, "reached": 0, "avg_at_training_end_over_fc": []})
@@ -122,10 +127,11 @@ def main() -> None:
     by_family: dict[str, list] = defaultdict(list)
     for g in rows:
         if g["p_meets"] is not None and g["p_meets"] >= 0.8:
-            by_family[g["plan"].split()[0]].append(g)
+            by_family[g["plan"].split()[0] + (" on complete" if g["mix_on"] else "")].append(g)
     print(json.dumps({
         "tails": sorted(rows, key=lambda g: (g["catalog"], g["clients"], g["sla"], g["plan"])),
-        "calibration": calibration(rows),
+        "calibration": calibration([g for g in rows if not g["mix_on"]]),
+        "calibration_tails_on_the_complete_graph": calibration([g for g in rows if g["mix_on"]]),
         "calibration_without_tails": calibration([g for g in every if not g["mix_rounds"]]),
         "plain_average_model_over_fc_by_clients": plain_by_clients(every),
         "planned_p_at_least_0.8_by_family": {

@@ -816,6 +816,8 @@ def test_seed_run_figures_judge_picks_against_the_confident_oracle():
 
 
 def test_the_ttt_analysis_reports_per_task_and_fits_a_model_shift(tmp_path):
+    from airplan_qo.evaluation.metrics import seed_run_figures
+
     # two tasks on one dataset: the MLP (the datasets' levels) and logistic (a model shift)
     text = TTT_GRID.replace("clients = 6\n", 'clients = 6\nmodel = ["mlp", "logistic"]\n')
     grid = parse_grid(text, source="tasks.toml")
@@ -836,6 +838,18 @@ def test_the_ttt_analysis_reports_per_task_and_fits_a_model_shift(tmp_path):
     assert ref["range"]["models"] == ["logistic", "mlp"]
     report = (tmp_path / "o" / "report.md").read_text()
     assert "| digits (logistic) | 2 | advisor |" in report
+    # run by run, the advisor as planned (priors) beside always fully connected and the best
+    # fixed policy, over every workload
+    runs = rep.summary["seed_runs"]
+    best = rep.summary["policies"][0]["policy"]
+    assert list(runs) == ["advisor (priors)", "always the fully connected reference",
+                          f"best fixed: {best}"]
+    fc = runs["always the fully connected reference"]
+    assert fc["workloads"] == 4 and 0.0 <= fc["seed_runs_reached"] <= 1.0
+    picks = {w.key: w.before.advisor_plan for w in rep.analysis.workloads}
+    assert runs["advisor (priors)"] == seed_run_figures(
+        picks, {w.key: w.summaries for w in rep.analysis.workloads})
+    assert "| advisor (priors) | 4 |" in report
 
 
 def test_an_average_model_sla_is_judged_on_the_average_models_curve(tmp_path):
@@ -897,7 +911,8 @@ def test_a_grid_measures_plans_with_and_without_their_mixing_only_tails(tmp_path
     grid = parse_grid(text.replace("[[workloads]]", '[[workloads]]\nmix_rounds = "auto"'),
                       source="tails.toml")
     (ws,) = grid.workloads
-    assert ws.mix_rounds == "auto" and ws.n_plans() == 3      # the ring with and without
+    # the ring without a tail, with its own and with one on the complete graph; the complete
+    assert ws.mix_rounds == "auto" and ws.n_plans() == 4
     with aq.connect(str(tmp_path / "c.duckdb")) as db:
         (m,) = measure(db, grid)
         labels = {r.plan for r in m.runs}
@@ -905,6 +920,7 @@ def test_a_grid_measures_plans_with_and_without_their_mixing_only_tails(tmp_path
                                  "JOIN airplan.plans p USING (plan_id) WHERE p.mix_rounds > 0")
     assert any(label.endswith(f"mix={t['mix_rounds']}") for label in labels for t in tails)
     assert "ring [metropolis_hastings] k=1" in labels
+    assert "ring [metropolis_hastings] k=1 mix=2 on complete" in labels
     with pytest.raises(ValidationError, match=r"key 'workloads\[0\].mix_rounds': mix_rounds must"):
         parse_grid(text.replace("[[workloads]]", '[[workloads]]\nmix_rounds = "often"'),
                    source="bad.toml")

@@ -535,6 +535,12 @@ _V7: tuple[str, ...] = (
     "UPDATE plans SET mix_rounds = 0 WHERE mix_rounds IS NULL",
 )
 
+# Version 8: a plan's mixing-only tail can run on the complete graph instead of its own topology
+# (``mix_on``; NULL: its own topology, as every tail of older catalogs).
+_V8: tuple[str, ...] = (
+    "ALTER TABLE plans ADD COLUMN mix_on VARCHAR",
+)
+
 #: Every migration, oldest first; versions are consecutive from 1.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial catalog: workloads, statistics, topologies, plans, executions, "
@@ -553,6 +559,8 @@ MIGRATIONS: tuple[Migration, ...] = (
                  "planned with (pilot_exec_id) and what it measured (pilot)", _V6),
     Migration(7, "plans record their mixing-only rounds at the end of the budget "
                  "(mix_rounds)", _V7),
+    Migration(8, "plans record where their mixing-only rounds run (mix_on: NULL for their own "
+                 "topology, 'complete' for the complete graph)", _V8),
 )
 
 #: The schema version this code writes and expects.

@@ -656,6 +656,13 @@ AVERAGE_MODEL_FILE = "time_to_target_avg.json"
 #: set it as ``finish.floor``.
 FINISH_FLOOR = 0.00085
 
+#: The same after a tail on the complete graph (``plan.mix_on``): what one noisy exact average
+#: leaves between the clients and their average model at 10 dB. 0.0035 = the mean deficit after
+#: the second mixing round on the complete graph over 120 branches (mnist1d, N = 30-100, one-peer
+#: exponential, Base-2 and small-world plans, 4 seeds; the third and fourth rounds left 0.0031
+#: and 0.0030; docs/results.md). A calibration may set it as ``finish.floor_complete``.
+FINISH_FLOOR_COMPLETE = 0.0035
+
 
 @functools.lru_cache(maxsize=4)
 def load_reference(name: str = CONSTANTS_FILE) -> dict:
@@ -669,18 +676,21 @@ def load_reference(name: str = CONSTANTS_FILE) -> dict:
 
 
 def finish_gap(deficit: float, p: float, mix_rounds: int, channel,
-               constants: Mapping[str, float]) -> float:
+               constants: Mapping[str, float], mix_on: str | None = None) -> float:
     """The accuracy the clients are planned to end below their average model after
     ``mix_rounds`` mixing-only rounds: their ``deficit`` at the end of training shrunk by
     ``1 - p`` per round (``p`` the random mixing matrix's rate, plans/finish.py), plus the
     floor the channel's noise leaves over the air: ``finish.floor`` (:data:`FINISH_FLOOR`)
-    / p at 10 dB, scaled by 10 / SNR (linear); none on a digital or ideal channel."""
+    / p at 10 dB, scaled by 10 / SNR (linear); none on a digital or ideal channel. A tail on
+    the complete graph (``mix_on``) averages the deficit away and leaves only the floor of one
+    exact average, ``finish.floor_complete`` (:data:`FINISH_FLOOR_COMPLETE`) at 10 dB."""
+    ota = getattr(channel, "kind", "ideal") == "ota"
+    scale = 10.0 ** (-(channel.snr_db - 10.0) / 10.0) if ota else 0.0
+    if mix_on is not None:
+        return float(constants.get("finish.floor_complete", FINISH_FLOOR_COMPLETE)) * scale
     p = min(max(float(p), 1e-6), 1.0)
     left = max(float(deficit), 0.0) * (1.0 - p) ** int(mix_rounds)
-    if getattr(channel, "kind", "ideal") != "ota":
-        return left
-    return left + float(constants.get("finish.floor", FINISH_FLOOR)) / p * 10.0 ** (
-        -(channel.snr_db - 10.0) / 10.0)
+    return left + float(constants.get("finish.floor", FINISH_FLOOR)) / p * scale
 
 
 def flatten(plan_fit: "TobitFit", fc_fit: "TobitFit",
@@ -1074,11 +1084,13 @@ class TimeToTargetEstimator:
         target while training (this model, on the shorter budget) or when its *average*
         model is at least :func:`finish_gap` above the target when the training ends (the
         fit on the average model's curves, :attr:`average_model`): the tail then draws the
-        clients to it. Its rounds: those of the training, plus the whole tail where the
-        clients have not reached the target by then."""
+        clients to it (on the plan's own topology, or on the complete graph: ``mix_on``).
+        Its rounds: those of the training, plus the whole tail where the clients have not
+        reached the target by then (``tail_rounds_paid``, costed at the complete graph's
+        round for a tail there)."""
         m = int(plan.mix_rounds)
         train = max(int(ctx.round_budget) - m, 1)
-        base = attrs.evolve(plan, mix_rounds=0)
+        base = attrs.evolve(plan, mix_rounds=0, mix_on=None)
         trained = self._estimate(attrs.evolve(ctx, round_budget=train), base, stats,
                                  target_accuracy, ref)
         avg = self.average_model
@@ -1093,15 +1105,18 @@ class TimeToTargetEstimator:
         deficit = (_curve(avg._terms(actx, base, stats, aref)["mu"], aref.ceiling, train)
                    - (trained.accuracy or 0.0))
         gap = finish_gap(deficit, trained.terms.get("p_random", 1.0), m, plan.channel,
-                         ctx.constants)
+                         ctx.constants, plan.mix_on)
         averaged = avg._estimate(actx, base, stats, min(float(target_accuracy) + gap, 1.0),
                                  aref)
         p_train, p_avg = trained.p_meets or 0.0, averaged.p_meets or 0.0
         p = max(p_train, p_avg)
-        rounds = (trained.rounds or float(train)) + (1.0 - p_train) * m
+        # the tail's rounds are paid where the clients have not reached the target training
+        tail_paid = (1.0 - p_train) * m
+        rounds = (trained.rounds or float(train)) + tail_paid
         acc = max(trained.accuracy or 0.0, (averaged.accuracy or 0.0) - gap)
         terms = dict(trained.terms, p_meets=p, p_meets_training=p_train,
                      p_meets_average_model=p_avg, mix_rounds=float(m), training_rounds=train,
+                     tail_rounds_paid=tail_paid,
                      finish_deficit=deficit, finish_gap=gap,
                      average_model_median_rounds=averaged.terms.get("median_rounds", math.inf))
         notes = tuple(dict.fromkeys(trained.notes + tuple(

@@ -104,7 +104,8 @@ def pick(result, constants: Mapping[str, float] | None, candidates: Sequence[Any
     ranked = []
     for cand in candidates:
         e = est.estimate(ctx, cand.plan, cand.stats, target)
-        cost = Cost(e, cand.cost.per_round, cand.cost.startup, result.objective)
+        cost = Cost(e, cand.cost.per_round, cand.cost.startup, result.objective,
+                    tail=cand.cost.tail)
         feasible = (not (cand.pruned_reason or "").startswith("connectivity:")
                     and _feasible(cost, e, sla, fc_acc, budget, budgets,
                                   getattr(request, "confidence", DEFAULT_CONFIDENCE)))

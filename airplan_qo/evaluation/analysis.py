@@ -370,6 +370,7 @@ def analyze(session, grid: Grid, measured: Sequence[Measured], *,
     block = baselines_block(grid, measured, results, outcomes)
     if block is not None:
         summary["baselines"] = block
+    summary["seed_runs"] = _seed_runs(results, measured, summaries, summary["policies"])
     summary["time_to_target"] = _time_to_target(measured, outcome_of, summaries, folds_of, notes,
                                                 f"airplan evaluate --grid {grid.name} "
                                                 + (f"--sla '{grid.sla_override}' "
@@ -561,7 +562,8 @@ def _scalability(grid: Grid, m: Measured, w: WorkloadResult, priors, full_fit, n
                     if c.plan.topology.family not in wanted:
                         continue
                     e = advisor_estimate(result, c, consts, p.target)
-                    cost = Cost(e, c.cost.per_round, c.cost.startup, result.objective)
+                    cost = Cost(e, c.cost.per_round, c.cost.startup, result.objective,
+                                tail=c.cost.tail)
                     total = cost.total("channel_uses")
                     rows.append({
                         "clients": int(n), "constants": which,
@@ -597,6 +599,21 @@ def _comparison_block(cmps: list[Comparison], preds: list[tuple[float | None, fl
         "family_scores": {f: attrs.asdict(s) for f, s in scores.items()},
         "macro_f1": float(np.mean(f1s)) if f1s else None,
     }
+
+
+def _seed_runs(results, measured, summaries, policies) -> dict[str, Any]:
+    """What a user sees run by run (:func:`seed_run_figures`) from the advisor as planned (the
+    estimator's priors: the shipped fit), always the fully connected reference, and the best
+    fixed single-plan policy (the first of ``policies``)."""
+    fc = {m.spec.key: m.seeds[min(m.seeds)].fc_candidate.plan.label() for m in measured}
+    out = {"advisor (priors)": seed_run_figures(
+        {w.key: w.before.advisor_plan for w in results}, summaries),
+        "always the fully connected reference": seed_run_figures(fc, summaries)}
+    if policies:
+        best = policies[0]["policy"]
+        out[f"best fixed: {best}"] = seed_run_figures(
+            {w.key: best for w in results if best in w.summaries}, summaries)
+    return out
 
 
 def _time_to_target(measured, outcome_of, summaries, folds_of, notes: list[str],

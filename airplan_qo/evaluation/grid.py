@@ -119,20 +119,23 @@ class WorkloadSpec:
                                      local_steps=w.local_steps, periodic=periodic) is None:
                             plans.add((spec, k, canonical(resolve(alg, k), k), transport,
                                        bits))
-        return len(plans) + sum(1 for spec, k, alg, _, _ in plans if self._tailed(spec, alg))
+        return len(plans) + sum(self._tails(spec, k, alg) for spec, k, alg, _, _ in plans)
 
-    def _tailed(self, spec: TopologySpec, algorithm: str) -> bool:
-        """Whether a plan of ``spec`` running ``algorithm`` is counted with a mixing-only tail
-        too (``auto``: every topology but the complete graph, which averages in one round; the
-        planner also leaves the tail out where a budget is too short for one, so this may
-        count more than it plans)."""
-        from ..plans.operators import MIXING_ONLY, resolve
+    def _tails(self, spec: TopologySpec, k: float, algorithm: str) -> int:
+        """How many plans with a mixing-only tail a plan of ``spec`` running ``algorithm``
+        is counted with (``auto``: every topology but the complete graph, which averages in one
+        round, with its own tail and, for D-SGD, with one on the complete graph; the planner
+        also leaves a tail out where a budget is too short for one, so this may count more than
+        it plans)."""
+        from ..plans.operators import COMPLETE_TAIL_ALGORITHMS, MIXING_ONLY, resolve
 
-        if not self.mix_rounds or resolve(algorithm, 1.0) not in MIXING_ONLY:
-            return False
+        algorithm = resolve(algorithm, k)
+        if not self.mix_rounds or algorithm not in MIXING_ONLY:
+            return 0
         if self.mix_rounds == "auto":
-            return spec.family != "complete"
-        return self.mix_rounds < self.workload.rounds
+            return 0 if spec.family == "complete" else (
+                1 + (algorithm in COMPLETE_TAIL_ALGORITHMS))
+        return int(self.mix_rounds < self.workload.rounds)
 
     def for_seed(self, seed: int) -> Workload:
         return attrs.evolve(self.workload, seed=int(seed))

@@ -119,6 +119,8 @@ def cache_key(workload, plan: PhysicalPlan, rounds: int) -> str:
         doc.update(transport=plan.transport, bits=plan.bits)
     if plan.mix_rounds:
         doc.update(mix_rounds=plan.mix_rounds)
+    if plan.mix_on:
+        doc.update(mix_on=plan.mix_on)
     text = json.dumps(doc, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 

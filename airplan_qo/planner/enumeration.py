@@ -20,7 +20,7 @@ from ..costmodels.features import survival_factor
 from ..errors import PlanningError, ValidationError
 from ..plans.families import FAMILIES
 from ..plans.mixing import WEIGHTS
-from ..plans.finish import tail_rounds
+from ..plans.finish import complete_tail_rounds, tail_rounds
 from ..plans.operators import (AUTO_ALGORITHMS, AUTO_TRANSPORTS, DEFAULT_DIGITAL_BITS,
                                EXACT_BITS, MIXING_ONLY, PLAN_ALGORITHMS, PRESETS, canonical,
                                exclusion)
@@ -165,7 +165,8 @@ class OperatorChoices:
         below): such plans are labelled with the rule (``auto``), as before. With mixing-only
         tails asked for, each plan that can run them follows with its tail (``'auto'``: the
         tail its topology needs, from ``stats``; plans/finish.py), or is replaced by its tail
-        of the request's fixed number of rounds."""
+        of the request's fixed number of rounds; ``'auto'`` also plans each D-SGD plan with a
+        tail on the complete graph (:meth:`complete_tail`)."""
         out: list[PhysicalPlan] = []
         built: dict[tuple, tuple[PhysicalPlan, str | None]] = {}
         added: set[tuple] = set()
@@ -196,7 +197,21 @@ class OperatorChoices:
                     out.append(plan)
                 if tailed is not None:
                     out.append(tailed)
+                on_complete = self.complete_tail(plan)
+                if on_complete is not None:
+                    out.append(on_complete)
         return out
+
+    def complete_tail(self, plan: PhysicalPlan) -> PhysicalPlan | None:
+        """``plan`` with a tail on the complete graph (``'auto'`` tails only; plans/finish.py),
+        or None where it has none or the estimator refuses it."""
+        if self.mix_rounds != "auto":
+            return None
+        m = complete_tail_rounds(plan.topology.family, plan.effective_algorithm, self.budget)
+        if not m:
+            return None
+        tailed = attrs.evolve(plan, mix_rounds=m, mix_on="complete")
+        return tailed if self.refuse(tailed) is None else None
 
     def tail(self, plan: PhysicalPlan, stats: TopologyStats | None) -> int:
         """The mixing-only rounds to plan ``plan`` with as well (0: none)."""

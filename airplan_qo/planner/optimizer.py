@@ -289,9 +289,23 @@ class Optimizer:
                                     f"each plan it was given (estimate_many)")
         operators.check()
         ranked = []
+        tails: dict[tuple, Any] = {}
+
+        def tail_cost(plan: PhysicalPlan):
+            """A round of ``plan``'s tail on the complete graph (``mix_on``), over the same
+            transport and channel: the fully connected reference's round."""
+            if plan.mix_on is None:
+                return None
+            key = (plan.transport, plan.bits, plan.channel)
+            if key not in tails:
+                fc_st = stats_of[fc_spec][0]
+                tails[key] = round_cost(attrs.evolve(plan, topology=fc_spec, mix_rounds=0,
+                                                     mix_on=None), fc_st, d)
+            return tails[key]
+
         for (plan, st, spec, tid, details), est in zip(plans, estimates):
             cost = Cost(est, round_cost(plan, st, d), startup, objective, request.pilot,
-                        continues_pilot=_continues(request.pilot, plan))
+                        continues_pilot=_continues(request.pilot, plan), tail=tail_cost(plan))
             if st.spec != spec:  # costed on the placeholder: recorded as requested
                 plan, st = attrs.evolve(plan, topology=spec), attrs.evolve(st, spec=spec)
             cand = Candidate(plan=plan, stats=st, cost=cost, topology_id=tid,

@@ -24,7 +24,8 @@ PLAN_COLUMNS = (
     "topology_id", "k_ratio", "algorithm", "transport", "bits_per_coord", "snr_db", "g_th",
     "tx_power_dbm", "est_rounds", "reaches_target", "est_accuracy", "est_accuracy_lo",
     "est_accuracy_hi", "channel_uses", "slots", "airtime_s", "energy_j", "bits",
-    "privacy_epsilon", "total_cost", "pruned_reason", "calibration_ids", "terms", "mix_rounds")
+    "privacy_epsilon", "total_cost", "pruned_reason", "calibration_ids", "terms", "mix_rounds",
+    "mix_on")
 
 
 def candidate_rows(catalog: Catalog, result: PlanResult) -> pa.Table:
@@ -43,7 +44,7 @@ def candidate_rows(catalog: Catalog, result: PlanResult) -> pa.Table:
             e.accuracy, e.accuracy_lo, e.accuracy_hi, bd["channel_uses"], bd["slots"],
             bd["airtime_s"], bd["energy_j"], bd["bits"], bd["privacy_epsilon"], c.cost.total(),
             c.pruned_reason, list(e.calibration_ids), _terms_json(finite(e.terms)),
-            c.plan.mix_rounds))
+            c.plan.mix_rounds, c.plan.mix_on))
     return catalog.arrow_rows("plans", dict(zip(PLAN_COLUMNS,
                                                 (list(col) for col in zip(*rows)))))
 

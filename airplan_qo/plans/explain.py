@@ -136,7 +136,12 @@ def build_tree(result, analyze: dict[str, Any] | None = None) -> Node:
     if plan.mix_rounds:   # the budget's last rounds only mix (plans/finish.py)
         budget = result.context.round_budget
         loop_attrs["mixing_only_rounds"] = (f"{plan.mix_rounds} (rounds "
-                                            f"{budget - plan.mix_rounds + 1}..{budget})")
+                                            f"{budget - plan.mix_rounds + 1}..{budget})"
+                                            + (f" on the {plan.mix_on} graph"
+                                               if plan.mix_on else ""))
+        tail = cost.tail
+        if tail is not None:   # the tail's rounds cost a round of the graph it mixes on
+            loop_attrs["tail_per_round_channel_uses"] = tail.channel_uses
     loop = Node("Gossip Loop", loop_attrs,
                 startup_cost=startup, total_cost=total, rounds=est.rounds,
                 actual={k: act[k] for k in ("actual_rounds_run", "actual_channel_uses")
@@ -316,7 +321,8 @@ def _text(result, tree: Node, verbose, costs, alternatives, analyze) -> str:
     bd = result.chosen.cost.breakdown()
     lines.append("Cost Breakdown: " + " ".join(
         f"{k}={_rounds(v) if k == 'rounds' else _num(v)}" for k, v in bd.items()
-        if k not in ("startup_channel_uses", "per_round_channel_uses")))
+        if k not in ("startup_channel_uses", "per_round_channel_uses",
+                      "tail_per_round_channel_uses")))
     ctx = result.context
     lines.append(f"Workload: {result.request.workload.dataset} on "
                  f"{result.request.workload.clients} clients, {alpha_text(result)}, d={ctx.d}")

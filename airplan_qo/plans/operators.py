@@ -73,6 +73,32 @@ def check_mixing_tail(algorithm: str, mix_rounds: int) -> None:
                               f"rounds; the algorithms that can: {', '.join(MIXING_ONLY)}")
 
 
+#: Where a mixing-only tail may run instead of the plan's own topology (``mix_on``;
+#: plans/finish.py), and the algorithms that may run it there (a plain average of the models).
+TAIL_TOPOLOGIES: tuple[str, ...] = ("complete",)
+COMPLETE_TAIL_ALGORITHMS: tuple[str, ...] = ("dsgd",)
+
+
+def check_mix_on(value: Any, algorithm: str, mix_rounds: int) -> str | None:
+    """``mix_on`` checked against the plan's ``algorithm`` and ``mix_rounds``: None (the tail
+    mixes on the plan's own topology) or a name of :data:`TAIL_TOPOLOGIES`; ValidationError
+    naming the problem otherwise."""
+    if value is None:
+        return None
+    name = value.strip().lower() if isinstance(value, str) else None
+    if name not in TAIL_TOPOLOGIES:
+        raise ValidationError(f"mix_on must be one of {', '.join(TAIL_TOPOLOGIES)} (or None: "
+                              f"the plan's own topology), got {value!r}")
+    if not mix_rounds:
+        raise ValidationError(f"mix_on = {name!r} says where the mixing-only rounds run, but "
+                              f"the plan has none (mix_rounds = 0)")
+    if algorithm not in COMPLETE_TAIL_ALGORITHMS:
+        raise ValidationError(f"mix_on = {name!r}: only {', '.join(COMPLETE_TAIL_ALGORITHMS)} "
+                              f"runs its mixing-only rounds on the {name} graph, not "
+                              f"{algorithm}")
+    return name
+
+
 def activation(algorithm: str) -> float:
     """Expected share of the topology's links a round uses: MATCHA's budget, else 1."""
     return MATCHA_BUDGET if algorithm == "matcha" else 1.0
@@ -333,7 +359,8 @@ def extra_reals(algorithm: str, transport: str = "ota", noisy: bool = True) -> i
 
 __all__ = ["DLLR_OA_FAMILY", "PRESETS",
            "AUTO_ALGORITHMS", "AUTO_TRANSPORTS", "Combination", "MATCHA_BUDGET", "MIXING_ONLY",
-           "activation", "check_mixing_tail",
+           "COMPLETE_TAIL_ALGORITHMS", "TAIL_TOPOLOGIES", "activation", "check_mix_on",
+           "check_mixing_tail",
            "DEFAULT_DIGITAL_BITS", "EXACT_BITS", "EXCLUSIONS", "MAX_BITS", "MIN_BITS", "WEIGHT_REPEATS",
            "PLAN_ALGORITHMS", "SERVER_ALGORITHMS", "TRANSPORTS", "auto_rule", "canonical",
            "check_algorithm", "check_bits", "check_transport", "exclusion", "extra_reals",

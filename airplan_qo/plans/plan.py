@@ -86,7 +86,7 @@ import attrs
 from ..errors import ValidationError
 from .channel_config import ChannelConfig
 from .operators import (EXACT_BITS, SERVER_ALGORITHMS, activation, check_algorithm, check_bits,
-                        check_mixing_tail, check_transport, extra_reals, payload_vectors,
+                        check_mix_on, check_mixing_tail, check_transport, extra_reals, payload_vectors,
                         resolve, transport_label)
 from .rates import channel_rate, ideal_rate, inverse_rate, resend_multiple, slot_time
 from .topology import TopologySpec, TopologyStats
@@ -140,7 +140,9 @@ class PhysicalPlan:
     :data:`~.operators.PLAN_ALGORITHMS` (``auto``: D-SGD at k = 1, CHOCO below).
     ``mix_rounds``: the last ``mix_rounds`` rounds of the round budget only mix (nobody
     trains; :mod:`.finish`), for the algorithms of :data:`~.operators.MIXING_ONLY`; 0: every
-    round trains."""
+    round trains. ``mix_on``: where those rounds mix: None, the plan's own topology;
+    ``"complete"``, the complete graph (D-SGD only; the runtime rewires to it when the tail
+    starts)."""
 
     topology: TopologySpec
     k_ratio: float = attrs.field(default=1.0, validator=_check_k)
@@ -150,12 +152,18 @@ class PhysicalPlan:
     transport: str = attrs.field(default="ota", converter=check_transport)
     bits: int = attrs.field(default=EXACT_BITS, converter=check_bits)
     mix_rounds: int = attrs.field(default=0, converter=_check_mix_rounds)
+    mix_on: str | None = None
 
     def __attrs_post_init__(self) -> None:
         if self.transport == "ota" and self.bits != EXACT_BITS:
             raise ValidationError(f"bits = {self.bits} applies to digital plans only: an "
                                   f"over-the-air payload is analog (not quantised)")
         check_mixing_tail(self.effective_algorithm, self.mix_rounds)
+        mix_on = check_mix_on(self.mix_on, self.effective_algorithm, self.mix_rounds)
+        if mix_on is not None and mix_on == self.topology.family:
+            raise ValidationError(f"mix_on = {mix_on!r}: the plan's own topology is the "
+                                  f"{mix_on} graph already (leave mix_on out)")
+        object.__setattr__(self, "mix_on", mix_on)
 
     @property
     def effective_algorithm(self) -> str:
@@ -171,6 +179,8 @@ class PhysicalPlan:
             text += f" {transport_label(self.transport, self.bits)}"
         if self.mix_rounds:
             text += f" mix={self.mix_rounds}"
+        if self.mix_on:
+            text += f" on {self.mix_on}"
         return text
 
 
@@ -506,6 +516,10 @@ class Cost:
     #: this plan is the one the pilot trained, and its run continues from the pilot's last
     #: round: the pilot's rounds are not paid again (:meth:`total`)
     continues_pilot: bool = False
+    #: what one round of a mixing-only tail on another topology costs (``plan.mix_on``: the
+    #: complete graph's round); the estimate's ``tail_rounds_paid`` of the predicted rounds are
+    #: paid at it. None: every round costs :attr:`per_round`
+    tail: RoundCost | None = None
 
     @property
     def rounds(self) -> float | None:
@@ -529,9 +543,20 @@ class Cost:
             return self.estimate.terms.get("privacy_epsilon")
         if self.rounds is None:
             return None
-        per = getattr(self.per_round, what)
-        return (per * self.paid_rounds() + (self.startup if what == "channel_uses" else 0.0)
+        return (self._rounds_of(what) + (self.startup if what == "channel_uses" else 0.0)
                 + (self.pilot.total(what) if self.pilot is not None else 0.0))
+
+    def tail_rounds(self) -> float:
+        """The predicted rounds paid at :attr:`tail`'s cost (0 without one)."""
+        if self.tail is None or self.rounds is None:
+            return 0.0
+        return min(float(self.estimate.terms.get("tail_rounds_paid", 0.0)), self.paid_rounds())
+
+    def _rounds_of(self, what: str) -> float:
+        """Resource ``what`` over the paid rounds: the tail's at its own per-round cost."""
+        tail = self.tail_rounds()
+        out = getattr(self.per_round, what) * (self.paid_rounds() - tail)
+        return out + (getattr(self.tail, what) * tail if tail else 0.0)
 
     def paid_rounds(self) -> float:
         """The predicted rounds paid beyond the pilot: all of them, or for the plan that
@@ -549,7 +574,7 @@ class Cost:
         return {
             "rounds": r,
             "channel_uses": self.total("channel_uses"),
-            "slots": None if r is None else self.per_round.slots * self.paid_rounds()
+            "slots": None if r is None else self._rounds_of("slots")
             + pilot.get("pilot_slots", 0.0),
             "airtime_s": self.total("airtime_s"),
             "energy_j": self.total("energy_j"),
@@ -557,6 +582,9 @@ class Cost:
             "privacy_epsilon": self.estimate.terms.get("privacy_epsilon"),
             "startup_channel_uses": self.startup,
             "per_round_channel_uses": self.per_round.channel_uses,
+            **({} if self.tail is None else {
+                "tail_rounds": self.tail_rounds(),
+                "tail_per_round_channel_uses": self.tail.channel_uses}),
             **pilot,
         }
 

@@ -1085,6 +1085,8 @@ class DistributedTrainer(Trainer):
         if self.rank == 0:
             try:
                 state = read(path)
+                if self.tail_started(int(state["round"])):
+                    self._enter_tail_everywhere()
                 self._restore(state, str(path), self.checkpoint_owner)
             except AirPlanError as exc:
                 _send(("load_failed", str(exc)))
@@ -1097,7 +1099,21 @@ class DistributedTrainer(Trainer):
                 dist.send_object_list([self._share_of(state, rank)], dst=rank,
                                       device=torch.device("cpu"))
         else:
-            self._obey(_receive())
+            while True:   # a rewiring onto the tail's topology may come first
+                message = _receive()
+                self._obey(message)
+                if message[0] != "rewire":
+                    break
+
+    def _enter_tail_everywhere(self) -> None:
+        """Rank 0, loading a checkpoint written inside a tail on another topology: every rank
+        rewires to it first (:meth:`enter_tail`), whether or not rank 0 commands the others."""
+        leading = self._commanding
+        self._commanding = True
+        try:
+            self.enter_tail()
+        finally:
+            self._commanding = leading
 
     def _share_of(self, state: dict, rank: int) -> dict:
         """Rank ``rank``'s share of a checkpoint's state: the whole state where the run is not

@@ -45,8 +45,9 @@ from .push_sum import PushSum
 from .gossip import ALGORITHMS, DSGD, OTA_PAYLOADS, Choco, Exchange, PaperLiteral, \
     check_schedule, difference_decay, link_schedule, round_traffic
 from ..plans.channel_config import CHANNEL_PARAMS, IDEAL_CHANNEL, ChannelConfig, number_in
-from ..plans.operators import MATCHA_BUDGET, MIXING_ONLY, check_mixing_tail
+from ..plans.operators import MATCHA_BUDGET, MIXING_ONLY, check_mix_on, check_mixing_tail
 from ..plans.sla import TARGET_METRICS, first_crossing
+from ..plans.topology import TopologySpec, build
 from .metrics import consensus_distance, consensus_exploded, diverged, jain_index, \
     stuck_after_explosion
 from ..model_size import MODELS, build_model
@@ -198,6 +199,9 @@ class RunConfig:
     #: The last ``mix_rounds`` rounds of the budget only mix (:meth:`Trainer.step` with
     #: ``train=False``): the plan's mixing-only tail (docs/runtime.md, Mixing-only rounds).
     mix_rounds: int = attrs.field(default=0)
+    #: Where the tail mixes: None, the run's own topology; ``"complete"``, the complete graph
+    #: (the trainer rewires to it when the tail starts; D-SGD only).
+    mix_on: str | None = None
 
     def __attrs_post_init__(self) -> None:
         m = self.mix_rounds
@@ -206,6 +210,8 @@ class RunConfig:
             raise ValidationError(f"mix_rounds must be an integer in 0..rounds - 1 = "
                                   f"{self.rounds - 1}, got {self.mix_rounds!r}")
         check_mixing_tail(self.resolved_algorithm, self.mix_rounds)
+        object.__setattr__(self, "mix_on", check_mix_on(self.mix_on, self.resolved_algorithm,
+                                                        self.mix_rounds))
         if self.client_eval_samples is not None:
             _positive_int("client_eval_samples")(self, None, self.client_eval_samples)
         if isinstance(self.bits, bool) or not isinstance(self.bits, (int, np.integer)) \
@@ -275,7 +281,8 @@ class RunConfig:
         flat (:meth:`.ChannelConfig.flat`: ``channel`` names the kind): the form executions'
         options and checkpoints store."""
         out = attrs.asdict(self, filter=lambda a, v: a.name != "channel"
-                           and not (a.name == "mix_rounds" and v == 0))
+                           and not (a.name == "mix_rounds" and v == 0)
+                           and not (a.name == "mix_on" and v is None))
         return {**out, **self.channel.flat()}
 
     @classmethod
@@ -801,8 +808,11 @@ class Trainer:
                         reason = (f"target accuracy {cfg.target_accuracy} reached at round "
                                   f"{self.rounds_to_target}")
                         break
-                    row = (self.step() if self.round < cfg.rounds - cfg.mix_rounds
-                           else self.step(train=False))
+                    if self.round < cfg.rounds - cfg.mix_rounds:
+                        row = self.step()
+                    else:
+                        self.enter_tail()
+                        row = self.step(train=False)
                     if self.failure is not None:
                         status, reason = "failed", self.failure
                         break
@@ -931,6 +941,24 @@ class Trainer:
         with torch_threads(self.config.threads):
             self.rule.rewire(links)
 
+    def enter_tail(self) -> None:
+        """Rewire to where the plan's mixing-only tail mixes (``config.mix_on``: the complete
+        graph, built as the planner builds the fully connected reference), once; nothing for a
+        tail on the run's own topology. :meth:`run` calls it before each tail round; a
+        checkpoint written in the tail is restored onto that topology (:meth:`load`)."""
+        on = self.config.mix_on
+        if on is None or self.topology.spec.family == on:
+            return
+        spec = TopologySpec.create(on, self.n, seed=self.topology.spec.seed,
+                                   weights="metropolis_hastings")
+        self.rewire(build(spec))
+
+    def tail_started(self, round_: int) -> bool:
+        """Whether a run that has completed ``round_`` rounds mixes on its tail's topology
+        (:meth:`enter_tail` ran before round ``rounds - mix_rounds + 1``)."""
+        cfg = self.config
+        return cfg.mix_on is not None and round_ > cfg.rounds - cfg.mix_rounds
+
     def _check_clique_averaging(self, enabled: bool) -> None:
         """Clique Averaging (``enabled`` by the topology) combines with D-SGD, CHOCO and
         paper_literal only."""
@@ -990,6 +1018,9 @@ class Trainer:
         """Restore the run state saved by :meth:`save`; continuing is bit-identical to a run
         that was never interrupted (same thread count). When :attr:`checkpoint_owner` is set,
         a checkpoint written for another catalog or execution is refused."""
-        from .checkpoint import load
+        from .checkpoint import read, restore
 
-        load(self, path, self.checkpoint_owner)
+        state = read(path)
+        if self.tail_started(int(state["round"])):   # written on the tail's topology
+            self.enter_tail()
+        restore(self, state, path, self.checkpoint_owner)

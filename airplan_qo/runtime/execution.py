@@ -82,7 +82,8 @@ def run_config(workload, plan, rounds: int, target: float | None, seeds: dict[st
         k_ratio=plan.k_ratio, algorithm=plan.algorithm, mask=plan.mask, channel=plan.channel,
         ota_payload=getattr(workload, "ota_payload", "difference"), target_accuracy=target,
         target_metric=target_metric, device=device, transport=plan.transport, bits=plan.bits,
-        matcha_budget=MATCHA_BUDGET, mix_rounds=getattr(plan, "mix_rounds", 0), **seeds)
+        matcha_budget=MATCHA_BUDGET, mix_rounds=getattr(plan, "mix_rounds", 0),
+        mix_on=getattr(plan, "mix_on", None), **seeds)
 
 
 @attrs.frozen

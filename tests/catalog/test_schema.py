@@ -46,10 +46,10 @@ def test_migrations_are_consecutive_and_pending_is_forward_only():
 def test_fresh_file_gets_version_and_every_object(tmp_path):
     path = tmp_path / "fresh.duckdb"
     with Catalog.open(path) as cat:
-        assert cat.schema_version == SCHEMA_VERSION == 7
+        assert cat.schema_version == SCHEMA_VERSION == 8
         rows = cat.query("SELECT version, description, applied_at FROM airplan.schema_version "
                          "ORDER BY version")
-        assert [r["version"] for r in rows] == [1, 2, 3, 4, 5, 6, 7]
+        assert [r["version"] for r in rows] == [1, 2, 3, 4, 5, 6, 7, 8]
         assert all(r["description"] and r["applied_at"] is not None for r in rows)
     con = duckdb.connect(str(path), read_only=True)
     try:

@@ -9,9 +9,10 @@ import pytest
 
 import airplan_qo as aq
 from airplan_qo.errors import AirPlanError, ValidationError
-from airplan_qo.costmodels.time_to_target import FINISH_FLOOR, finish_gap
+from airplan_qo.costmodels.time_to_target import FINISH_FLOOR, FINISH_FLOOR_COMPLETE, finish_gap
 from airplan_qo.plans.channel_config import IDEAL_CHANNEL, ChannelConfig
-from airplan_qo.plans.finish import MIN_TAIL, REDUCTION, tail_rounds
+from airplan_qo.plans.finish import (COMPLETE_TAIL, MIN_TAIL, REDUCTION, complete_tail_rounds,
+                                     tail_rounds)
 from airplan_qo.plans.plan import PhysicalPlan
 from airplan_qo.plans.topology import TopologySpec
 from airplan_qo.sql import parse_one
@@ -58,6 +59,36 @@ def test_a_plan_with_a_tail_names_it_and_refuses_rules_that_cannot_mix():
         PhysicalPlan(spec, mix_rounds=-1)
 
 
+
+def test_a_tail_on_the_complete_graph_is_a_short_plain_average():
+    spec = TopologySpec.create("ring", 10)
+    plan = PhysicalPlan(spec, mix_rounds=2, mix_on="Complete")
+    assert plan.mix_on == "complete" and plan.label().endswith(" mix=2 on complete")
+    assert PhysicalPlan(spec, mix_rounds=2).mix_on is None
+    with pytest.raises(ValidationError, match="mix_on must be one of complete"):
+        PhysicalPlan(spec, mix_rounds=2, mix_on="ring")
+    with pytest.raises(ValidationError, match="the plan has none"):
+        PhysicalPlan(spec, mix_on="complete")
+    with pytest.raises(ValidationError, match="only dsgd runs its mixing-only rounds on the "
+                                              "complete graph, not choco"):
+        PhysicalPlan(spec, k_ratio=0.5, mix_rounds=2, mix_on="complete")
+    with pytest.raises(ValidationError, match="is the complete graph already"):
+        PhysicalPlan(TopologySpec.create("complete", 10), mix_rounds=2, mix_on="complete")
+    # two rounds, for D-SGD on any topology but the complete graph, within a quarter budget
+    assert complete_tail_rounds("ring", "dsgd", 100) == COMPLETE_TAIL == 2
+    assert complete_tail_rounds("complete", "dsgd", 100) == 0
+    assert complete_tail_rounds("ring", "choco", 100) == 0
+    assert complete_tail_rounds("ring", "push_sum", 100) == 0
+    assert complete_tail_rounds("ring", "dsgd", 4 * COMPLETE_TAIL - 1) == 0
+    # what it leaves: the floor of one noisy exact average, whatever the deficit and p
+    ota = ChannelConfig(kind="ota", snr_db=10.0)
+    assert finish_gap(0.2, 0.1, 2, ota, {}, "complete") == pytest.approx(FINISH_FLOOR_COMPLETE)
+    assert finish_gap(0.0, 0.5, 2, ChannelConfig(kind="ota", snr_db=20.0), {}, "complete") \
+        == pytest.approx(FINISH_FLOOR_COMPLETE / 10)
+    assert finish_gap(0.2, 0.1, 2, IDEAL_CHANNEL, {}, "complete") == 0.0
+    assert finish_gap(0.2, 0.1, 2, ota, {"finish.floor_complete": 0.01}, "complete") == 0.01
+
+
 W = aq.Workload.from_params("mnist1d", 80, {"alpha": 1.0, "rounds": 200, "snr_db": 10,
                                             "local_steps": 5})
 
@@ -75,7 +106,8 @@ def test_the_planner_costs_tails_from_the_average_model_fit(tmp_path):
         by = {c.plan.label(): c for c in tailed.candidates}
         peer = by["one_peer_exponential [prescribed] k=1"].cost
         mix = next(c.plan.mix_rounds for c in tailed.candidates
-                   if c.plan.topology.family == "one_peer_exponential" and c.plan.mix_rounds)
+                   if c.plan.topology.family == "one_peer_exponential" and c.plan.mix_rounds
+                   and c.plan.mix_on is None)
         label = f"one_peer_exponential [prescribed] k=1 mix={mix}"
         tail = by[label].cost
         # the complete graph averages in a round: no tail planned for it
@@ -97,9 +129,34 @@ def test_the_planner_costs_tails_from_the_average_model_fit(tmp_path):
         row = db.sql(f"SELECT mix_rounds FROM airplan.plans WHERE plan_id = "
                      f"{by[label].plan_id}")
         assert list(row[0].rows) == [(mix,)]
-        # a fixed number of rounds: every plan with that tail (the complete graph too)
+        # the same plan with a tail on the complete graph: two rounds, which cost what a
+        # round of the complete graph costs where the clients have not reached the target
+        # training; it leaves one exact average's floor
+        on_label = f"one_peer_exponential [prescribed] k=1 mix={COMPLETE_TAIL} on complete"
+        on, full = by[on_label].cost, by["complete [metropolis_hastings] k=1"].cost
+        u = on.estimate.terms
+        assert u["training_rounds"] == 200 - COMPLETE_TAIL
+        assert u["finish_gap"] == pytest.approx(FINISH_FLOOR_COMPLETE)
+        assert u["finish_gap"] < t["finish_gap"]
+        paid = u["tail_rounds_paid"]
+        assert paid == pytest.approx((1 - u["p_meets_training"]) * COMPLETE_TAIL) and paid > 1
+        assert on.per_round == peer.per_round and on.tail == full.per_round
+        assert on.total("channel_uses") == pytest.approx(
+            peer.per_round.channel_uses * (on.rounds - paid) + full.per_round.channel_uses
+            * paid + on.startup)
+        assert on.breakdown()["tail_rounds"] == pytest.approx(paid)
+        assert tail.tail is None
+        # only D-SGD gets one, never the complete graph itself
+        assert all(c.plan.effective_algorithm == "dsgd" and c.plan.topology.family != "complete"
+                   for c in tailed.candidates if c.plan.mix_on)
+        row = db.sql(f"SELECT mix_rounds, mix_on FROM airplan.plans WHERE plan_id = "
+                     f"{by[on_label].plan_id}")
+        assert list(row[0].rows) == [(COMPLETE_TAIL, "complete")]
+        # a fixed number of rounds: every plan with that tail (the complete graph too), on
+        # its own topology
         fixed = _plan(db, mix_rounds=10)
         assert {c.plan.mix_rounds for c in fixed.candidates} == {10}
+        assert not any(c.plan.mix_on for c in fixed.candidates)
 
 
 def tail_plan_channel(result):
@@ -144,3 +201,26 @@ def test_an_execution_runs_the_tail_and_records_it(tmp_path):
                       f"{report.exec_id} ORDER BY round")[0].rows
         assert [loss is None for _, loss in rows] == [False] * 8 + [True] * 4
         assert "mix=4" in result.explain()
+
+
+def test_an_execution_mixes_its_tail_on_the_complete_graph(tmp_path):
+    from airplan_qo.runtime.execution import execute
+
+    w = aq.Workload.from_params("digits", 10, {"rounds": 12, "snr_db": 20})
+    with aq.connect(tmp_path / "c.duckdb") as db:
+        result = db.plan(w, topologies=["ring", "complete"], sparsity=[1.0], transports=["ota"],
+                         algorithms=["dsgd"], mix_rounds="auto", fallback="complete")
+        tail = next(c for c in result.candidates if c.plan.mix_on == "complete")
+        full = next(c for c in result.candidates if c.plan.topology.family == "complete")
+        report = execute(db.catalog, attrs.evolve(result, chosen=tail), quiet=True,
+                         stop_at_target=False)
+        rows = db.sql(f"SELECT round, train_loss, channel_uses FROM airplan.round_stats "
+                      f"WHERE exec_id = {report.exec_id} ORDER BY round")[0].rows
+        assert [loss is None for _, loss, _ in rows] == [False] * 10 + [True] * 2
+        # the ring's rounds cost the ring's, the tail's the complete graph's
+        uses = [u for _, _, u in rows]
+        assert uses[:10] == pytest.approx([tail.cost.per_round.channel_uses] * 10, rel=0.01)
+        assert uses[10:] == pytest.approx([full.cost.per_round.channel_uses] * 2, rel=0.01)
+        assert min(uses[10:]) > 2 * max(uses[:10])
+        text = attrs.evolve(result, chosen=tail).explain()
+        assert "on the complete graph" in text and "tail_per_round_channel_uses" in text

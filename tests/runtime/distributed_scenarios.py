@@ -145,6 +145,13 @@ SCENARIOS = {
                                                           **_OTA)),
     "split_dsgd_ring30_mix": ("ring", 30, dict(rounds=5, mix_rounds=2, dropout=0.2,
                                                eval_every=2, **_OTA)),
+    # ... and on the complete graph: every rank rewires when the tail starts, or, resumed from
+    # a checkpoint inside the tail (round 3 of 6, the tail rounds 3-6), before it loads
+    "split_dsgd_ring30_mixc": ("ring", 30, dict(rounds=5, mix_rounds=2, mix_on="complete",
+                                                dropout=0.2, eval_every=2, **_OTA)),
+    "resume_split_dsgd_ring30_mixc": ("ring", 30, dict(rounds=6, mix_rounds=4,
+                                                       mix_on="complete", dropout=0.2,
+                                                       eval_every=2, **_OTA)),
 }
 #: scenarios whose ranks gather every row (``DistributedTrainer(..., exchange=...)``)
 EXCHANGE = {"dsgd_ring12_sparse_all": "all"}

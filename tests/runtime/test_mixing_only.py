@@ -127,3 +127,49 @@ def test_mix_rounds_is_checked():
     assert "mix_rounds" not in RunConfig().as_dict()
     assert RunConfig(rounds=5, mix_rounds=2).as_dict()["mix_rounds"] == 2
     assert RunConfig.from_dict(RunConfig(rounds=5, mix_rounds=2).as_dict()).mix_rounds == 2
+
+
+def test_a_tail_on_the_complete_graph_rewires_and_resumes(tmp_path, digits, digits_skewed,
+                                                           ring10):
+    cfg = RunConfig(model="logistic", rounds=8, lr=0.1, local_steps=2, mix_rounds=2,
+                    mix_on="complete", channel=ChannelConfig(kind="ota", snr_db=10.0))
+    trainer = Trainer(cfg, digits, digits_skewed, ring10)
+    result = trainer.run()
+    assert [h["train_loss"] is not None for h in result.history] == [True] * 6 + [False] * 2
+    # the tail ran on the complete graph, whose rounds cost more than the ring's
+    assert trainer.topology.spec.family == "complete"
+    uses = [h["channel_uses"] for h in result.history]
+    assert min(uses[6:]) > max(uses[:6])
+    # by hand: train on the ring, then rewire and only mix
+    by_hand = Trainer(attrs.evolve(cfg, mix_rounds=0, mix_on=None), digits, digits_skewed,
+                      ring10)
+    for _ in range(6):
+        by_hand.step()
+    by_hand.rewire(build(TopologySpec.create("complete", 10, weights="metropolis_hastings")))
+    for _ in range(2):
+        by_hand.step(train=False)
+    assert torch.equal(by_hand.x, trainer.x)
+    # a checkpoint before the tail and one inside it resume to the same run
+    for at in (6, 7):
+        first = Trainer(cfg, digits, digits_skewed, ring10)
+        first.run(lambda row: "stop" if row["round"] == at else None)
+        first.save(tmp_path / f"{at}.pt")
+        again = Trainer(cfg, digits, digits_skewed, ring10)
+        again.load(tmp_path / f"{at}.pt")
+        assert again.topology.spec.family == ("complete" if at == 7 else "ring")
+        again.run()
+        assert torch.equal(again.x, trainer.x)
+
+
+def test_mix_on_is_checked():
+    with pytest.raises(Exception, match="the plan has none"):
+        RunConfig(rounds=5, mix_on="complete")
+    with pytest.raises(Exception, match="only dsgd runs its mixing-only rounds on the complete "
+                                        "graph, not choco"):
+        RunConfig(rounds=5, mix_rounds=2, mix_on="complete", k_ratio=0.5)
+    with pytest.raises(Exception, match="mix_on must be one of complete"):
+        RunConfig(rounds=5, mix_rounds=2, mix_on="star")
+    # recorded only where set (older checkpoints and cache keys hold)
+    assert "mix_on" not in RunConfig(rounds=5, mix_rounds=2).as_dict()
+    cfg = RunConfig(rounds=5, mix_rounds=2, mix_on="complete")
+    assert RunConfig.from_dict(cfg.as_dict()) == cfg
