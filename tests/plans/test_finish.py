@@ -224,3 +224,64 @@ def test_an_execution_mixes_its_tail_on_the_complete_graph(tmp_path):
         assert min(uses[10:]) > 2 * max(uses[:10])
         text = attrs.evolve(result, chosen=tail).explain()
         assert "on the complete graph" in text and "tail_per_round_channel_uses" in text
+
+
+def test_an_execution_interrupted_in_its_tail_on_the_complete_graph_resumes(tmp_path,
+                                                                            monkeypatch):
+    import os
+    import signal
+
+    from airplan_qo.runtime import execution
+    from airplan_qo.runtime.engine import Trainer
+
+    monkeypatch.setattr(execution, "CHECKPOINT_EVERY", 4)
+    w = aq.Workload.from_params("digits", 10, {"rounds": 12, "snr_db": 20})
+
+    def run(db, interrupt_at=None):
+        result = db.plan(w, topologies=["ring"], sparsity=[1.0], transports=["ota"],
+                         algorithms=["dsgd"], mix_rounds="auto", fallback="complete")
+        tail = next(c for c in result.candidates if c.plan.mix_on == "complete")
+        if interrupt_at is None:
+            return execute(db.catalog, attrs.evolve(result, chosen=tail), quiet=True,
+                           stop_at_target=False)
+        original = Trainer.step
+
+        def step(self, train=True):
+            row = original(self, train)
+            if self.round == interrupt_at:
+                os.kill(os.getpid(), signal.SIGINT)
+            return row
+
+        with monkeypatch.context() as m:
+            m.setattr(Trainer, "step", step)
+            return execute(db.catalog, attrs.evolve(result, chosen=tail), quiet=True,
+                           stop_at_target=False)
+
+    from airplan_qo.runtime.execution import execute
+
+    curve = "SELECT round, test_accuracy, channel_uses FROM airplan.round_stats WHERE " \
+            "exec_id = ? ORDER BY round"
+    with aq.connect(tmp_path / "a.duckdb") as db:
+        full = run(db)
+        full_curve = db.catalog.query(curve, [full.exec_id])
+    with aq.connect(tmp_path / "b.duckdb") as db:
+        cut = run(db, interrupt_at=11)          # the tail's first round on the complete graph
+        assert cut.result.status == "aborted"
+        again = db.resume(cut.exec_id)
+        assert again.result.status == "succeeded"
+        assert db.catalog.query(curve, [cut.exec_id]) == full_curve
+        assert again.result.final_accuracy == full.result.final_accuracy
+
+
+def test_a_tail_on_the_complete_graph_costs_its_own_transports_round():
+    with aq.connect(":memory:") as db:
+        w = aq.Workload.from_params("mnist1d", 30, {"alpha": 1.0, "rounds": 100})
+        result = db.plan(w, topologies=["complete", "one_peer_exponential"], sparsity=[1.0],
+                         transports=["ota", "digital(bits=8)"], algorithms=["dsgd"],
+                         mix_rounds="auto", fallback="complete")
+        full = {c.plan.transport: c.cost.per_round for c in result.candidates
+                if c.plan.topology.family == "complete"}
+        tails = [c for c in result.candidates if c.plan.mix_on]
+        assert {c.plan.transport for c in tails} == {"ota", "digital"}
+        for c in tails:      # over the air a round of the complete graph, digital its 8-bit one
+            assert c.cost.tail == full[c.plan.transport] != c.cost.per_round
