@@ -13,7 +13,8 @@ after T training rounds buy:
   rule, :func:`airplan_qo.evaluation.metrics.outcome_from_curve`);
 - per sparse plan and seed: T training rounds (each T of ``--at``), then up to ``--finish``
   mixing-only rounds (and, with ``--finish-on TOPOLOGY``, ``--finish-on-rounds`` mixing-only
-  rounds on that topology instead, the trainer rewired to it); the round at which the
+  rounds on that topology instead, the trainer rewired to it; with ``--finish-train`` those
+  rounds train there too, the budget's last rounds spent on that topology); the round at which the
   clients' mean accuracy reaches the target on the same smoothed rule over the whole curve
   (training then mixing), and its channel uses against the fully connected plan's on the same
   seed.
@@ -82,6 +83,9 @@ def main() -> int:
                          "rounds; built as the planner builds it for the workload), for "
                          "--finish-on-rounds rounds")
     ap.add_argument("--finish-on-rounds", type=int, default=4)
+    ap.add_argument("--finish-train", action="store_true",
+                    help="the --finish-on rounds train as well (a plan that moves to that "
+                         "topology for its last rounds), instead of only mixing")
     ap.add_argument("--ratio", type=float, default=0.95, help="target = ratio x fc")
     ap.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                     help="another workload parameter (e.g. partition=natural)")
@@ -129,8 +133,9 @@ def measure(args: argparse.Namespace, tmp: Path) -> int:
                         again, _ = _trainer(db, w, topology)
                         again.load(path)
                         again.rewire(other)
-                        finishes[(t, args.finish_on)] = [again.step(train=False)
-                                                         for _ in range(args.finish_on_rounds)]
+                        finishes[(t, args.finish_on)] = [
+                            again.step(train=args.finish_train)
+                            for _ in range(args.finish_on_rounds)]
                 runs[(topology, seed)] = (label, rows, finishes)
             print(f"# alpha {alpha} seed {seed}: {time.perf_counter() - t0:.0f} s "
                   f"(fc {fc_time:.0f} s)", flush=True)
@@ -149,7 +154,8 @@ def measure(args: argparse.Namespace, tmp: Path) -> int:
                 acc, cost = _curve(rows[:t] + extra)
                 reached, rounds, spent = outcome_from_curve(acc, cost, 0.0, target)
                 line = {"alpha": alpha, "seed": seed,
-                        "plan": label + (f", mixing on {on}" if on else ""), "train_rounds": t,
+                        "plan": label + (f", {'training' if args.finish_train else 'mixing'} "
+                                         f"on {on}" if on else ""), "train_rounds": t,
                         "avg_model_at_t": rows[t - 1]["test_accuracy"],
                         "clients_at_t": rows[t - 1]["client_acc_mean"],
                         "clients_after_finish": extra[-1]["client_acc_mean"],
@@ -172,7 +178,7 @@ def measure(args: argparse.Namespace, tmp: Path) -> int:
     print("|---|---|---|---|---|---|---|---|")
     for s in summary:
         ratio = f"{s['vs_fc']:.3f}" if s["vs_fc"] is not None else "not reached"
-        plan, _, on = s["plan"].partition(", mixing on ")
+        plan, _, on = s["plan"].replace(", training on ", ", mixing on ").partition(", mixing on ")
         plan = plan[:40] + (f", then on {on}" if on else "")
         print(f"| {s['alpha']} | {plan} (seed {s['seed']}) | {s['train_rounds']} | "
               f"{s['avg_model_at_t']:.3f} | {s['clients_at_t']:.3f} | "
