@@ -291,8 +291,8 @@ def render(analysis, *, figures: list[Path], wall_s: float, command: str,
                      for p in s["policies"]])
     sr = s.get("seed_runs") or {}
     if sr:
-        lines += ["", "Run by run: the share of each policy's seed runs that reach the target, and "
-                  "its cost to the cheapest plan that reached the target in every seed (the "
+        lines += ["", "Run by run: the share of each policy's seed runs that reach the target, "
+                  "and its cost to the cheapest plan that reached the target in every seed (the "
                   "confident oracle; workloads without one are left out of the ratios). The "
                   "advisor is the planner as shipped (priors).", ""]
         lines += _table(

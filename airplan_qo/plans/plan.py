@@ -86,8 +86,8 @@ import attrs
 from ..errors import ValidationError
 from .channel_config import ChannelConfig
 from .operators import (EXACT_BITS, SERVER_ALGORITHMS, activation, check_algorithm, check_bits,
-                        check_mix_on, check_mixing_tail, check_transport, extra_reals, payload_vectors,
-                        resolve, transport_label)
+                        check_mix_on, check_mixing_tail, check_transport, extra_reals,
+                        payload_vectors, resolve, transport_label)
 from .rates import channel_rate, ideal_rate, inverse_rate, resend_multiple, slot_time
 from .topology import TopologySpec, TopologyStats
 
