@@ -448,7 +448,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "complete (the fully connected plan)")
     p.add_argument("--mix-rounds", metavar="auto|M|off",
                    help="mixing-only tails: auto (each plan that can also with the tail its "
-                        "topology needs), M rounds (each such plan with that tail), off (the "
+                        "topology needs, and each D-SGD plan also with 2 rounds on the "
+                        "complete graph), M rounds (each such plan with that tail), off (the "
                         "default); docs/planner.md, Mixing-only tails")
     p.add_argument("--within-rounds", type=int, help="round budget")
     p.add_argument("--estimator", help="cost model: ttt (default), dsgd or paper")

@@ -288,6 +288,11 @@ def test_cache_key_identifies_workload_seed_plan_and_budget():
         assert k == cache_key(aq.Workload(dataset="digits", clients=10, rounds=5), a, 5)
         assert len({k, cache_key(w, b, 5), cache_key(attrs.evolve(w, seed=1), a, 5),
                     cache_key(w, a, 6), cache_key(attrs.evolve(w, snr_db=3.0), a, 5)}) == 5
+        # a mixing-only tail, and where it mixes, are part of the run
+        ring = next(p for p in (a, b) if p.topology.family == "ring")
+        own, on = attrs.evolve(ring, mix_rounds=2), attrs.evolve(ring, mix_rounds=2,
+                                                                  mix_on="complete")
+        assert len({cache_key(w, ring, 5), cache_key(w, own, 5), cache_key(w, on, 5)}) == 3
 
 
 # ---- the quick grid, end to end -------------------------------------------------------------

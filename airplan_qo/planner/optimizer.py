@@ -296,7 +296,8 @@ class Optimizer:
             transport and channel: the fully connected reference's round."""
             if plan.mix_on is None:
                 return None
-            key = (plan.transport, plan.bits, plan.channel)
+            key = (plan.transport, plan.bits, plan.channel, plan.k_ratio,
+                   plan.effective_algorithm)
             if key not in tails:
                 fc_st = stats_of[fc_spec][0]
                 tails[key] = round_cost(attrs.evolve(plan, topology=fc_spec, mix_rounds=0,

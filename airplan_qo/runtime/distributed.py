@@ -1085,7 +1085,7 @@ class DistributedTrainer(Trainer):
         if self.rank == 0:
             try:
                 state = read(path)
-                if self.tail_started(int(state["round"])):
+                if self.checkpoint_in_tail(state):
                     self._enter_tail_everywhere()
                 self._restore(state, str(path), self.checkpoint_owner)
             except AirPlanError as exc:

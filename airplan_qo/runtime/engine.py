@@ -959,6 +959,26 @@ class Trainer:
         cfg = self.config
         return cfg.mix_on is not None and round_ > cfg.rounds - cfg.mix_rounds
 
+    def checkpoint_in_tail(self, state: dict[str, Any]) -> bool:
+        """Whether the checkpoint ``state`` was written on the tail's topology (judged by the
+        configuration that wrote it); ExecutionError where this run's configuration would put
+        that round on the other side of the tail's start (a resume whose ``rounds`` moves the
+        start of a tail on another topology across the checkpoint)."""
+        done = int(state["round"])
+        saved = state.get("config")
+        if saved is None:
+            return self.tail_started(done)
+        on, rounds = saved.get("mix_on"), int(saved.get("rounds", self.config.rounds))
+        theirs = on is not None and done > rounds - int(saved.get("mix_rounds") or 0)
+        # another mix_on is refused by the configuration check, with its own message
+        if on == self.config.mix_on and theirs != self.tail_started(done):
+            raise ExecutionError(
+                f"the checkpoint at round {done} was written "
+                f"{'inside' if theirs else 'before'} its tail on the {on} graph (rounds = "
+                f"{rounds}); with rounds = {self.config.rounds} that round falls "
+                f"{'before' if theirs else 'inside'} it. Resume with rounds = {rounds}")
+        return theirs
+
     def _check_clique_averaging(self, enabled: bool) -> None:
         """Clique Averaging (``enabled`` by the topology) combines with D-SGD, CHOCO and
         paper_literal only."""
@@ -1021,6 +1041,6 @@ class Trainer:
         from .checkpoint import read, restore
 
         state = read(path)
-        if self.tail_started(int(state["round"])):   # written on the tail's topology
+        if self.checkpoint_in_tail(state):           # written on the tail's topology
             self.enter_tail()
         restore(self, state, path, self.checkpoint_owner)

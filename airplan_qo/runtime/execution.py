@@ -584,13 +584,24 @@ def _feedback(basis: dict[str, Any], run: RunResult, exec_id: int, plan_id: int
          basis["model_term"], reached is None),
         ("accuracy", acc_est, run.client_acc_mean if key == "client_acc_mean"
          else run.final_accuracy, None, False),
-        ("channel_uses", basis["per_round_channel_uses"] * rounds_run, run.total_channel_uses,
+        ("channel_uses", _resource(basis, "channel_uses", rounds_run), run.total_channel_uses,
          None, False),
-        ("energy_j", basis["per_round_energy_j"] * rounds_run, run.total_energy_j, None, False),
+        ("energy_j", _resource(basis, "energy_j", rounds_run), run.total_energy_j, None, False),
     ]
     return [{"exec_id": exec_id, "plan_id": plan_id, "estimator": basis["estimator"],
              "metric": m, "estimated": _finite(e), "actual": _finite(a), "model_term": t,
              "censored": bool(c)} for m, e, a, t, c in rows]
+
+
+def _resource(basis: dict[str, Any], what: str, rounds_run: int) -> float:
+    """The planned ``what`` over ``rounds_run`` rounds: the plan's per-round figure, and for
+    the rounds of a tail on another topology (``tail_from_round`` on) that topology's."""
+    start = basis.get("tail_from_round")
+    if start is None:
+        return basis[f"per_round_{what}"] * rounds_run
+    own = min(rounds_run, int(start))
+    return (basis[f"per_round_{what}"] * own
+            + basis[f"tail_per_round_{what}"] * (rounds_run - own))
 
 
 #: Statuses an execution can be resumed from.

@@ -23,12 +23,17 @@ def feedback_basis(result) -> dict[str, Any]:
     budget = result.context.round_budget
     curve = [estimator.accuracy_at(result.context, chosen.plan, chosen.stats, t)
              for t in range(1, budget + 1)]
+    tail = chosen.cost.tail     # a tail on another topology: its rounds cost that one's
     return {"estimator": result.estimator, "rounds": est.rounds, "model_term": est.model_term,
             "target_accuracy": result.target_accuracy,
             "target_metric": result.request.sla.accuracy_metric,
             "per_round_channel_uses": chosen.cost.per_round.channel_uses,
             "per_round_energy_j": chosen.cost.per_round.energy_j, "accuracy_curve": curve,
-            "accuracy_curve_lo": _lower_curve(result, estimator, curve)}
+            "accuracy_curve_lo": _lower_curve(result, estimator, curve),
+            **({} if tail is None else {
+                "tail_from_round": budget - chosen.plan.mix_rounds,
+                "tail_per_round_channel_uses": tail.channel_uses,
+                "tail_per_round_energy_j": tail.energy_j})}
 
 
 def _lower_curve(result, estimator, curve: list[float]) -> list[float]:

@@ -374,9 +374,12 @@ class Reoptimizer:
 
     def after_round(self, row: Mapping[str, Any], trainer: Any) -> Event | None:
         """Feed one round; on a trigger re-plan, rewire ``trainer`` and record the event.
-        Nothing happens at the run's last round (there is no round left to rewire for)."""
+        Nothing happens from the round before the plan's mixing-only tail on (its rounds only
+        mix, on the topology the plan chose for them) and at the run's last round (there is no
+        round left to rewire for)."""
         trig = self.monitor.observe(row)
-        if trig is None or int(row["round"]) >= trainer.config.rounds:
+        cfg = trainer.config
+        if trig is None or int(row["round"]) >= cfg.rounds - cfg.mix_rounds:
             return None
         observed = dict(self.monitor.observed(),
                         consensus_distance=row.get("consensus_distance"),
@@ -523,6 +526,8 @@ class Reoptimizer:
                 if basis else None, trig.round)
         if self.rewired:
             trainer.rewire(build(self.current.spec), k_ratio=self.current.k_ratio)
+        if trainer.checkpoint_in_tail(state):     # written on the tail's topology
+            trainer.enter_tail()
         from .checkpoint import same_schedule
 
         if not same_schedule(trainer, state):

@@ -224,10 +224,18 @@ def test_an_execution_mixes_its_tail_on_the_complete_graph(tmp_path):
         assert min(uses[10:]) > 2 * max(uses[:10])
         text = attrs.evolve(result, chosen=tail).explain()
         assert "on the complete graph" in text and "tail_per_round_channel_uses" in text
+        # the estimate-vs-actual row prices the tail's rounds at the complete graph's cost
+        fb = db.sql(f"SELECT estimated, actual FROM airplan.feedback WHERE exec_id = "
+                    f"{report.exec_id} AND metric = 'channel_uses'")[0].rows
+        assert fb[0][0] == pytest.approx(10 * tail.cost.per_round.channel_uses
+                                         + 2 * tail.cost.tail.channel_uses)
+        assert fb[0][0] == pytest.approx(fb[0][1], rel=0.05)
 
 
+@pytest.mark.parametrize("reoptimize", [False, True])
 def test_an_execution_interrupted_in_its_tail_on_the_complete_graph_resumes(tmp_path,
-                                                                            monkeypatch):
+                                                                            monkeypatch,
+                                                                            reoptimize):
     import os
     import signal
 
@@ -243,7 +251,7 @@ def test_an_execution_interrupted_in_its_tail_on_the_complete_graph_resumes(tmp_
         tail = next(c for c in result.candidates if c.plan.mix_on == "complete")
         if interrupt_at is None:
             return execute(db.catalog, attrs.evolve(result, chosen=tail), quiet=True,
-                           stop_at_target=False)
+                           stop_at_target=False, reoptimize=reoptimize)
         original = Trainer.step
 
         def step(self, train=True):
@@ -255,7 +263,7 @@ def test_an_execution_interrupted_in_its_tail_on_the_complete_graph_resumes(tmp_
         with monkeypatch.context() as m:
             m.setattr(Trainer, "step", step)
             return execute(db.catalog, attrs.evolve(result, chosen=tail), quiet=True,
-                           stop_at_target=False)
+                           stop_at_target=False, reoptimize=reoptimize)
 
     from airplan_qo.runtime.execution import execute
 

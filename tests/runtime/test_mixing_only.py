@@ -161,6 +161,22 @@ def test_a_tail_on_the_complete_graph_rewires_and_resumes(tmp_path, digits, digi
         assert torch.equal(again.x, trainer.x)
 
 
+def test_a_resume_may_not_move_the_tail_across_its_checkpoint(tmp_path, digits, digits_skewed,
+                                                               ring10):
+    cfg = RunConfig(model="logistic", rounds=8, lr=0.1, mix_rounds=2, mix_on="complete")
+    first = Trainer(cfg, digits, digits_skewed, ring10)
+    first.run(lambda row: "stop" if row["round"] == 7 else None)      # inside the tail
+    first.save(tmp_path / "c.pt")
+    longer = Trainer(attrs.evolve(cfg, rounds=12), digits, digits_skewed, ring10)
+    with pytest.raises(ExecutionError, match="written inside its tail on the complete graph "
+                                             r"\(rounds = 8\); with rounds = 12.*rounds = 8"):
+        longer.load(tmp_path / "c.pt")
+    # the same budget resumes, on the complete graph
+    again = Trainer(cfg, digits, digits_skewed, ring10)
+    again.load(tmp_path / "c.pt")
+    assert again.topology.spec.family == "complete"
+
+
 def test_mix_on_is_checked():
     with pytest.raises(Exception, match="the plan has none"):
         RunConfig(rounds=5, mix_on="complete")

@@ -219,6 +219,20 @@ def test_reoptimisation_rewires_and_is_recorded(tmp_path):
         assert doc[0]["events"] == [line[len("Event: "):]]
 
 
+def test_no_reoptimisation_in_a_mixing_only_tail(tmp_path):
+    # the same divergence fires after round 3 (above), the round before the plan's tail
+    # (rounds 4-12 only mix): nothing re-plans
+    w = aq.Workload(clients=8, alpha=0.05, rounds=12, seed=1)
+    with aq.connect(tmp_path / "c.duckdb") as db:
+        res = _forced_ring(db, w, topologies=["ring", "small_world", "complete"],
+                           sparsity=[1.0], weights=["metropolis_hastings"], estimator="ttt",
+                           mix_rounds=9)
+        assert res.chosen.plan.mix_rounds == 9
+        rep = db.execute(res, monitor=LOW, stop_at_target=False, reoptimize=True)
+        assert rep.result.rounds == 12
+        assert not db.catalog.query("SELECT * FROM airplan.reoptimizations")
+
+
 def test_explain_analyze_sql_records_event(tmp_path, monkeypatch):
     monkeypatch.setattr(execution, "MonitorConfig", lambda: LOW)
     with aq.connect(tmp_path / "c.duckdb") as db:
