@@ -343,6 +343,12 @@ class Optimizer:
         if chosen.cost.estimate.notes:
             warnings.append(f"the {est_name} estimate of the chosen plan extrapolates beyond "
                             "what it was fitted on: " + "; ".join(chosen.cost.estimate.notes))
+        if chosen.plan.mix_rounds:
+            warnings.append(
+                "the chosen plan ends with mixing-only rounds: read its p_meets_sla as an upper "
+                "bound (measured overconfident where the target is within a few points of fc, "
+                "as the average model of a sparse plan levels off below the complete graph's; "
+                "docs/planner.md, Mixing-only tails)")
         fitted = getattr(estimator, "fitted_metric", None)
         if fitted is not None and fitted != request.sla.accuracy_metric:
             warnings.append(

@@ -224,6 +224,13 @@ def test_an_execution_mixes_its_tail_on_the_complete_graph(tmp_path):
         assert min(uses[10:]) > 2 * max(uses[:10])
         text = attrs.evolve(result, chosen=tail).explain()
         assert "on the complete graph" in text and "tail_per_round_channel_uses" in text
+        # a chosen plan with a tail is planned with a warning on its P
+        tailed = db.plan(w, topologies=["ring"], sparsity=[1.0], transports=["ota"],
+                         algorithms=["dsgd"], mix_rounds=4, sla="accuracy >= 0.3 * fc")
+        assert tailed.chosen.plan.mix_rounds == 4
+        assert any("read its p_meets_sla as an upper bound" in x for x in tailed.warnings)
+        assert not any("upper bound" in x for x in result.warnings) \
+            or result.chosen.plan.mix_rounds
         # the estimate-vs-actual row prices the tail's rounds at the complete graph's cost
         fb = db.sql(f"SELECT estimated, actual FROM airplan.feedback WHERE exec_id = "
                     f"{report.exec_id} AND metric = 'channel_uses'")[0].rows
