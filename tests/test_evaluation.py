@@ -441,6 +441,8 @@ def test_a_grid_planned_with_the_time_to_target_estimator_is_analysed(tmp_path):
     assert len(short) == 3
     assert short[0].startswith("- **Advisor** (the planner's default cost model `ttt`, as "
                                "shipped): its pick met the SLA on ")
+    seeds = rep.summary["seed_runs"]["advisor (priors)"]["seed_runs_reached"]
+    assert short[0].endswith(f"; {100 * seeds:.1f}% of its seed runs reached the target.")
     assert short[1].startswith("- **Best fixed policy** (always `")
     assert short[2].startswith("- **So**: ")
 

@@ -79,10 +79,13 @@ def in_short(analysis) -> list[str]:
     policies = [p for p in policies if p["workloads"] >= 0.5 * most]
     best = max(policies, key=lambda p: (p["sla_met_rate"], -(p.get("gmean_cost_ratio")
                                                               or math.inf)), default=None)
+    runs = (s.get("seed_runs") or {}).get("advisor (priors)") if g.estimator == "ttt" else None
+    seeds = ("" if runs is None or runs["seed_runs_reached"] is None else
+             f"; {_pct(runs['seed_runs_reached'])} of its seed runs reached the target")
     lines = [f"- **Advisor** ({who}): its pick met the SLA on "
              f"{_rate(block, 'advisor_meets_sla_rate')} of the workloads, at "
              f"{_num(block.get('gmean_cost_ratio'))} times the cost of the cheapest plan that "
-             "met it (geometric mean; 1.00 is perfect)."]
+             f"met it (geometric mean; 1.00 is perfect){seeds}."]
     if best is not None:
         lines.append(f"- **Best fixed policy** (always `{best['policy']}`): met the SLA on "
                      f"{_pct(best['sla_met_rate'])} of its {best['workloads']} workloads, at "
