@@ -50,8 +50,7 @@ REFERENCE_OPERATORS = {"transports": ("ota",), "algorithms": ("auto",)}
 def fc_plan(result) -> PhysicalPlan:
     """The fully connected, uncompressed plan the planner uses as ``fc`` and fallback."""
     w = result.request.workload
-    spec = TopologySpec.create("complete", w.clients, seed=w.topology_seed,
-                               weights="metropolis_hastings")
+    spec = TopologySpec.fully_connected(w.clients, seed=w.topology_seed)
     return PhysicalPlan(spec, 1.0, result.chosen.plan.channel)
 
 

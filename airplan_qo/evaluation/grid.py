@@ -127,14 +127,15 @@ class WorkloadSpec:
         round, with its own tail and, for D-SGD, with one on the complete graph; the planner
         also leaves a tail out where a budget is too short for one, so this may count more than
         it plans)."""
-        from ..plans.operators import COMPLETE_TAIL_ALGORITHMS, MIXING_ONLY, resolve
+        from ..plans.finish import complete_tail_rounds
+        from ..plans.operators import MIXING_ONLY, resolve
 
         algorithm = resolve(algorithm, k)
         if not self.mix_rounds or algorithm not in MIXING_ONLY:
             return 0
         if self.mix_rounds == "auto":
-            return 0 if spec.family == "complete" else (
-                1 + (algorithm in COMPLETE_TAIL_ALGORITHMS))
+            return 0 if spec.family == "complete" else 1 + bool(
+                complete_tail_rounds(spec.family, algorithm, self.workload.rounds))
         return int(self.mix_rounds < self.workload.rounds)
 
     def for_seed(self, seed: int) -> Workload:

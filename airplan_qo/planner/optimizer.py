@@ -240,8 +240,7 @@ class Optimizer:
         specs, too_big = fitting(candidate_specs(self.catalog, request, labels), w)
         unanalysed = [s for s in specs
                       if s.family == "d_cliques" and s.param_dict.get("cliques") is None]
-        fc_spec = TopologySpec.create("complete", w.clients, seed=w.topology_seed,
-                                      weights="metropolis_hastings")
+        fc_spec = TopologySpec.fully_connected(w.clients, seed=w.topology_seed)
         built = [s for s in specs if s not in unanalysed]
         all_stats, ids = self.topology_stats(built + ([fc_spec] if fc_spec not in specs else []))
         stats_of = {s.spec: (s, i) for s, i in zip(all_stats, ids)}

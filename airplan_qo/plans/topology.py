@@ -123,6 +123,12 @@ class TopologySpec:
         return cls(fam.name, n, fam.resolve(n, params), int(seed),
                    PRESCRIBED if fam.periodic else weights.lower())
 
+    @classmethod
+    def fully_connected(cls, n: int, seed: int = 0) -> "TopologySpec":
+        """The topology of the fully connected reference (``fc``): the complete graph with
+        Metropolis-Hastings weights; also where a tail on the complete graph mixes."""
+        return cls.create("complete", n, seed=seed, weights="metropolis_hastings")
+
     @property
     def periodic(self) -> bool:
         """Whether the topology changes from round to round (one period of graphs and W_t)."""

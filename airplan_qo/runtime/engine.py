@@ -949,9 +949,7 @@ class Trainer:
         on = self.config.mix_on
         if on is None or self.topology.spec.family == on:
             return
-        spec = TopologySpec.create(on, self.n, seed=self.topology.spec.seed,
-                                   weights="metropolis_hastings")
-        self.rewire(build(spec))
+        self.rewire(build(TopologySpec.fully_connected(self.n, seed=self.topology.spec.seed)))
 
     def tail_started(self, round_: int) -> bool:
         """Whether a run that has completed ``round_`` rounds mixes on its tail's topology
