@@ -508,6 +508,44 @@ def test_policy_table_rates_and_ratios():
     assert table[0]["policy"] == "complete k=1"
 
 
+def test_a_plan_with_its_own_tail_is_one_policy_across_workloads():
+    """The tail on a plan's own topology has the planner's length for each workload (mix=34 at
+    one N, mix=42 at another): "always Base-2 with its own tail" is one fixed policy, scored on
+    every workload; a tail on the complete graph keeps its label."""
+    from airplan_qo.evaluation.metrics import (PlanSummary, best_policy, policy_of,
+                                               policy_plans, policy_table)
+
+    assert policy_of("base_k(k=1) [prescribed] k=1 mix=34") == "base_k(k=1) [prescribed] k=1 mix=own"
+    assert policy_of("base_k(k=1) [prescribed] k=1 mix=2 on complete") \
+        == "base_k(k=1) [prescribed] k=1 mix=2 on complete"
+    assert policy_of("ring k=0.3") == "ring k=0.3"
+
+    def s(w, plan, cost, meets):
+        return PlanSummary(w, plan, plan.split()[0], 4, 4 if meets else 2, 0.9, 0.0, cost, 10,
+                           None, None, meets)
+
+    per = {"w1": ({"b2 k=1 mix=34": s("w1", "b2 k=1 mix=34", 100, True),
+                   "complete k=1": s("w1", "complete k=1", 1000, True)},
+                  s("w1", "b2 k=1 mix=34", 100, True)),
+           "w2": ({"b2 k=1 mix=42": s("w2", "b2 k=1 mix=42", 100, False),
+                   "complete k=1": s("w2", "complete k=1", 500, True)},
+                  s("w2", "complete k=1", 500, True))}
+    by = {r["policy"]: r for r in policy_table(per)}
+    assert set(by) == {"b2 k=1 mix=own", "complete k=1"}
+    assert by["b2 k=1 mix=own"]["workloads"] == 2
+    assert by["b2 k=1 mix=own"]["sla_met_rate"] == 0.5
+    assert policy_plans("b2 k=1 mix=own", per["w2"][0]) == ["b2 k=1 mix=42"]
+    # the best policy meets the SLA most often, then costs least
+    assert best_policy(list(by.values()))["policy"] == "complete k=1"
+    # a policy scored on under half as many workloads as the widest does not compete
+    wide = {"policy": "wide", "workloads": 4, "sla_met_rate": 0.75, "median_cost_ratio": 2.0,
+            "gmean_cost_ratio": 2.0}
+    corner = {"policy": "corner", "workloads": 1, "sla_met_rate": 1.0, "median_cost_ratio": 1.0,
+              "gmean_cost_ratio": 1.0}
+    assert best_policy([corner, wide])["policy"] == "wide"
+    assert best_policy([]) is None
+
+
 
 
 def _runs(plan, reached, cost):

@@ -37,8 +37,8 @@ from .baselines import baselines_block
 from .grid import Grid, WorkloadSpec
 from .metrics import (Comparison, PairedTest, PlanSummary, RunOutcome, assign_folds, compare,
                       family_scores, full_hindsight, geometric_mean, mape, measured_target,
-                      noise_ceiling, oracle, paired_test, policy_table, rate, seed_run_figures,
-                      stats_of, summarize)
+                      noise_ceiling, oracle, paired_test, policy_plans, policy_table, rate,
+                      seed_run_figures, best_policy, stats_of, summarize)
 from .runner import Measured, RunRecord, _matches, client_variance
 
 
@@ -604,15 +604,16 @@ def _comparison_block(cmps: list[Comparison], preds: list[tuple[float | None, fl
 def _seed_runs(results, measured, summaries, policies) -> dict[str, Any]:
     """What a user sees run by run (:func:`seed_run_figures`) from the advisor as planned (the
     estimator's priors: the shipped fit), always the fully connected reference, and the best
-    fixed single-plan policy (the first of ``policies``)."""
+    fixed single-plan policy (:func:`metrics.best_policy`)."""
     fc = {m.spec.key: m.seeds[min(m.seeds)].fc_candidate.plan.label() for m in measured}
     out = {"advisor (priors)": seed_run_figures(
         {w.key: w.before.advisor_plan for w in results}, summaries),
         "always the fully connected reference": seed_run_figures(fc, summaries)}
-    if policies:
-        best = policies[0]["policy"]
-        out[f"best fixed: {best}"] = seed_run_figures(
-            {w.key: best for w in results if best in w.summaries}, summaries)
+    best = best_policy(policies)
+    if best is not None:
+        picks = {w.key: plans[0] for w in results
+                 if (plans := policy_plans(best["policy"], w.summaries))}
+        out[f"best fixed: {best['policy']}"] = seed_run_figures(picks, summaries)
     return out
 
 
@@ -720,12 +721,13 @@ def _per_task(measured, outcome_of, summaries, cmps: Sequence[Comparison]
         full = [r for r in table if r["workloads"] == len(keys)] or table
         best = full[0]["policy"] if full else None
         fc = {m.spec.key: m.seeds[min(m.seeds)].fc_candidate.plan.label() for m in ms}
+        follow = {k: plans[0] for k in keys
+                  if best and (plans := policy_plans(best, summaries[k]))}
         out.append({
             "task": task, "workloads": len(keys),
             "advisor": _policy_figures(keys, picks, costs, summaries),
             "best_fixed_policy": best,
-            "best_fixed": _policy_figures(keys, {k: best for k in keys}, costs, summaries)
-            if best else None,
+            "best_fixed": _policy_figures(keys, follow, costs, summaries) if best else None,
             "fully_connected": _policy_figures(keys, fc, costs, summaries)})
     return out
 

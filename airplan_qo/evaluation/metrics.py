@@ -25,6 +25,7 @@ table):
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -253,11 +254,27 @@ def geometric_mean(ratios: Sequence[float]) -> float | None:
     return float(np.exp(np.mean(np.log(pos)))) if pos else None
 
 
+def policy_of(label: str) -> str:
+    """The fixed policy a plan label belongs to: the label itself, except that a mixing-only tail
+    on the plan's own topology is named ``mix=own``, since its length is the planner's rule for
+    each workload's budget and graph (``mix=34`` at N = 60, ``mix=42`` at N = 100): "always
+    Base-2 with its own tail" is one policy."""
+    return re.sub(r" mix=\d+$", " mix=own", label)
+
+
+def policy_plans(policy: str, by_plan: Mapping[str, Any]) -> list[str]:
+    """The plan labels of one workload (``by_plan``'s keys) that follow ``policy``."""
+    return [label for label in by_plan if policy_of(label) == policy]
+
+
 def policy_table(per_workload: Mapping[str, tuple[Mapping[str, PlanSummary], PlanSummary | None]]
                  ) -> list[dict[str, Any]]:
-    """Every fixed single-plan policy ("always this plan label"): over the workloads where that
-    plan was measured, the fraction whose SLA it meets and its median and geometric-mean cost
-    ratio to the oracle (over workloads with an oracle). Sorted by SLA-met rate (high first), then median ratio."""
+    """Every fixed single-plan policy ("always this plan", :func:`policy_of`): over the
+    workloads where that plan was measured, the fraction whose SLA it meets and its median and
+    geometric-mean cost ratio to the oracle (over workloads with an oracle). Sorted by SLA-met
+    rate (high first), then median ratio."""
+    per_workload = {k: ({policy_of(p): s for p, s in by_plan.items()}, orc)
+                    for k, (by_plan, orc) in per_workload.items()}
     labels = sorted({p for by_plan, _ in per_workload.values() for p in by_plan})
     out = []
     for label in labels:
@@ -275,6 +292,18 @@ def policy_table(per_workload: Mapping[str, tuple[Mapping[str, PlanSummary], Pla
                     "gmean_cost_ratio": geometric_mean(ratios)})
     return sorted(out, key=lambda r: (-(r["sla_met_rate"] or 0.0),
                                       r["median_cost_ratio"] or math.inf, r["policy"]))
+
+
+def best_policy(policies: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The best fixed policy of a :func:`policy_table`, chosen in hindsight: among the policies
+    measured on at least half as many workloads as the widest (a plan that exists in one corner
+    of a grid is not a rule for the grid), the one meeting the SLA most often, then the
+    cheapest by geometric-mean cost ratio to the oracle. None when none was scored."""
+    scored = [p for p in policies if p.get("sla_met_rate") is not None]
+    most = max((p["workloads"] for p in scored), default=0)
+    wide = [p for p in scored if p["workloads"] >= 0.5 * most]
+    return max(wide, key=lambda p: (p["sla_met_rate"], -(p.get("gmean_cost_ratio")
+                                                          or math.inf)), default=None)
 
 
 def hindsight_pick(outcomes: Iterable[RunOutcome], candidates: Sequence[str],
@@ -508,6 +537,6 @@ def stats_of(values: Iterable[float | None]) -> dict[str, Any]:
 
 __all__ = ["RunOutcome", "PlanSummary", "Comparison", "FamilyScore", "PairedTest",
            "outcome_from_curve", "measured_target", "summarize", "oracle", "compare",
-           "within_noise", "policy_table", "geometric_mean", "hindsight_pick", "noise_ceiling",
+           "within_noise", "policy_table", "policy_of", "policy_plans", "best_policy", "geometric_mean", "hindsight_pick", "noise_ceiling",
            "full_hindsight", "family_scores", "mape", "paired_test", "assign_folds", "rate",
            "seed_run_figures", "stats_of"]

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..plans.sla import parse_sla
+from .metrics import best_policy
 
 PAPER = {"match": "91.4% (topology)", "mape": "2.9-4.8% (C_ours, per topology)",
          "overhead": "< 1.8% of training cost (N = 100)", "f1": "> 0.87 per topology",
@@ -72,13 +73,7 @@ def in_short(analysis) -> list[str]:
                                            "without each held-out workload")
     else:
         block, who = s["uncalibrated"], f"the `{g.estimator}` cost model"
-    policies = [p for p in s["policies"] if p.get("sla_met_rate") is not None]
-    # a policy is a rule for the grid: one measured on a few workloads only (a plan that exists
-    # in one corner of the grid) does not compete
-    most = max((p["workloads"] for p in policies), default=0)
-    policies = [p for p in policies if p["workloads"] >= 0.5 * most]
-    best = max(policies, key=lambda p: (p["sla_met_rate"], -(p.get("gmean_cost_ratio")
-                                                              or math.inf)), default=None)
+    best = best_policy(s["policies"])
     runs = (s.get("seed_runs") or {}).get("advisor (priors)") if g.estimator == "ttt" else None
     seeds = ("" if runs is None or runs["seed_runs_reached"] is None else
              f"; {_pct(runs['seed_runs_reached'])} of its seed runs reached the target")

@@ -21,6 +21,13 @@ from .statistics import LabelStatistics
 NO_CLIQUE_STATISTICS = "statistics: d_cliques needs ANALYZE WORKLOAD"
 
 
+#: Partition schemes whose clients differ only in their label mix, so that cliques balanced on
+#: the released label counts remove the heterogeneity those counts show. Elsewhere (``natural``:
+#: each client's users label their data their own way, as in ``leaf_synthetic``) the counts
+#: miss how the clients differ, and a d_cliques plan is costed without that credit.
+LABEL_PARTITIONS = frozenset({"dirichlet", "shards", "iid"})
+
+
 def d_cliques_params(params: dict[str, Any], w: Workload, labels: LabelStatistics | None
                       ) -> dict[str, Any]:
     """d_cliques parameters with the size defaulted (classes, at most N) and, when statistics
@@ -34,7 +41,8 @@ def d_cliques_params(params: dict[str, Any], w: Workload, labels: LabelStatistic
         params["cliques"] = encode_cliques(cliques)
         params["stats"] = labels.key
     if params.get("cliques") is not None and params.get("residual") is None \
-            and labels is not None and labels.counts.shape[0] == w.clients:
+            and labels is not None and labels.counts.shape[0] == w.clients \
+            and w.partition in LABEL_PARTITIONS:
         groups = decode_cliques(params["cliques"], w.clients)
         params["residual"] = float(f"{residual_heterogeneity(labels.counts, groups):.4g}")
     return params

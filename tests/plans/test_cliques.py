@@ -173,3 +173,21 @@ def test_default_candidates_include_d_cliques_once_statistics_exist(tmp_path):
         small = aq.Workload(dataset="digits", clients=10, alpha=0.1)   # one clique: complete
         db.analyze(small)
         assert "d_cliques" not in {c.plan.topology.family for c in db.plan(small).candidates}
+
+
+def test_cliques_earn_the_label_credit_only_where_clients_differ_by_labels():
+    """Cliques balanced on the released label counts remove the heterogeneity those counts show
+    (``residual``, which the cost models read) only where the clients differ in their label mix
+    alone; on a ``natural`` partition (each user labels its data its own way, as in
+    leaf_synthetic) the counts miss how the clients differ, and no credit is given."""
+    from types import SimpleNamespace
+
+    from airplan_qo.planner.clique_planning import LABEL_PARTITIONS, d_cliques_params
+
+    labels = SimpleNamespace(counts=_digit_counts(20, 0.1, 0), key="w1v1")
+    skewed = d_cliques_params({}, Workload.from_params("digits", 20, {"alpha": 0.1}), labels)
+    assert 0.0 <= skewed["residual"] < 0.5 and skewed["cliques"]
+    natural = d_cliques_params({}, Workload.from_params(
+        "leaf_synthetic", 20, {"partition": "natural"}), labels)
+    assert natural["cliques"] == skewed["cliques"] and "residual" not in natural
+    assert "dirichlet" in LABEL_PARTITIONS and "natural" not in LABEL_PARTITIONS
