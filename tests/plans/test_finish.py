@@ -36,12 +36,14 @@ def test_tail_rounds_follow_the_random_mixing_rate():
 
 def test_the_gap_the_tail_leaves():
     ota = ChannelConfig(kind="ota", snr_db=10.0)
-    # the deficit shrinks by 1 - p per round, over a noise floor that falls with the SNR and
-    # with faster mixing
+    # the deficit shrinks by 1 - p per round, over a noise floor that falls with the noise's
+    # amplitude (sqrt(10) per 10 dB) and with faster mixing
     left = 0.2 * 0.8 ** 10
     assert finish_gap(0.2, 0.2, 10, ota, {}) == pytest.approx(left + FINISH_FLOOR / 0.2)
     assert finish_gap(0.2, 0.2, 10, ChannelConfig(kind="ota", snr_db=20.0), {}) == \
-        pytest.approx(left + FINISH_FLOOR / 0.2 / 10)
+        pytest.approx(left + FINISH_FLOOR / 0.2 / math.sqrt(10))
+    assert finish_gap(0.2, 0.2, 10, ChannelConfig(kind="ota", snr_db=0.0), {}) == \
+        pytest.approx(left + FINISH_FLOOR / 0.2 * math.sqrt(10))
     assert finish_gap(0.2, 0.4, 0, ota, {}) < finish_gap(0.2, 0.2, 0, ota, {})
     assert finish_gap(0.2, 0.2, 10, IDEAL_CHANNEL, {}) == pytest.approx(left)
     # a calibration may set the floor; a negative predicted deficit counts as none
@@ -84,7 +86,7 @@ def test_a_tail_on_the_complete_graph_is_a_short_plain_average():
     ota = ChannelConfig(kind="ota", snr_db=10.0)
     assert finish_gap(0.2, 0.1, 2, ota, {}, "complete") == pytest.approx(FINISH_FLOOR_COMPLETE)
     assert finish_gap(0.0, 0.5, 2, ChannelConfig(kind="ota", snr_db=20.0), {}, "complete") \
-        == pytest.approx(FINISH_FLOOR_COMPLETE / 10)
+        == pytest.approx(FINISH_FLOOR_COMPLETE / math.sqrt(10))
     assert finish_gap(0.2, 0.1, 2, IDEAL_CHANNEL, {}, "complete") == 0.0
     assert finish_gap(0.2, 0.1, 2, ota, {"finish.floor_complete": 0.01}, "complete") == 0.01
 

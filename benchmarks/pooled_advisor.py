@@ -1,0 +1,137 @@
+"""The shipped advisor judged over several evaluation grids at once, beside every fixed policy.
+
+Each grid is re-analysed from its catalog (``airplan evaluate``; a run missing from the catalog
+trains first), and its tasks (a workload judged at one SLA) are pooled. For the advisor as
+planned (the estimator's priors: the planner a user runs), always the fully connected reference
+and every fixed single-plan policy (``evaluation/metrics.py``: ``policy_of``; a plan with its own
+mixing-only tail is one policy whatever the tail's length), over all pooled tasks and per
+dataset:
+
+- the share of tasks whose SLA the pick met (a strict majority of its seeds reached the target);
+- the share of its seed runs that reached the target;
+- its median and geometric-mean cost ratio to the **confident oracle**, the cheapest measured
+  plan that reached the target in every seed (tasks without one are left out of the ratios).
+
+The best fixed policy is chosen in hindsight over the pooled tasks (``best_policy``: among
+those scored on at least half as many tasks as the widest, the one meeting the SLA most often,
+then the cheapest by geometric-mean ratio to the oracle); per dataset, over that dataset's
+tasks. Usage::
+
+    python benchmarks/pooled_advisor.py hungry_onestep_mixed=mixed.duckdb \\
+        hungry_tails_holdout=htails2.duckdb [--datasets mnist1d,leaf_synthetic] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from collections import defaultdict
+
+import airplan_qo as aq
+from airplan_qo.evaluation.grid import load_grid
+from airplan_qo.evaluation.harness import run_evaluation
+from airplan_qo.evaluation.metrics import best_policy, policy_plans, policy_table, seed_run_figures
+
+
+def tasks_of(pairs: list[tuple[str, str]], datasets: set[str] | None) -> list[dict]:
+    """Every task of the grids, re-analysed from their catalogs: its dataset, its plans'
+    summaries, its oracle, the advisor's pick and the fully connected reference's label."""
+    out = []
+    for grid_name, catalog in pairs:
+        grid = load_grid(grid_name)
+        with tempfile.TemporaryDirectory() as tmp, aq.connect(catalog) as db:
+            report = run_evaluation(db, grid, out_dir=tmp, figures=False, scalability=False)
+        analysis = report.analysis
+        for w in analysis.workloads:
+            dataset = w.spec.workload.dataset
+            if datasets and dataset not in datasets:
+                continue
+            out.append({"key": f"{grid.name}: {w.key}", "dataset": dataset,
+                        "summaries": {p: s for p, s in w.summaries.items() if p in w.candidates},
+                        "oracle": w.oracle, "advisor": w.before.advisor_plan,
+                        "fc": fully_connected(w.summaries)})
+        print(f"{grid.name}: {len(analysis.workloads)} tasks from {catalog}", file=sys.stderr)
+    return out
+
+
+def fully_connected(summaries) -> str | None:
+    """The label of the fully connected reference among a task's plans (complete graph, k = 1,
+    no tail), None when it is not there."""
+    return next((p for p, s in summaries.items() if s.family == "complete"
+                 and "mix=" not in p and p.endswith(" k=1")), None)
+
+
+def judge(tasks: list[dict]) -> dict:
+    """The advisor, always fully connected and the best fixed policy over ``tasks``."""
+    summaries = {t["key"]: t["summaries"] for t in tasks}
+    policies = policy_table({t["key"]: (t["summaries"], t["oracle"]) for t in tasks})
+    best = best_policy(policies)
+
+    def figures(picks: dict[str, str]) -> dict:
+        met = [summaries[k][p].meets_sla for k, p in picks.items() if p in summaries[k]]
+        return {"tasks": len(met), "sla_met_rate": sum(met) / len(met) if met else None,
+                **seed_run_figures(picks, summaries)}
+
+    out = {"tasks": len(tasks),
+           "advisor (priors)": figures({t["key"]: t["advisor"] for t in tasks}),
+           "always fully connected": figures({t["key"]: t["fc"] for t in tasks if t["fc"]})}
+    if best is not None:
+        follow = {t["key"]: plans[0] for t in tasks
+                  if (plans := policy_plans(best["policy"], t["summaries"]))}
+        out[f"best fixed: {best['policy']}"] = figures(follow)
+    return out
+
+
+def _fmt(v, pct=False):
+    if v is None:
+        return "n/a"
+    return f"{100 * v:.1f}%" if pct else f"{v:.2f}"
+
+
+def print_table(name: str, block: dict) -> None:
+    print(f"\n## {name} ({block['tasks']} tasks)\n")
+    print("| policy | tasks | SLA met | seed runs reaching the target | median / gmean ratio to "
+          "the confident oracle |")
+    print("|---|---|---|---|---|")
+    for who, f in block.items():
+        if who == "tasks":
+            continue
+        print(f"| {who} | {f['tasks']} | {_fmt(f['sla_met_rate'], True)} | "
+              f"{_fmt(f['seed_runs_reached'], True)} | "
+              f"{_fmt(f['median_ratio_to_confident_oracle'])} / "
+              f"{_fmt(f['gmean_ratio_to_confident_oracle'])} |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("pairs", nargs="+", metavar="GRID=CATALOG")
+    ap.add_argument("--datasets", default=None,
+                    help="comma-separated datasets to keep (default: every task)")
+    ap.add_argument("--json", default=None, help="also write the figures to this file")
+    args = ap.parse_args(argv)
+    pairs = []
+    for item in args.pairs:
+        grid, sep, catalog = item.partition("=")
+        if not sep or not grid or not catalog:
+            ap.error(f"expected GRID=CATALOG, got {item!r}")
+        pairs.append((grid, catalog))
+    datasets = set(args.datasets.split(",")) if args.datasets else None
+    tasks = tasks_of(pairs, datasets)
+    result = {"all": judge(tasks)}
+    by = defaultdict(list)
+    for t in tasks:
+        by[t["dataset"]].append(t)
+    for name in sorted(by):
+        result[name] = judge(by[name])
+    for name, block in result.items():
+        print_table(name, block)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(result, fh, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,61 @@
+"""benchmarks/pooled_advisor.py: the advisor, always fully connected and the best fixed policy
+judged over the tasks of several grids at once."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from airplan_qo.evaluation.metrics import PlanSummary
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("pooled_advisor",
+                                                  ROOT / "benchmarks" / "pooled_advisor.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _s(task, plan, reached, cost):
+    return PlanSummary(task, plan, plan.split()[0], 4, reached, 0.6, 0.0, cost, 10, None, None,
+                       reached >= 3)
+
+
+def _task(key, dataset, plans, advisor):
+    summaries = {p: _s(key, p, r, c) for p, (r, c) in plans.items()}
+    ok = [s for s in summaries.values() if s.meets_sla]
+    return {"key": key, "dataset": dataset, "summaries": summaries,
+            "oracle": min(ok, key=lambda s: s.cost) if ok else None, "advisor": advisor,
+            "fc": "complete k=1"}
+
+
+def test_pooled_figures_group_own_tails_and_pick_the_best_fixed_policy():
+    mod = _module()
+    tasks = [
+        _task("g1: a", "mnist1d", {"complete k=1": (4, 1000.0), "b2 k=1 mix=34": (4, 100.0),
+                                   "b2 k=1 mix=2 on complete": (4, 150.0)}, "b2 k=1 mix=34"),
+        _task("g2: b", "mnist1d", {"complete k=1": (4, 1000.0), "b2 k=1 mix=42": (2, 90.0),
+                                   "b2 k=1 mix=2 on complete": (4, 160.0)},
+              "b2 k=1 mix=2 on complete"),
+        _task("g2: c", "leaf_synthetic", {"complete k=1": (4, 500.0),
+                                          "b2 k=1 mix=30": (0, 50.0),
+                                          "b2 k=1 mix=2 on complete": (0, 60.0)},
+              "complete k=1")]
+    assert mod.fully_connected(tasks[0]["summaries"]) == "complete k=1"
+    out = mod.judge(tasks)
+    adv = out["advisor (priors)"]
+    assert adv["tasks"] == 3 and adv["sla_met_rate"] == 1.0
+    assert adv["seed_runs_reached"] == 1.0
+    # ratios to the cheapest plan reaching the target in every seed: 1, 1, 1
+    assert adv["median_ratio_to_confident_oracle"] == pytest.approx(1.0)
+    # only always-complete meets every SLA; Base-2 with its own tail is one policy (mix=own)
+    # that misses task b by a majority and task c
+    assert "best fixed: complete k=1" in out
+    assert out["always fully connected"]["gmean_ratio_to_confident_oracle"] == pytest.approx(
+        (10.0 * (1000.0 / 160.0) * 1.0) ** (1 / 3))
+    mnist = mod.judge(tasks[:2])
+    assert "best fixed: b2 k=1 mix=2 on complete" in mnist
+    assert mnist["best fixed: b2 k=1 mix=2 on complete"]["seed_runs_reached"] == 1.0
