@@ -10,7 +10,9 @@ dataset:
 - the share of tasks whose SLA the pick met (a strict majority of its seeds reached the target);
 - the share of its seed runs that reached the target;
 - its median and geometric-mean cost ratio to the **confident oracle**, the cheapest measured
-  plan that reached the target in every seed (tasks without one are left out of the ratios).
+  plan that reached the target in every seed (tasks without one are left out of the ratios);
+
+and the same per grid when there are several.
 
 The best fixed policy is chosen in hindsight over the pooled tasks (``best_policy``: among
 those scored on at least half as many tasks as the widest, the one meeting the SLA most often,
@@ -48,7 +50,7 @@ def tasks_of(pairs: list[tuple[str, str]], datasets: set[str] | None) -> list[di
             dataset = w.spec.workload.dataset
             if datasets and dataset not in datasets:
                 continue
-            out.append({"key": f"{grid.name}: {w.key}", "dataset": dataset,
+            out.append({"key": f"{grid.name}: {w.key}", "grid": grid.name, "dataset": dataset,
                         "summaries": {p: s for p, s in w.summaries.items() if p in w.candidates},
                         "oracle": w.oracle, "advisor": w.before.advisor_plan,
                         "fc": fully_connected(w.summaries)})
@@ -125,6 +127,11 @@ def main(argv: list[str] | None = None) -> int:
         by[t["dataset"]].append(t)
     for name in sorted(by):
         result[name] = judge(by[name])
+    if len(pairs) > 1:
+        for grid, _ in pairs:
+            mine = [t for t in tasks if t["grid"] == load_grid(grid).name]
+            if mine:
+                result[f"grid {load_grid(grid).name}"] = judge(mine)
     for name, block in result.items():
         print_table(name, block)
     if args.json:
