@@ -537,6 +537,7 @@ def stats_of(values: Iterable[float | None]) -> dict[str, Any]:
 
 __all__ = ["RunOutcome", "PlanSummary", "Comparison", "FamilyScore", "PairedTest",
            "outcome_from_curve", "measured_target", "summarize", "oracle", "compare",
-           "within_noise", "policy_table", "policy_of", "policy_plans", "best_policy", "geometric_mean", "hindsight_pick", "noise_ceiling",
-           "full_hindsight", "family_scores", "mape", "paired_test", "assign_folds", "rate",
-           "seed_run_figures", "stats_of"]
+           "within_noise", "policy_table", "policy_of", "policy_plans", "best_policy",
+           "geometric_mean", "hindsight_pick", "noise_ceiling", "full_hindsight",
+           "family_scores", "mape", "paired_test", "assign_folds", "rate", "seed_run_figures",
+           "stats_of"]
