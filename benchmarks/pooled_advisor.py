@@ -12,7 +12,10 @@ dataset:
 - its median and geometric-mean cost ratio to the **confident oracle**, the cheapest measured
   plan that reached the target in every seed (tasks without one are left out of the ratios);
 
-and the same per grid when there are several.
+and the same per grid when there are several. With ``--without-tails`` each grid is also planned
+without mixing-only tails (``mix_rounds`` 0, the planner's default), and those picks are judged
+on the same tasks (tails among the plans the confident oracle is chosen from): what the tails
+buy.
 
 The best fixed policy is chosen in hindsight over the pooled tasks (``best_policy``: among
 those scored on at least half as many tasks as the widest, the one meeting the SLA most often,
@@ -21,6 +24,7 @@ tasks. Usage::
 
     python benchmarks/pooled_advisor.py hungry_onestep_mixed=mixed.duckdb \\
         hungry_tails_holdout=htails2.duckdb [--datasets mnist1d,leaf_synthetic] [--json out.json]
+        [--without-tails]
 """
 
 from __future__ import annotations
@@ -31,18 +35,30 @@ import sys
 import tempfile
 from collections import defaultdict
 
+import attrs
+
 import airplan_qo as aq
 from airplan_qo.evaluation.grid import load_grid
 from airplan_qo.evaluation.harness import run_evaluation
 from airplan_qo.evaluation.metrics import best_policy, policy_plans, policy_table, seed_run_figures
 
 
-def tasks_of(pairs: list[tuple[str, str]], datasets: set[str] | None) -> list[dict]:
+def without_tails(grid):
+    """The grid planned without mixing-only tails (every workload's ``mix_rounds`` 0)."""
+    return attrs.evolve(grid, workloads=tuple(attrs.evolve(w, mix_rounds=0)
+                                              for w in grid.workloads))
+
+
+def tasks_of(pairs: list[tuple[str, str]], datasets: set[str] | None,
+             tails: bool = True) -> list[dict]:
     """Every task of the grids, re-analysed from their catalogs: its dataset, its plans'
-    summaries, its oracle, the advisor's pick and the fully connected reference's label."""
+    summaries, its oracle, the advisor's pick and the fully connected reference's label
+    (``tails=False``: each grid planned without mixing-only tails)."""
     out = []
     for grid_name, catalog in pairs:
         grid = load_grid(grid_name)
+        if not tails:
+            grid = without_tails(grid)
         with tempfile.TemporaryDirectory() as tmp, aq.connect(catalog) as db:
             report = run_evaluation(db, grid, out_dir=tmp, figures=False, scalability=False)
         analysis = report.analysis
@@ -65,8 +81,9 @@ def fully_connected(summaries) -> str | None:
                  and "mix=" not in p and p.endswith(" k=1")), None)
 
 
-def judge(tasks: list[dict]) -> dict:
-    """The advisor, always fully connected and the best fixed policy over ``tasks``."""
+def judge(tasks: list[dict], plain: dict[str, str] | None = None) -> dict:
+    """The advisor, always fully connected and the best fixed policy over ``tasks``; with
+    ``plain`` (task -> the pick planned without tails), also those picks."""
     summaries = {t["key"]: t["summaries"] for t in tasks}
     policies = policy_table({t["key"]: (t["summaries"], t["oracle"]) for t in tasks})
     best = best_policy(policies)
@@ -79,6 +96,9 @@ def judge(tasks: list[dict]) -> dict:
     out = {"tasks": len(tasks),
            "advisor (priors)": figures({t["key"]: t["advisor"] for t in tasks}),
            "always fully connected": figures({t["key"]: t["fc"] for t in tasks if t["fc"]})}
+    if plain is not None:
+        out["advisor (priors) without tails"] = figures(
+            {t["key"]: plain[t["key"]] for t in tasks if t["key"] in plain})
     if best is not None:
         follow = {t["key"]: plans[0] for t in tasks
                   if (plans := policy_plans(best["policy"], t["summaries"]))}
@@ -112,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--datasets", default=None,
                     help="comma-separated datasets to keep (default: every task)")
     ap.add_argument("--json", default=None, help="also write the figures to this file")
+    ap.add_argument("--without-tails", action="store_true",
+                    help="also plan each grid without mixing-only tails and judge those picks")
     args = ap.parse_args(argv)
     pairs = []
     for item in args.pairs:
@@ -121,17 +143,19 @@ def main(argv: list[str] | None = None) -> int:
         pairs.append((grid, catalog))
     datasets = set(args.datasets.split(",")) if args.datasets else None
     tasks = tasks_of(pairs, datasets)
-    result = {"all": judge(tasks)}
+    plain = ({t["key"]: t["advisor"] for t in tasks_of(pairs, datasets, tails=False)}
+             if args.without_tails else None)
+    result = {"all": judge(tasks, plain)}
     by = defaultdict(list)
     for t in tasks:
         by[t["dataset"]].append(t)
     for name in sorted(by):
-        result[name] = judge(by[name])
+        result[name] = judge(by[name], plain)
     if len(pairs) > 1:
         for grid, _ in pairs:
             mine = [t for t in tasks if t["grid"] == load_grid(grid).name]
             if mine:
-                result[f"grid {load_grid(grid).name}"] = judge(mine)
+                result[f"grid {load_grid(grid).name}"] = judge(mine, plain)
     for name, block in result.items():
         print_table(name, block)
     if args.json:

@@ -59,3 +59,24 @@ def test_pooled_figures_group_own_tails_and_pick_the_best_fixed_policy():
     mnist = mod.judge(tasks[:2])
     assert "best fixed: b2 k=1 mix=2 on complete" in mnist
     assert mnist["best fixed: b2 k=1 mix=2 on complete"]["seed_runs_reached"] == 1.0
+
+
+def test_picks_without_tails_are_judged_on_the_same_tasks():
+    mod = _module()
+    task = _task("g1: a", "mnist1d", {"complete k=1": (4, 1000.0), "b2 k=1 mix=34": (4, 100.0)},
+                 "b2 k=1 mix=34")
+    out = mod.judge([task], {"g1: a": "complete k=1"})
+    plain = out["advisor (priors) without tails"]
+    assert plain["tasks"] == 1 and plain["median_ratio_to_confident_oracle"] == pytest.approx(10.0)
+    assert out["advisor (priors)"]["median_ratio_to_confident_oracle"] == pytest.approx(1.0)
+
+
+def test_a_grid_without_tails_plans_none():
+    from airplan_qo.evaluation.grid import load_grid
+
+    mod = _module()
+    grid = load_grid("hungry_onestep_snr")
+    assert {w.mix_rounds for w in grid.workloads} == {"auto"}
+    plain = mod.without_tails(grid)
+    assert {w.mix_rounds for w in plain.workloads} == {0}
+    assert [w.key for w in plain.workloads] == [w.key for w in grid.workloads]
