@@ -50,13 +50,16 @@ def without_tails(grid):
 
 
 def tasks_of(pairs: list[tuple[str, str]], datasets: set[str] | None,
-             tails: bool = True) -> list[dict]:
+             tails: bool = True, confidence: float | None = None) -> list[dict]:
     """Every task of the grids, re-analysed from their catalogs: its dataset, its plans'
     summaries, its oracle, the advisor's pick and the fully connected reference's label
-    (``tails=False``: each grid planned without mixing-only tails)."""
+    (``tails=False``: each grid planned without mixing-only tails; ``confidence``: planned at
+    that confidence instead of the grid's)."""
     out = []
     for grid_name, catalog in pairs:
         grid = load_grid(grid_name)
+        if confidence is not None:
+            grid = grid.with_confidence(confidence)
         if not tails:
             grid = without_tails(grid)
         with tempfile.TemporaryDirectory() as tmp, aq.connect(catalog) as db:
@@ -132,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--datasets", default=None,
                     help="comma-separated datasets to keep (default: every task)")
     ap.add_argument("--json", default=None, help="also write the figures to this file")
+    ap.add_argument("--confidence", type=float, default=None,
+                    help="plan at this confidence instead of each grid's (the planner's 0.95)")
     ap.add_argument("--without-tails", action="store_true",
                     help="also plan each grid without mixing-only tails and judge those picks")
     args = ap.parse_args(argv)
@@ -142,8 +147,9 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"expected GRID=CATALOG, got {item!r}")
         pairs.append((grid, catalog))
     datasets = set(args.datasets.split(",")) if args.datasets else None
-    tasks = tasks_of(pairs, datasets)
-    plain = ({t["key"]: t["advisor"] for t in tasks_of(pairs, datasets, tails=False)}
+    tasks = tasks_of(pairs, datasets, confidence=args.confidence)
+    plain = ({t["key"]: t["advisor"]
+              for t in tasks_of(pairs, datasets, tails=False, confidence=args.confidence)}
              if args.without_tails else None)
     result = {"all": judge(tasks, plain)}
     by = defaultdict(list)
