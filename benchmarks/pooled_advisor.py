@@ -34,10 +34,12 @@ import json
 import sys
 import tempfile
 from collections import defaultdict
+from pathlib import Path
 
 import attrs
 
 import airplan_qo as aq
+from airplan_qo.errors import AirPlanError
 from airplan_qo.evaluation.grid import load_grid
 from airplan_qo.evaluation.harness import run_evaluation
 from airplan_qo.evaluation.metrics import best_policy, policy_plans, policy_table, seed_run_figures
@@ -145,23 +147,31 @@ def main(argv: list[str] | None = None) -> int:
         grid, sep, catalog = item.partition("=")
         if not sep or not grid or not catalog:
             ap.error(f"expected GRID=CATALOG, got {item!r}")
+        # a mistyped path would create an empty catalog and train the whole grid into it
+        if not Path(catalog).is_file():
+            ap.error(f"catalog {catalog!r} does not exist (evaluate the grid into it first: "
+                     f"airplan evaluate --grid {grid} --catalog {catalog})")
         pairs.append((grid, catalog))
     datasets = set(args.datasets.split(",")) if args.datasets else None
-    tasks = tasks_of(pairs, datasets, confidence=args.confidence)
-    plain = ({t["key"]: t["advisor"]
-              for t in tasks_of(pairs, datasets, tails=False, confidence=args.confidence)}
-             if args.without_tails else None)
+    try:
+        tasks = tasks_of(pairs, datasets, confidence=args.confidence)
+        plain = ({t["key"]: t["advisor"]
+                  for t in tasks_of(pairs, datasets, tails=False, confidence=args.confidence)}
+                 if args.without_tails else None)
+    except AirPlanError as exc:
+        ap.error(str(exc))
     result = {"all": judge(tasks, plain)}
     by = defaultdict(list)
     for t in tasks:
         by[t["dataset"]].append(t)
     for name in sorted(by):
         result[name] = judge(by[name], plain)
-    if len(pairs) > 1:
-        for grid, _ in pairs:
-            mine = [t for t in tasks if t["grid"] == load_grid(grid).name]
-            if mine:
-                result[f"grid {load_grid(grid).name}"] = judge(mine, plain)
+    grids = defaultdict(list)
+    for t in tasks:
+        grids[t["grid"]].append(t)
+    if len(grids) > 1:
+        for name, mine in grids.items():
+            result[f"grid {name}"] = judge(mine, plain)
     for name, block in result.items():
         print_table(name, block)
     if args.json:
