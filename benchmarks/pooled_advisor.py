@@ -24,12 +24,17 @@ tasks. Usage::
 
     python benchmarks/pooled_advisor.py hungry_onestep_mixed=mixed.duckdb \\
         hungry_tails_holdout=htails2.duckdb [--datasets mnist1d,leaf_synthetic] [--json out.json]
-        [--without-tails]
+        [--without-tails] [--level-holdout CATALOG,CATALOG]
+
+``--level-holdout`` judges the tails' level model (costmodels/tail_level.py) out of sample: each
+grid is planned with the model refitted on the listed catalogs' runs less that grid's own
+workloads.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import tempfile
@@ -39,10 +44,12 @@ from pathlib import Path
 import attrs
 
 import airplan_qo as aq
+from airplan_qo.costmodels.tail_level import fit_level
 from airplan_qo.errors import AirPlanError
 from airplan_qo.evaluation.grid import load_grid
 from airplan_qo.evaluation.harness import run_evaluation
 from airplan_qo.evaluation.metrics import best_policy, policy_plans, policy_table, seed_run_figures
+from airplan_qo.evaluation.tail_level_fit import grid_workload_keys, level_fit_in_use, level_rows
 
 
 def without_tails(grid):
@@ -52,19 +59,26 @@ def without_tails(grid):
 
 
 def tasks_of(pairs: list[tuple[str, str]], datasets: set[str] | None,
-             tails: bool = True, confidence: float | None = None) -> list[dict]:
+             tails: bool = True, confidence: float | None = None,
+             level_data: list[dict] | None = None) -> list[dict]:
     """Every task of the grids, re-analysed from their catalogs: its dataset, its plans'
     summaries, its oracle, the advisor's pick and the fully connected reference's label
     (``tails=False``: each grid planned without mixing-only tails; ``confidence``: planned at
-    that confidence instead of the grid's)."""
+    that confidence instead of the grid's; ``level_data``: each grid planned with the tails'
+    level model refitted on these rows less the grid's own workloads)."""
     out = []
     for grid_name, catalog in pairs:
         grid = load_grid(grid_name)
+        held_out = contextlib.nullcontext()
+        if level_data is not None:
+            own = grid_workload_keys(grid)
+            held_out = level_fit_in_use(fit_level([r for r in level_data
+                                                   if r["workload"] not in own]))
         if confidence is not None:
             grid = grid.with_confidence(confidence)
         if not tails:
             grid = without_tails(grid)
-        with tempfile.TemporaryDirectory() as tmp, aq.connect(catalog) as db:
+        with tempfile.TemporaryDirectory() as tmp, aq.connect(catalog) as db, held_out:
             report = run_evaluation(db, grid, out_dir=tmp, figures=False, scalability=False)
         analysis = report.analysis
         for w in analysis.workloads:
@@ -141,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="plan at this confidence instead of each grid's (the planner's 0.95)")
     ap.add_argument("--without-tails", action="store_true",
                     help="also plan each grid without mixing-only tails and judge those picks")
+    ap.add_argument("--level-holdout", default=None, metavar="CATALOG[,CATALOG...]",
+                    help="plan each grid with the tails' level model refitted on the runs of "
+                         "these catalogs less the grid's own workloads (leave one grid out)")
     args = ap.parse_args(argv)
     pairs = []
     for item in args.pairs:
@@ -154,11 +171,12 @@ def main(argv: list[str] | None = None) -> int:
         pairs.append((grid, catalog))
     datasets = set(args.datasets.split(",")) if args.datasets else None
     try:
-        tasks = tasks_of(pairs, datasets, confidence=args.confidence)
+        rows = level_rows(args.level_holdout.split(",")) if args.level_holdout else None
+        tasks = tasks_of(pairs, datasets, confidence=args.confidence, level_data=rows)
         plain = ({t["key"]: t["advisor"]
                   for t in tasks_of(pairs, datasets, tails=False, confidence=args.confidence)}
                  if args.without_tails else None)
-    except AirPlanError as exc:
+    except (AirPlanError, FileNotFoundError) as exc:
         ap.error(str(exc))
     result = {"all": judge(tasks, plain)}
     by = defaultdict(list)

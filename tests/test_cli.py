@@ -233,7 +233,7 @@ def test_explain_plans_mixing_only_tails(tmp_path, capsys):
     argv = ["--catalog", str(tmp_path / "c.duckdb"), "explain", "--dataset", "mnist1d",
             "--clients", "80", "--param", "alpha=1", "--param", "rounds=200", "--topology",
             "one_peer_exponential", "--topology", "complete", "-k", "1", "--transport", "ota",
-            "--alternatives", "3"]
+            "--alternatives", "25"]
     assert main(argv) == 0
     assert "mix=" not in capsys.readouterr().out
     assert main(argv + ["--mix-rounds", "auto"]) == 0

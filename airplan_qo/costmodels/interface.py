@@ -43,6 +43,8 @@ class EstimationContext:
     pilot: Any = None
     #: The workload's learning rate times its local steps per round (None: not known).
     step: float | None = None
+    #: The workload's local steps per round (None: not known).
+    local_steps: int | None = None
 
 
 class CostEstimator(Protocol):

@@ -45,6 +45,8 @@ import numpy as np
 from ..errors import ValidationError
 from ..plans.plan import Estimate, averaged_cliques
 from ..plans.operators import SERVER_ALGORITHMS
+from .tail_level import (DEFAULT_LOCAL_STEPS, LevelInputs, end_level, fitted_datasets,
+                         level_above)
 from .features import (approximate_survival_factor, channel_noise, channel_noise_at,
                        heterogeneity, plan_heterogeneity, quantisation_slowdown,
                        survival_factor)
@@ -838,6 +840,9 @@ class TimeToTargetEstimator:
     open_prefixes: tuple[str, ...] = ("fc.dataset:",)
     #: it costs plans that end with mixing-only rounds (:meth:`_tail_estimate`)
     plans_mixing_tails: bool = True
+    #: the tails' level constants (``level.*``, costmodels/tail_level.py) to plan with in place
+    #: of the shipped average model fit's (None: the shipped ones)
+    level_constants: dict | None = None
 
     # calibration (interface.Calibratable): a censored level shift per dataset, ttt_fit.py
     calibration_scopes = ("global", "dataset")
@@ -1081,7 +1086,11 @@ class TimeToTargetEstimator:
     def average_model(self) -> "TimeToTargetEstimator":
         """The same model fitted on the average model's curves (:data:`AVERAGE_MODEL_FILE`)."""
         fit = load_reference(AVERAGE_MODEL_FILE)
-        return TimeToTargetEstimator(priors=dict(fit["constants"]),
+        constants = dict(fit["constants"])
+        if self.level_constants is not None:
+            constants = {k: v for k, v in constants.items() if not k.startswith("level.")}
+            constants.update(self.level_constants)
+        return TimeToTargetEstimator(priors=constants,
                                      fitted_range=dict(fit.get("range", {})),
                                      fitted_metric=fit.get("metric", "avg_model_accuracy"))
 
@@ -1089,12 +1098,14 @@ class TimeToTargetEstimator:
         """A plan that trains ``budget - m`` rounds and then only mixes for ``m``
         (``plan.mix_rounds``; plans/finish.py). It meets the SLA when its clients reach the
         target while training (this model, on the shorter budget) or when its *average*
-        model is at least :func:`finish_gap` above the target when the training ends (the
-        fit on the average model's curves, :attr:`average_model`): the tail then draws the
-        clients to it (on the plan's own topology, or on the complete graph: ``mix_on``).
-        Its rounds: those of the training, plus the whole tail where the clients have not
-        reached the target by then (``tail_rounds_paid``, costed at the complete graph's
-        round for a tail there)."""
+        model is at least :func:`finish_gap` above the target when the training ends: the tail
+        then draws the clients to it (on the plan's own topology, or on the complete graph:
+        ``mix_on``). Where the average model stands then, relative to the fully connected
+        plan's final accuracy, is the tails' level model (costmodels/tail_level.py), fed by the
+        fit on the average model's curves (:attr:`average_model`) for how far along its curve
+        it has come. Its rounds: those of the training, plus the whole tail where the clients
+        have not reached the target by then (``tail_rounds_paid``, costed at the complete
+        graph's round for a tail there)."""
         m = int(plan.mix_rounds)
         train = max(int(ctx.round_budget) - m, 1)
         base = attrs.evolve(plan, mix_rounds=0, mix_on=None)
@@ -1106,28 +1117,43 @@ class TimeToTargetEstimator:
         aref = ref.average.get("terms")
         if aref is None:   # shared by the workload's plans, as ref is
             aref = ref.average["terms"] = avg.reference_terms(actx, ref.n, ref.channel)
-        # the clients' deficit to their average model when the training ends, from the two
-        # fits' curves (trained.accuracy: the clients' after ``train`` rounds), and what the
-        # tail leaves of it
-        deficit = (_curve(avg._terms(actx, base, stats, aref)["mu"], aref.ceiling, train)
-                   - (trained.accuracy or 0.0))
-        gap = finish_gap(deficit, trained.terms.get("p_random", 1.0), m, plan.channel,
-                         ctx.constants, plan.mix_on)
-        averaged = avg._estimate(actx, base, stats, min(float(target_accuracy) + gap, 1.0),
-                                 aref)
-        p_train, p_avg = trained.p_meets or 0.0, averaged.p_meets or 0.0
+        p_random = trained.terms.get("p_random", 1.0)
+        # a dataset or model the fit has not seen takes the fitted datasets' mean level
+        unseen = ref.unseen is not None and ctx.pilot is None
+        level_inputs = LevelInputs(
+            dataset="" if unseen else ctx.dataset, train_rounds=float(train),
+            average_median=math.exp(min(avg._terms(actx, base, stats, aref)["mu"], 700.0)),
+            p_random=p_random, n=ref.n, zeta2=ref.zeta2,
+            averaged=bool(averaged_cliques(plan.topology)), k=float(plan.k_ratio),
+            local_steps=int(ctx.local_steps or DEFAULT_LOCAL_STEPS))
+        level = end_level(avg.priors, level_inputs)
+        if level is None:
+            raise ValidationError("the average model's fit holds no level constants "
+                                  "(level.*): mixing-only tails cannot be costed")
+        mean, sd, seen = level
+        # the clients' deficit to their average model when the training ends (the level's
+        # median accuracy less the clients' predicted one), and what the tail leaves of it
+        average_acc = math.exp(mean) * ref.ceiling
+        deficit = average_acc - (trained.accuracy or 0.0)
+        gap = finish_gap(deficit, p_random, m, plan.channel, ctx.constants, plan.mix_on)
+        need = (float(target_accuracy) + gap) / max(ref.ceiling, 1e-12)
+        p_avg = (level_above(avg.priors, mean, sd, need)
+                 * trained.terms.get("p_ceiling_above_target", 1.0))
+        p_train = trained.p_meets or 0.0
         p = max(p_train, p_avg)
         # the tail's rounds are paid where the clients have not reached the target training
         tail_paid = (1.0 - p_train) * m
         rounds = (trained.rounds or float(train)) + tail_paid
-        acc = max(trained.accuracy or 0.0, (averaged.accuracy or 0.0) - gap)
+        acc = max(trained.accuracy or 0.0, average_acc - gap)
         terms = dict(trained.terms, p_meets=p, p_meets_training=p_train,
                      p_meets_average_model=p_avg, mix_rounds=float(m), training_rounds=train,
-                     tail_rounds_paid=tail_paid,
-                     finish_deficit=deficit, finish_gap=gap,
-                     average_model_median_rounds=averaged.terms.get("median_rounds", math.inf))
-        notes = tuple(dict.fromkeys(trained.notes + tuple(
-            f"average model: {n}" for n in averaged.notes)))
+                     tail_rounds_paid=tail_paid, finish_deficit=deficit, finish_gap=gap,
+                     average_model_level=math.exp(mean), average_model_level_sd=sd)
+        notes = trained.notes
+        if not seen:
+            notes += (f"average model's level: {' and '.join(ref.unseen_what) or ctx.dataset}"
+                      f" not in its fit ({', '.join(fitted_datasets(avg.priors))}): the fitted "
+                      f"datasets' mean level, widened",)
         return Estimate(rounds=rounds, accuracy=acc, rounds_lo=trained.rounds_lo,
                         rounds_hi=trained.rounds_hi, terms=terms,
                         model_term=trained.model_term, calibration_ids=ctx.calibration_ids,

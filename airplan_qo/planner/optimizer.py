@@ -226,7 +226,8 @@ class Optimizer:
                                 calibration_ids=cal_ids, privacy_epsilon=privacy_eps,
                                 dataset=w.dataset, fitted_range=recorded_range(rows, cal_ids),
                                 model=w.model, pilot=request.pilot,
-                                step=float(w.lr) * int(w.local_steps))
+                                step=float(w.lr) * int(w.local_steps),
+                                local_steps=int(w.local_steps))
         channel = w.channel_config
         depth, width = dimensions(w.sketch_eps, w.sketch_delta)
         release = choose_release(n_classes, depth, width, w.dp_epsilon,

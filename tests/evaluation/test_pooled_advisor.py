@@ -80,3 +80,16 @@ def test_a_grid_without_tails_plans_none():
     plain = mod.without_tails(grid)
     assert {w.mix_rounds for w in plain.workloads} == {0}
     assert [w.key for w in plain.workloads] == [w.key for w in grid.workloads]
+
+
+def test_a_missing_catalog_for_the_level_holdout_is_a_one_line_error(tmp_path, capsys):
+    import airplan_qo as aq
+
+    mod = _module()
+    catalog = tmp_path / "c.duckdb"
+    with aq.connect(catalog):
+        pass
+    with pytest.raises(SystemExit) as exc:
+        mod.main([f"quick={catalog}", "--level-holdout", str(tmp_path / "missing.duckdb")])
+    assert exc.value.code == 2
+    assert "no catalog at" in capsys.readouterr().err
