@@ -449,8 +449,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mix-rounds", metavar="auto|M|off",
                    help="mixing-only tails: auto (each plan that can also with the tail its "
                         "topology needs, and each D-SGD plan also with 2 rounds on the "
-                        "complete graph), M rounds (each such plan with that tail), off (the "
-                        "default); docs/planner.md, Mixing-only tails")
+                        "complete graph; the default with the ttt estimator), M rounds (each "
+                        "such plan with that tail), off (the default with the others); "
+                        "docs/planner.md, Mixing-only tails")
     p.add_argument("--within-rounds", type=int, help="round budget")
     p.add_argument("--estimator", help="cost model: ttt (default), dsgd or paper")
     p.add_argument("--objective", help="channel_uses (default), energy_j, airtime_s, c_ours")

@@ -122,8 +122,9 @@ class Session:
         training, which draw a sparse topology's clients to their average model: ``'auto'``
         (each plan that can run one is planned both without and with the tail its topology's
         mixing rate needs, and each D-SGD plan also with 2 rounds on the complete graph), a
-        number of rounds (each plan that can is planned with that tail only), or None /
-        ``'off'`` (the default: every round trains). docs/planner.md, "Mixing-only tails".
+        number of rounds (each plan that can is planned with that tail only), or ``'off'`` / 0
+        (every round trains). None (the default): ``'auto'`` with an estimator that costs tails
+        (``ttt``, the default one), else ``'off'``. docs/planner.md, "Mixing-only tails".
         """
         from .planner.optimizer import Optimizer
         from .plans.request import DEFAULT_CONFIDENCE, PlanRequest, check_confidence

@@ -958,6 +958,9 @@ def test_a_grid_measures_plans_with_and_without_their_mixing_only_tails(tmp_path
     (ws,) = grid.workloads
     # the ring without a tail, with its own and with one on the complete graph; the complete
     assert ws.mix_rounds == "auto" and ws.n_plans() == 4
+    # a grid that does not say plans none, whatever the planner's default
+    (plain,) = parse_grid(text, source="plain.toml").workloads
+    assert plain.mix_rounds == 0 and plain.n_plans() == 2
     with aq.connect(str(tmp_path / "c.duckdb")) as db:
         (m,) = measure(db, grid)
         labels = {r.plan for r in m.runs}

@@ -63,6 +63,10 @@ PROGRESS_FLOOR = 1e-3
 #: its workload's others (a seed whose partition trains badly), which a normal spread would
 #: have to be wide everywhere to hold.
 DOF = 4.0
+#: The widest spread (t scale of log r) a prediction takes: the log-linear spread grows without
+#: bound outside the fitted features (k = 0.01 where the fit saw 0.1 and more), and a scale of 0.5
+#: already spans r from about 0.5 to 2 times its median at the t's quartiles-to-tails.
+MAX_SPREAD = 0.5
 #: Ridge penalty on the coefficients of :data:`LEVEL_FEATURES` and :data:`SPREAD_FEATURES`.
 RIDGE = 1e-2
 
@@ -121,8 +125,8 @@ def end_level(constants: Mapping[str, float], v: LevelInputs
               ) -> tuple[float, float, bool] | None:
     """(mean, sd) of log r for one plan (module docstring), and whether its dataset is one the
     fit saw; None when the constants hold no level fit. A dataset the fit has not seen takes the
-    fitted datasets' mean level and the widest of their spreads, widened by the spread of their
-    levels for this plan."""
+    fitted datasets' mean level and mean spread, widened by the spread of their levels for this
+    plan. The spread is at most :data:`MAX_SPREAD`."""
     datasets = fitted_datasets(constants)
     if not datasets:
         return None
@@ -136,11 +140,12 @@ def end_level(constants: Mapping[str, float], v: LevelInputs
 
     if v.dataset in datasets:
         mean, sd = at(v.dataset)
-        return mean, sd, True
+        return mean, min(sd, MAX_SPREAD), True
     pairs = [at(d) for d in datasets]
     means = [m for m, _ in pairs]
     between = float(np.std(means, ddof=1)) if len(means) > 1 else 0.0
-    return float(np.mean(means)), math.hypot(max(s for _, s in pairs), between), False
+    sd = math.hypot(float(np.mean([min(s, MAX_SPREAD) for _, s in pairs])), between)
+    return float(np.mean(means)), min(sd, MAX_SPREAD), False
 
 
 def level_above(constants: Mapping[str, float], mean: float, sd: float, ratio: float) -> float:
@@ -216,4 +221,4 @@ def fit_level(rows: Sequence[Mapping], ridge: float = RIDGE, dof: float = None
 
 __all__ = ["DEFAULT_LOCAL_STEPS", "LEVEL_FEATURES", "DATASET_LEVEL_FEATURES", "SPREAD_FEATURES",
            "LevelInputs", "progress", "level_features", "fitted_datasets", "end_level",
-           "level_above", "fit_level", "DOF"]
+           "level_above", "fit_level", "DOF", "MAX_SPREAD"]

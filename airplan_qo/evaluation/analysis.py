@@ -540,7 +540,7 @@ def _scalability(grid: Grid, m: Measured, w: WorkloadResult, priors, full_fit, n
                                       estimator=grid.estimator, objective=grid.objective,
                                       confidence=grid.confidence, fallback="complete",
                                       transports=ws.plan_transports(),
-                                      algorithms=ws.plan_algorithms())
+                                      algorithms=ws.plan_algorithms(), mix_rounds=0)
             except AirPlanError as exc:
                 notes.append(f"scalability: planning at N = {n} failed ({exc})")
                 continue
@@ -550,7 +550,7 @@ def _scalability(grid: Grid, m: Measured, w: WorkloadResult, priors, full_fit, n
                                       weights=["metropolis_hastings"], sparsity=[1.0],
                                       estimator=grid.estimator, objective=grid.objective,
                                       confidence=grid.confidence, fallback="complete",
-                                      **REFERENCE_OPERATORS)
+                                      mix_rounds=0, **REFERENCE_OPERATORS)
                 fc = fc_res.chosen
             wanted = {fam for fam, _ in topologies}
             for which, consts in constants.items():

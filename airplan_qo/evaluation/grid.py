@@ -481,7 +481,8 @@ def _workload_spec(values: dict[str, Any], index: int, where: _Where, label: str
     transports = _transports(values.get("transports"), where, f"{label}.transports")
     algorithms = _algorithms(values.get("algorithms"), where, f"{label}.algorithms")
     try:
-        mix = check_mix_rounds(values.get("mix_rounds"))
+        # a grid plans no tails unless it says (not the planner's default)
+        mix = check_mix_rounds(values.get("mix_rounds", 0))
     except AirPlanError as exc:
         raise where.error(f"{label}.mix_rounds", str(exc)) from None
     spec = WorkloadSpec(key=key, index=index, workload=workload, topologies=tuple(topo),

@@ -200,7 +200,7 @@ def plan_seed(session, grid: Grid, ws: WorkloadSpec, seed: int) -> SeedPlan:
                                  weights=["metropolis_hastings"], sparsity=[1.0],
                                  estimator=grid.estimator, objective=grid.objective,
                                  confidence=grid.confidence, fallback="complete",
-                                 **REFERENCE_OPERATORS,
+                                 mix_rounds=0, **REFERENCE_OPERATORS,
                                  statement=f"evaluate {grid.name}: {ws.key} (seed {seed}, "
                                            "fully connected reference)")
         fc_cand = fc_result.chosen

@@ -1,7 +1,8 @@
 """Measure the average model's level at the end of training on evaluation catalogs, and fit the
 tails' level model (costmodels/tail_level.py) on it.
 
-Every run ``airplan evaluate`` trained of a plan without a tail (``mix_rounds`` 0) gives two
+Every run ``airplan evaluate`` trained of a plan without a tail (``mix_rounds`` 0; over the air,
+D-SGD or CHOCO) gives two
 rows: the average model's accuracy (centred moving average over 3 evaluations, as the SLA's
 crossing is judged) after ``rounds - 2`` and after ``0.8 rounds`` training rounds, over ``fc``,
 the fully connected plan's mean final accuracy over the workload's seeds (the SLA's ``fc``), with
@@ -39,8 +40,13 @@ QUERY = """
 SELECT e.exec_id, e.options, p.family, p.topology_params, p.weights_rule, p.k_ratio,
        p.algorithm, p.transport
 FROM executions e JOIN plans p USING (plan_id)
-WHERE e.status = 'succeeded' AND COALESCE(p.mix_rounds, 0) = 0
+WHERE e.status = 'succeeded' AND COALESCE(p.mix_rounds, 0) = 0 AND p.transport = 'ota'
+  AND p.algorithm IN ('dsgd', 'choco')
 """
+
+#: The operators whose runs the rows are measured on (over the air, D-SGD and CHOCO: the
+#: candidates the data-hungry grids train; a tail of another operator takes their level).
+LEVEL_ALGORITHMS = ("dsgd", "choco")
 
 #: Topology parameters a catalog records that the planner derives (not a user's to give).
 DERIVED_PARAMS = frozenset({"cliques", "residual", "stats"})
@@ -157,13 +163,14 @@ def level_rows(paths: Sequence[str], *, progress=None) -> list[dict]:
                           or ["metropolis_hastings"],
                           sparsity=sorted({m["k"] for m in sparse}),
                           transports=sorted({m["transport"] for m in sparse}),
-                          algorithms=["auto"], fallback="complete")
+                          algorithms=["auto"], fallback="complete", mix_rounds=0)
             ctx = res.context
             budget = int(w.rounds)
             by_plan = {}
             for c in res.candidates:
                 p = c.plan
-                by_plan[(p.topology.family, float(p.k_ratio), p.topology.weights)] = c
+                if p.transport == "ota" and p.effective_algorithm in LEVEL_ALGORITHMS:
+                    by_plan[(p.topology.family, float(p.k_ratio), p.topology.weights)] = c
             for m in sparse:
                 c = by_plan.get((m["family"], m["k"], m["weights"]))
                 if c is None:

@@ -220,6 +220,9 @@ class Optimizer:
                                   f"{', '.join(OBJECTIVES)}")
         if objective == "c_ours" and est_name != "paper":
             raise ValidationError("objective c_ours is only defined by the paper estimator")
+        if request.mix_rounds is None:   # the default: tails where the estimator costs them
+            request = attrs.evolve(request, mix_rounds="auto" if plans_mixing_tails(estimator)
+                                   else 0)
         if request.mix_rounds and not plans_mixing_tails(estimator):
             raise ValidationError(f"mix_rounds = {request.mix_rounds!r}: estimator {est_name} "
                                   f"does not model mixing-only rounds; COST MODEL ttt does")

@@ -51,12 +51,14 @@ def check_confidence(value: Any, name: str = "confidence") -> float:
     return v
 
 
-def check_mix_rounds(value: Any) -> str | int:
+def check_mix_rounds(value: Any) -> str | int | None:
     """A request's mixing-only tails (plans/finish.py): ``'auto'`` (each plan that can run
     one planned both without and with the tail its topology needs), an integer m >= 0 (each
-    plan that can planned with m mixing-only rounds only; 0: none), or None / ``'off'`` (none,
-    the default)."""
-    if value is None or (isinstance(value, str) and value.strip().lower() in ("off", "none")):
+    plan that can planned with m mixing-only rounds only), ``'off'`` / 0 (none), or None (the
+    planner's default: ``'auto'`` with an estimator that costs tails, else none)."""
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip().lower() in ("off", "none"):
         return 0
     if isinstance(value, str) and value.strip().lower() == "auto":
         return "auto"
@@ -108,7 +110,7 @@ class PlanRequest:
     #: estimator takes the reference from it and every cost includes its traffic
     pilot: Any = None
     #: mixing-only tails to plan beside each plan (:func:`check_mix_rounds`; plans/finish.py)
-    mix_rounds: str | int = attrs.field(default=0, converter=check_mix_rounds)
+    mix_rounds: str | int | None = attrs.field(default=None, converter=check_mix_rounds)
 
 
 @attrs.frozen

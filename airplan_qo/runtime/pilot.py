@@ -88,7 +88,7 @@ def run_pilot(session, dataset: str, clients: int, *, rounds: int = 30,
         plan = session.plan(w, topologies=[(family, dict(tparams))], sparsity=[k],
                             weights=["metropolis_hastings"], estimator=estimator,
                             fallback="complete", transports=["ota"], algorithms=["auto"],
-                            statement=f"pilot {i}/{len(design)}")
+                            mix_rounds=0, statement=f"pilot {i}/{len(design)}")
         # the design point itself, even when the planner would fall back to another plan
         point = next(c for c in plan.candidates
                      if c.plan.topology.family == family and c.plan.k_ratio == k)
@@ -126,7 +126,7 @@ def run_reference_pilot(session, workload: Workload, *, rounds: int | None = Non
     plan = session.plan(pilot_workload, sla=sla, topologies=["complete"], sparsity=[1.0],
                         weights=["metropolis_hastings"], estimator="ttt", fallback="complete",
                         transports=["ota"], algorithms=["auto"],   # the reference: OTA D-SGD
-                        statement=f"pilot fc ({r} of {budget} rounds) for: {what}")
+                        mix_rounds=0, statement=f"pilot fc ({r} of {budget} rounds) for: {what}")
     report = execute(session.catalog, plan, quiet=quiet, stop_at_target=False,
                      reoptimize=False, device=device or session.device or "cpu",
                      keep_state=True)

@@ -82,9 +82,9 @@ class BoundTrain:
     #: ``WITH (pilot = 'fc', pilot_rounds = R)`` (None: no pilot; rounds None: the default).
     pilot: str | None = None
     pilot_rounds: int | None = None
-    #: ``WITH (mix_rounds = 'auto' | m)``: mixing-only tails planned beside each plan
-    #: (plans/finish.py); 0: none
-    mix_rounds: str | int = 0
+    #: ``WITH (mix_rounds = 'auto' | m | 'off')``: mixing-only tails planned beside each plan
+    #: (plans/finish.py); 0: none; None: the planner's default
+    mix_rounds: str | int | None = None
     #: ``MINIMIZE metric`` (None: the planner's default, channel uses; ``c_ours`` with
     #: ``COST MODEL paper``)
     objective: str | None = None
@@ -94,8 +94,7 @@ class BoundTrain:
         on the statement's device)."""
         out: dict[str, Any] = {} if self.pilot is None else {
             "pilot": self.pilot, "pilot_rounds": self.pilot_rounds, "device": self.device}
-        if self.mix_rounds:
-            out["mix_rounds"] = self.mix_rounds
+        out["mix_rounds"] = self.mix_rounds
         return out
 
     @property
@@ -218,13 +217,14 @@ class _Binder:
                              kind[1].this)
         return str(kind[0]).lower(), None if rounds is None else int(rounds[0])
 
-    def mix_rounds(self, estimator: str | None) -> str | int:
-        """``WITH (mix_rounds = 'auto' | m | 'off')``: the mixing-only tails to plan."""
+    def mix_rounds(self, estimator: str | None) -> str | int | None:
+        """``WITH (mix_rounds = 'auto' | m | 'off')``: the mixing-only tails to plan; None
+        without it (the planner's default: ``'auto'`` where the cost model costs them)."""
         from ..plans.request import check_mix_rounds
 
         given = self.planning.get("mix_rounds")
         if given is None:
-            return 0
+            return None
         try:
             value = check_mix_rounds(given[0])
         except ValidationError as e:

@@ -8,8 +8,8 @@ import pytest
 from scipy.special import stdtr
 
 import airplan_qo as aq
-from airplan_qo.costmodels.tail_level import (LevelInputs, end_level, fit_level, level_above,
-                                              level_features, progress)
+from airplan_qo.costmodels.tail_level import (MAX_SPREAD, LevelInputs, end_level, fit_level,
+                                              level_above, level_features, progress)
 from airplan_qo.costmodels.time_to_target import AVERAGE_MODEL_FILE, load_reference
 from airplan_qo.evaluation.grid import parse_grid
 from airplan_qo.evaluation.runner import measure
@@ -63,7 +63,11 @@ def test_an_unseen_dataset_takes_the_mean_level_and_a_wider_spread():
     mu, su, seen = end_level(c, _inputs("wine", 0.2, 40, 0.2))
     assert not seen
     assert mu == pytest.approx((ma + mb) / 2)
-    assert su >= max(sa, sb) and su >= abs(ma - mb) / math.sqrt(2) - 1e-12
+    assert su >= (sa + sb) / 2 and su >= abs(ma - mb) / math.sqrt(2) - 1e-12
+    # never wider than MAX_SPREAD, however far outside the fitted features (zeta^2 = 3, where
+    # the fit saw 0.05-0.5)
+    assert end_level(c, _inputs("a", 0.2, 40, 3.0))[1] == MAX_SPREAD
+    assert end_level(c, _inputs("wine", 0.2, 40, 3.0))[1] == MAX_SPREAD
     assert end_level({}, _inputs("a", 0.2, 40, 0.2)) is None
 
 
@@ -108,6 +112,8 @@ alpha = 0.5
 snr_db = 10
 topologies = ["ring", "complete"]
 sparsity = [1.0]
+transports = ["ota"]
+algorithms = ["dsgd"]
 """
 
 

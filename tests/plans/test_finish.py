@@ -103,9 +103,12 @@ def _plan(db, **kw):
 
 def test_the_planner_costs_tails_from_the_average_model_fit(tmp_path):
     with aq.connect(tmp_path / "c.duckdb") as db:
-        plain = _plan(db)
+        plain = _plan(db, mix_rounds="off")
         assert not any(c.plan.mix_rounds for c in plain.candidates)
         tailed = _plan(db, mix_rounds="auto")
+        # 'auto' is the default with ttt
+        assert [c.plan for c in _plan(db).candidates] == [c.plan for c in tailed.candidates]
+        assert not any(c.plan.mix_rounds for c in _plan(db, estimator="dsgd").candidates)
         by = {c.plan.label(): c for c in tailed.candidates}
         peer = by["one_peer_exponential [prescribed] k=1"].cost
         mix = next(c.plan.mix_rounds for c in tailed.candidates
@@ -181,7 +184,8 @@ def test_sql_with_mix_rounds():
     bound = bind(parse_one("EXPLAIN TRAIN mnist1d ON 20 CLIENTS WITH (mix_rounds = 'auto')"))
     assert bound.mix_rounds == "auto" and bound.plan_options() == {"mix_rounds": "auto"}
     assert bind(parse_one("TRAIN mnist1d ON 20 CLIENTS WITH (mix_rounds = 12)")).mix_rounds == 12
-    assert bind(parse_one("TRAIN mnist1d ON 20 CLIENTS")).plan_options() == {}
+    # without the option: the planner's default ('auto' with ttt)
+    assert bind(parse_one("TRAIN mnist1d ON 20 CLIENTS")).plan_options() == {"mix_rounds": None}
     with pytest.raises(AirPlanError, match="mix_rounds must be") as err:
         bind(parse_one("TRAIN mnist1d ON 20 CLIENTS WITH (mix_rounds = 'x')"))
     assert "column" in str(err.value)

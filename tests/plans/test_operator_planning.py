@@ -34,7 +34,7 @@ def test_bind_transport_and_algorithm_clauses():
 
 def test_auto_enumerates_digital_candidates(db):
     r = db.plan(W, topologies=["ring"], sparsity=[1.0], weights=["metropolis_hastings"],
-                algorithms=["auto"], fallback="complete")
+                algorithms=["auto"], fallback="complete", mix_rounds="off")
     labels = {c.plan.label() for c in r.candidates}
     assert {"ring [metropolis_hastings] k=1", "ring [metropolis_hastings] k=1 digital(b=8)",
             "ring [metropolis_hastings] k=1 digital(b=32)"} <= labels

@@ -44,7 +44,8 @@ def test_candidate_space_and_narrowing(db):
     # AUTO transports: every topology and k once per (transport, bits) of AUTO_TRANSPORTS
     assert {(c.plan.transport, c.plan.bits) for c in r.candidates} == set(AUTO_TRANSPORTS)
     r2 = db.plan(W, topologies=["ring", ("small_world", {"k": 4})], sparsity=[0.1, 1.0],
-                 weights=["metropolis_hastings"], transports=["ota"], algorithms=["auto"])
+                 weights=["metropolis_hastings"], transports=["ota"], algorithms=["auto"],
+                 mix_rounds="off")
     asked = [c for c in r2.candidates if c.plan.topology.family != "complete"]
     assert len(asked) == 4
     assert {c.plan.topology.label() for c in asked} == {"ring", "small_world(beta=0.3, k=4)"}
@@ -52,7 +53,8 @@ def test_candidate_space_and_narrowing(db):
     assert r2.fallback == (len(r2.candidates) == 5)
     # the Python API also takes the SQL-like text form
     r3 = db.plan(W, topologies=["ring", "small_world(k=4)"], sparsity=[0.1, 1.0],
-                 weights=["metropolis_hastings"], transports="ota", algorithms="auto")
+                 weights=["metropolis_hastings"], transports="ota", algorithms="auto",
+                 mix_rounds="off")
     assert [c.plan.label() for c in r3.candidates] == [c.plan.label() for c in r2.candidates]
     with pytest.raises(ValidationError, match="expected NAME or NAME"):
         db.plan(W, topologies=["small_world(k=4"])

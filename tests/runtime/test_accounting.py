@@ -23,7 +23,7 @@ def measured():
         db.analyze(w)
         result = db.plan(w, topologies=FAMILIES, sparsity=[0.1, 0.3, 1.0],
                          weights=["metropolis_hastings"], fallback="complete",
-                         transports=["ota"], algorithms=["auto"])
+                         transports=["ota"], algorithms=["auto"], mix_rounds="off")
         for cand in result.candidates:
             report = db.execute(attrs.evolve(result, chosen=cand), stop_at_target=False,
                                 reoptimize=False)
@@ -121,7 +121,7 @@ def measured_operators():
         db.analyze(w)
         result = db.plan(w, topologies=["ring", "small_world(k=4)", "complete"], sparsity=[1.0],
                          weights=["metropolis_hastings"], fallback="complete",
-                         algorithms=["auto", "push_sum", "fedavg"])
+                         algorithms=["auto", "push_sum", "fedavg"], mix_rounds="off")
         for cand in result.candidates:
             if cand.plan.transport == "ota" and cand.plan.algorithm == "auto":
                 continue        # measured above
