@@ -68,7 +68,7 @@ _METRIC_WORDS = {"accuracy": "the clients' own models",
                  "avg_model_accuracy": "the network-average model"}
 
 #: The share of fc above which the tails' level model was measured overconfident: of the runs
-#: planned at P 0.95 and more to clear 0.97 of fc, 80-82% did (docs/planner.md).
+#: planned at P 0.95 and more to clear 0.97 of fc, 79-82% did (docs/planner.md).
 TAIL_OVERCONFIDENT_RATIO = 0.96
 
 
@@ -82,7 +82,7 @@ def tail_warning(plan, target: float | None, fc_accuracy: float | None) -> str |
         return None
     return (f"the chosen plan ends with mixing-only rounds at a target {ratio:.3g} of fc: above "
             f"{TAIL_OVERCONFIDENT_RATIO:g} of fc its p_meets_sla was measured overconfident "
-            "(tails planned at P 0.95 and more to clear 0.97 of fc did in 80-82% of the runs "
+            "(tails planned at P 0.95 and more to clear 0.97 of fc did in 79-82% of the runs "
             "measured; docs/planner.md, Mixing-only tails)")
 
 
