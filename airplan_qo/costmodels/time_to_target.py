@@ -1094,6 +1094,26 @@ class TimeToTargetEstimator:
                                      fitted_range=dict(fit.get("range", {})),
                                      fitted_metric=fit.get("metric", "avg_model_accuracy"))
 
+    def level_inputs(self, ctx, plan, stats, ref: ReferenceTerms, train_rounds: int,
+                     dataset: str, p_random: float | None = None) -> LevelInputs:
+        """What the tails' level model (costmodels/tail_level.py) predicts ``plan``'s average
+        model from after ``train_rounds`` training rounds: the one definition the planner and
+        the level fit (evaluation/tail_level_fit.py) both use. ``p_random``: the plan's, when
+        the caller has it."""
+        avg = self.average_model
+        actx = attrs.evolve(ctx, constants=avg.priors, fitted_range=avg.fitted_range)
+        aref = ref.average.get("terms")
+        if aref is None:   # shared by the workload's plans, as ref is
+            aref = ref.average["terms"] = avg.reference_terms(actx, ref.n, ref.channel)
+        if p_random is None:
+            p_random = self._terms(ctx, plan, stats, ref)["p_random"]
+        return LevelInputs(
+            dataset=dataset, train_rounds=float(train_rounds),
+            average_median=math.exp(min(avg._terms(actx, plan, stats, aref)["mu"], 700.0)),
+            p_random=float(p_random), n=ref.n, zeta2=ref.zeta2,
+            averaged=bool(averaged_cliques(plan.topology)), k=float(plan.k_ratio),
+            local_steps=int(ctx.local_steps or DEFAULT_LOCAL_STEPS))
+
     def _tail_estimate(self, ctx, plan, stats, target_accuracy, ref: ReferenceTerms):
         """A plan that trains ``budget - m`` rounds and then only mixes for ``m``
         (``plan.mix_rounds``; plans/finish.py). It meets the SLA when its clients reach the
@@ -1112,20 +1132,11 @@ class TimeToTargetEstimator:
         trained = self._estimate(attrs.evolve(ctx, round_budget=train), base, stats,
                                  target_accuracy, ref)
         avg = self.average_model
-        actx = attrs.evolve(ctx, constants=avg.priors, fitted_range=avg.fitted_range,
-                            round_budget=train)
-        aref = ref.average.get("terms")
-        if aref is None:   # shared by the workload's plans, as ref is
-            aref = ref.average["terms"] = avg.reference_terms(actx, ref.n, ref.channel)
         p_random = trained.terms.get("p_random", 1.0)
         # a dataset or model the fit has not seen takes the fitted datasets' mean level
         unseen = ref.unseen is not None and ctx.pilot is None
-        level_inputs = LevelInputs(
-            dataset="" if unseen else ctx.dataset, train_rounds=float(train),
-            average_median=math.exp(min(avg._terms(actx, base, stats, aref)["mu"], 700.0)),
-            p_random=p_random, n=ref.n, zeta2=ref.zeta2,
-            averaged=bool(averaged_cliques(plan.topology)), k=float(plan.k_ratio),
-            local_steps=int(ctx.local_steps or DEFAULT_LOCAL_STEPS))
+        level_inputs = self.level_inputs(ctx, base, stats, ref, train,
+                                         "" if unseen else ctx.dataset, p_random)
         level = end_level(avg.priors, level_inputs)
         if level is None:
             raise ValidationError("the average model's fit holds no level constants "

@@ -32,9 +32,8 @@ import attrs
 import duckdb
 import numpy as np
 
-from ..costmodels.tail_level import LevelInputs, end_level, fit_level, level_above
+from ..costmodels.tail_level import end_level, fit_level, level_above
 from ..costmodels.time_to_target import AVERAGE_MODEL_FILE, TimeToTargetEstimator
-from ..plans.plan import averaged_cliques
 
 QUERY = """
 SELECT e.exec_id, e.options, p.family, p.topology_params, p.weights_rule, p.k_ratio,
@@ -143,7 +142,6 @@ def level_rows(paths: Sequence[str], *, progress=None) -> list[dict]:
     for r in runs:
         groups[_group_key(r)].append(r)
     est = TimeToTargetEstimator()
-    avg = est.average_model
     rows = []
     with connect(":memory:") as db:
         for i, (gkey, members) in enumerate(sorted(groups.items())):
@@ -176,26 +174,15 @@ def level_rows(paths: Sequence[str], *, progress=None) -> list[dict]:
                 if c is None:
                     continue
                 ref = est.reference_terms(ctx, c.stats.spectra.n_nodes, c.plan.channel)
-                p_random = est._terms(ctx, c.plan, c.stats, ref)["p_random"]
                 for point in SAMPLE_POINTS:
                     t = point(budget)
-                    actx = attrs.evolve(ctx, constants=avg.priors,
-                                        fitted_range=avg.fitted_range, round_budget=t)
-                    aref = avg.reference_terms(actx, c.stats.spectra.n_nodes, c.plan.channel)
-                    mu = avg._terms(actx, c.plan, c.stats, aref)["mu"]
                     a = _smoothed(m["average"], t)
                     if a is None or len(m["average"]) < t:
                         continue
                     rows.append({"workload": gkey, "family": m["family"],
                                  "seed": m["workload"].get("seed"), "r": a / fc,
-                                 "inputs": LevelInputs(
-                                     dataset=w.dataset, train_rounds=float(t),
-                                     average_median=math.exp(min(mu, 700.0)),
-                                     p_random=float(p_random), n=int(w.clients),
-                                     zeta2=float(ref.zeta2),
-                                     averaged=bool(averaged_cliques(c.plan.topology)),
-                                     k=float(c.plan.k_ratio),
-                                     local_steps=int(w.local_steps))})
+                                 "inputs": est.level_inputs(ctx, c.plan, c.stats, ref, t,
+                                                            w.dataset)})
             if progress:
                 progress(i + 1, len(groups))
     return rows
@@ -258,8 +245,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         rows = level_rows(args.catalogs, progress=lambda i, n: print(
             f"\rre-planned {i}/{n} workloads", end="", file=sys.stderr, flush=True))
-    except FileNotFoundError as e:
-        print(f"error: {e}", file=sys.stderr)
+    except (FileNotFoundError, duckdb.Error) as e:
+        print(f"\nerror: {e}", file=sys.stderr)
         return 2
     print(file=sys.stderr)
     if not rows:
