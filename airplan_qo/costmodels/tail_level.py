@@ -159,7 +159,7 @@ def level_above(constants: Mapping[str, float], mean: float, sd: float, ratio: f
     return float(stdtr(float(constants.get("level.dof", DOF)), z))
 
 
-def fit_level(rows: Sequence[Mapping], ridge: float = RIDGE, dof: float = None
+def fit_level(rows: Sequence[Mapping], ridge: float = RIDGE, dof: float | None = None
               ) -> dict[str, float]:
     """The ``level.*`` constants by maximum likelihood over measured ``rows`` (each a
     :class:`LevelInputs` under ``inputs`` and the measured ratio ``r``): a normal log r whose

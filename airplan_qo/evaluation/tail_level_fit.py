@@ -37,8 +37,11 @@ from ..costmodels.time_to_target import AVERAGE_MODEL_FILE, TimeToTargetEstimato
 
 QUERY = """
 SELECT e.exec_id, e.options, p.family, p.topology_params, p.weights_rule, p.k_ratio,
-       p.algorithm, p.transport
+       p.algorithm, p.transport, c.average, c.clients
 FROM executions e JOIN plans p USING (plan_id)
+JOIN (SELECT exec_id, list(test_accuracy ORDER BY round) AS average,
+             list(client_acc_mean ORDER BY round) AS clients
+      FROM round_stats GROUP BY exec_id) c USING (exec_id)
 WHERE e.status = 'succeeded' AND COALESCE(p.mix_rounds, 0) = 0 AND p.transport = 'ota'
   AND p.algorithm IN ('dsgd', 'choco')
 """
@@ -71,18 +74,17 @@ def _runs(path: str) -> list[dict]:
     con = duckdb.connect(path, read_only=True)
     try:
         out = []
-        for eid, options, fam, params, rule, k, alg, transport in con.execute(QUERY).fetchall():
+        for (eid, options, fam, params, rule, k, alg, transport, average,
+             clients) in con.execute(QUERY).fetchall():
             o = json.loads(options or "{}")
             ev = o.get("evaluation")
             if not ev or "workload" not in o:
                 continue
-            curve = con.execute("SELECT test_accuracy, client_acc_mean FROM round_stats "
-                                "WHERE exec_id = ? ORDER BY round", [eid]).fetchall()
             out.append({"key": ev.get("cache_key") or f"{path}:{eid}", "dataset": o["dataset"],
                         "clients": int(o["clients"]), "workload": o["workload"],
                         "family": fam, "spec": _spec(fam, params), "weights": rule,
                         "k": float(k), "algorithm": alg, "transport": transport,
-                        "average": [a for a, _ in curve], "clients_acc": [c for _, c in curve]})
+                        "average": list(average), "clients_acc": list(clients)})
         return out
     finally:
         con.close()

@@ -90,8 +90,8 @@ class BoundTrain:
     objective: str | None = None
 
     def plan_options(self) -> dict[str, Any]:
-        """The pilot keywords of ``Session.plan`` this statement asks for (the pilot trains
-        on the statement's device)."""
+        """The pilot and tail keywords of ``Session.plan`` this statement asks for (the pilot
+        trains on the statement's device; ``mix_rounds`` None: the planner's default)."""
         out: dict[str, Any] = {} if self.pilot is None else {
             "pilot": self.pilot, "pilot_rounds": self.pilot_rounds, "device": self.device}
         out["mix_rounds"] = self.mix_rounds
