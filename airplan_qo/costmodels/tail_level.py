@@ -18,8 +18,14 @@ rounds to 0.95 fc from the average model's time-to-target fit, t the training ro
 of the plan's random mixing matrix times the local steps, the clients (more clients on the same
 data) and the label heterogeneity zeta^2, Clique Averaging (alone and times log N), and
 compression (log 1/k); ``x_d`` (:data:`DATASET_LEVEL_FEATURES`, a coefficient per dataset): its
-level, log 1/p and the local steps a round; ``z`` (:data:`SPREAD_FEATURES`, a coefficient per
-dataset): the spread's level, zeta^2, log 1/p, log 1/k and the local steps. The seeds spread
+level, log 1/p, the local steps a round and the log share of the round budget the plan trains
+(``log_train_share``: a tail of m rounds trains ``budget - m``. Without it, the average
+model's rise from 0.8 of its budget to the budget's end, measured within each mnist1d run, came
+out 0.02-0.03 in log r above what ``progress`` gave, where the fitted curve has levelled off; a
+plain log t, fitted across workloads too, took the lower levels of the longer budgets instead
+and did not close that gap); ``z``
+(:data:`SPREAD_FEATURES`, a coefficient per dataset): the spread's level, zeta^2, log 1/p,
+log 1/k and the local steps. The seeds spread
 differently on every dataset (on mnist1d 0.02-0.03 in log r at alpha 1 and 0.1 and more at alpha
 0.1; on leaf_synthetic several times that), and a run now and then ends far below its
 workload's others, which the t's tails hold without widening the spread everywhere.
@@ -51,7 +57,7 @@ from ..errors import ValidationError
 LEVEL_FEATURES = ("progress", "log_steps_log_inv_p", "log_n_log_inv_p", "zeta2_log_inv_p",
                   "averaged", "averaged_log_n", "log_inv_k")
 #: Mean features of log r with a coefficient per dataset (``const``: its level).
-DATASET_LEVEL_FEATURES = ("const", "log_inv_p", "log_steps")
+DATASET_LEVEL_FEATURES = ("const", "log_inv_p", "log_steps", "log_train_share")
 #: Features of log s, each with a coefficient per dataset: how much the seeds spread differs
 #: more between datasets than their levels do.
 SPREAD_FEATURES = ("const", "zeta2", "log_inv_p", "log_inv_k", "log_steps")
@@ -61,8 +67,10 @@ DEFAULT_LOCAL_STEPS = 5
 PROGRESS_FLOOR = 1e-3
 #: Degrees of freedom of the Student-t residual of log r: a run now and then ends far below
 #: its workload's others (a seed whose partition trains badly), which a normal spread would
-#: have to be wide everywhere to hold.
-DOF = 4.0
+#: have to be wide everywhere to hold. Held out (eight folds of the shipped rows by workload),
+#: the mean log-likelihood per row was 1.303 at 3 degrees, 1.314 at 4, 1.322 at 6, 1.325 at 10,
+#: 1.326 at 20 and 1.321 at 50.
+DOF = 10.0
 #: The widest spread (t scale of log r) a prediction takes: the log-linear spread grows without
 #: bound outside the fitted features (k = 0.01 where the fit saw 0.1 and more), and a scale of 0.5
 #: already spans r from about 0.5 to 2 times its median at the t's quartiles-to-tails.
@@ -84,6 +92,7 @@ class LevelInputs:
     averaged: bool            # Clique Averaging
     k: float = 1.0            # the sparsification ratio (CHOCO below 1)
     local_steps: int = DEFAULT_LOCAL_STEPS   # local steps a round
+    budget_rounds: float = 0.0   # the plan's whole round budget (0: unknown, taken as train_rounds)
 
 
 def progress(train_rounds: float, average_median: float) -> float:
@@ -102,10 +111,12 @@ def level_features(v: LevelInputs) -> tuple[dict[str, float], dict[str, float]]:
     av = float(v.averaged)
     lk = math.log(1.0 / min(max(v.k, 1e-12), 1.0))
     ls = math.log(max(v.local_steps, 1))
+    share = v.train_rounds / v.budget_rounds if v.budget_rounds > 0 else 1.0
     x = {"progress": progress(v.train_rounds, v.average_median),
          "log_steps_log_inv_p": ls * lp, "log_n_log_inv_p": ln * lp,
          "zeta2_log_inv_p": v.zeta2 * lp, "averaged": av, "averaged_log_n": av * ln,
-         "log_inv_k": lk, "const": 1.0, "log_inv_p": lp, "log_steps": ls}
+         "log_inv_k": lk, "const": 1.0, "log_inv_p": lp, "log_steps": ls,
+         "log_train_share": math.log(min(max(share, 1e-3), 1.0))}
     return x, {"const": 1.0, "zeta2": v.zeta2, "log_inv_p": lp, "log_inv_k": lk,
                "log_steps": ls}
 

@@ -1112,7 +1112,8 @@ class TimeToTargetEstimator:
             average_median=math.exp(min(avg._terms(actx, plan, stats, aref)["mu"], 700.0)),
             p_random=float(p_random), n=ref.n, zeta2=ref.zeta2,
             averaged=bool(averaged_cliques(plan.topology)), k=float(plan.k_ratio),
-            local_steps=int(ctx.local_steps or DEFAULT_LOCAL_STEPS))
+            local_steps=int(ctx.local_steps or DEFAULT_LOCAL_STEPS),
+            budget_rounds=float(ctx.round_budget))
 
     def _tail_estimate(self, ctx, plan, stats, target_accuracy, ref: ReferenceTerms):
         """A plan that trains ``budget - m`` rounds and then only mixes for ``m``

@@ -3,6 +3,7 @@ training over fc, fitted on measured runs and used to cost mixing-only tails."""
 
 import math
 
+import attrs
 import numpy as np
 import pytest
 from scipy.special import stdtr
@@ -54,6 +55,28 @@ def test_the_fit_recovers_each_datasets_level_slope_and_spread():
     assert seen and mean == pytest.approx(-0.08 - 0.03 * x["log_inv_p"] + 0.3 * x["progress"],
                                           abs=0.02)
     assert sd == pytest.approx(math.exp(-4.0 + 0.3), rel=0.25)
+
+
+def test_the_fit_separates_the_share_of_the_budget_trained_from_the_workloads_level():
+    """Each run measured at two points of its budget (as the level rows are: B - 2 and 0.8 B):
+    within a run the level rises with the share of the budget trained, while across workloads a
+    longer budget comes with a lower level. The per-dataset share slope takes the first (a plain
+    log t would have mixed in the second, its sign reversed)."""
+    rng = np.random.default_rng(3)
+    rows = []
+    for w in range(300):
+        budget = float(rng.choice([100, 200]))
+        level = 0.02 - 0.04 * (budget == 200) + 0.01 * rng.standard_normal()
+        for t in (budget - 2, round(0.8 * budget)):
+            v = LevelInputs(dataset="a", train_rounds=float(t), average_median=10.0,
+                            p_random=0.1, n=40, zeta2=0.2, averaged=False,
+                            budget_rounds=budget)
+            r = math.exp(level + 0.1 * math.log(t / budget) + 0.005 * rng.standard_normal())
+            rows.append({"inputs": v, "r": r, "workload": f"w{w}"})
+    c = fit_level(rows)
+    assert c["level.log_train_share.dataset:a"] == pytest.approx(0.1, abs=0.02)
+    x, _ = level_features(attrs.evolve(rows[0]["inputs"], budget_rounds=0.0))
+    assert x["log_train_share"] == 0.0   # a budget not given: the whole of it trained
 
 
 def test_an_unseen_dataset_takes_the_mean_level_and_a_wider_spread():
