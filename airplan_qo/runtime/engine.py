@@ -34,7 +34,7 @@ from .channel import Channel, RoundLinks, Traffic, dbm_to_watt
 from .clique_averaging import CliqueAveraging, clique_averaging_enabled
 from .compression import MASKS, k_from_ratio
 from .device import DEFAULT_DEVICE, check_device, device_name, resolve_device, to_device
-from .flat import STRATEGIES, GradientEngine, ParamLayout, chunks, client_logits, \
+from .flat import STRATEGIES, GradientEngine, ParamLayout, chunks, client_logits, has_conv, \
     resolve_strategy, single_logits
 from .digital import TRANSPORTS, Digital
 from .federated import FEDERATED, Federated
@@ -82,6 +82,12 @@ FEDPROX_MU = 0.01
 
 _EVAL_SAMPLES = 512
 _EVAL_CLIENTS = 16
+#: Clients per evaluation chunk of a model with convolutions on the CPU: one grouped
+#: convolution over many clients' channels is slower there than a plain one per client on the
+#: evaluation's large batches (cnn1d on mnist1d's 2000 evaluation samples, N = 40, one thread:
+#: 0.21-0.30 s a round in chunks of 16 clients, 0.13-0.15 s one client at a time;
+#: ``benchmarks/bench_eval_chunk.py``). Training's small batches keep the grouped convolution.
+_EVAL_CLIENTS_CPU_CONV = 1
 
 
 def default_gamma(k_ratio: float, mask: str = "common_randk") -> float:
@@ -767,13 +773,20 @@ class Trainer:
         xs = self.x_test if self.eval_index is None else self.x_test[self.eval_index]
         ys = self.y_test if self.eval_index is None else self.y_test[self.eval_index]
         correct = torch.zeros(hi - lo, dtype=torch.int64, device=self.device)
-        for cs in chunks(hi - lo, _EVAL_CLIENTS):
+        for cs in chunks(hi - lo, self._eval_clients()):
             rows = slice(lo + cs.start, lo + cs.stop)
             for sl in chunks(xs.shape[0], _EVAL_SAMPLES):
                 logits = client_logits(self.model, self.layout, self.x[rows], xs[sl],
                                        self.strategy)
                 correct[cs] += (logits.argmax(dim=2) == ys[sl].unsqueeze(0)).sum(dim=1)
         return correct, int(xs.shape[0])
+
+    def _eval_clients(self) -> int:
+        """Clients per chunk of :meth:`_correct` (:data:`_EVAL_CLIENTS_CPU_CONV` for a model
+        with convolutions on the CPU, else :data:`_EVAL_CLIENTS`)."""
+        if self.device.type == "cpu" and has_conv(self.model):
+            return _EVAL_CLIENTS_CPU_CONV
+        return _EVAL_CLIENTS
 
     def _evaluate(self) -> tuple[float, np.ndarray]:
         self.test_accuracy = self._accuracy(self.average_model())

@@ -89,6 +89,11 @@ def supports_batched(model: nn.Module) -> bool:
     return True
 
 
+def has_conv(model: nn.Module) -> bool:
+    """Whether ``model`` has a Conv1d or Conv2d layer."""
+    return any(isinstance(m, _CONV) for m in model.modules())
+
+
 def auto_strategy(model: nn.Module, input_shape: tuple[int, ...], on_gpu: bool = False) -> str:
     """The documented rule behind ``strategy='auto'``: ``batched`` for stackable models (on the
     CPU, measured with one thread, only for models without convolutions and for conv models on
@@ -97,8 +102,7 @@ def auto_strategy(model: nn.Module, input_shape: tuple[int, ...], on_gpu: bool =
     measured); ``loop`` for everything else (bigger images on the CPU, ResNet-18)."""
     if not supports_batched(model):
         return "loop"
-    has_conv = any(isinstance(m, _CONV) for m in model.modules())
-    if has_conv and not on_gpu and math.prod(input_shape[1:]) > BATCHED_CONV_MAX_PIXELS:
+    if has_conv(model) and not on_gpu and math.prod(input_shape[1:]) > BATCHED_CONV_MAX_PIXELS:
         return "loop"
     return "batched"
 

@@ -181,6 +181,24 @@ def test_strategies_agree_on_a_run(digits, digits_skewed, ring10):
     torch.testing.assert_close(results[0].x, results[1].x, rtol=1e-4, atol=1e-5)
 
 
+def test_a_conv_model_is_evaluated_a_client_at_a_time_on_the_cpu(digits, digits_skewed, ring10,
+                                                                monkeypatch):
+    """On the CPU a model with convolutions is evaluated one client at a time (a grouped
+    convolution over many clients is slower there on the evaluation's large batches); the
+    accuracies are those of evaluating many clients at once."""
+    from airplan_qo.runtime import engine
+
+    trainer = Trainer(RunConfig(model="cnn4", rounds=2, strategy="batched", batch_size=8),
+                      digits, digits_skewed, ring10)
+    trainer.step()
+    assert trainer._eval_clients() == engine._EVAL_CLIENTS_CPU_CONV == 1
+    one_at_a_time = trainer.client_accuracies()
+    monkeypatch.setattr(engine, "_EVAL_CLIENTS_CPU_CONV", engine._EVAL_CLIENTS)
+    np.testing.assert_array_equal(trainer.client_accuracies(), one_at_a_time)
+    mlp = Trainer(RunConfig(model="mlp", rounds=2), digits, digits_skewed, ring10)
+    assert mlp._eval_clients() == engine._EVAL_CLIENTS
+
+
 def test_clients_without_data_do_not_train(digits, ring10):
     idx = np.arange(digits.n_train)
     parts = [idx[i::9] for i in range(9)] + [np.array([], dtype=np.int64)]
