@@ -18,15 +18,16 @@ rounds to 0.95 fc from the average model's time-to-target fit, t the training ro
 of the plan's random mixing matrix times the local steps, the clients (more clients on the same
 data) and the label heterogeneity zeta^2, Clique Averaging (alone and times log N), and
 compression (log 1/k); ``x_d`` (:data:`DATASET_LEVEL_FEATURES`, a coefficient per dataset): its
-level, log 1/p, the local steps a round and the log share of the round budget the plan trains
+level, log 1/p, the local steps a round, the log share of the round budget the plan trains
 (``log_train_share``: a tail of m rounds trains ``budget - m``. Without it, the average
 model's rise from 0.8 of its budget to the budget's end, measured within each mnist1d run, came
 out 0.02-0.03 in log r above what ``progress`` gave, where the fitted curve has levelled off; a
 plain log t, fitted across workloads too, took the lower levels of the longer budgets instead
-and did not close that gap); ``z``
-(:data:`SPREAD_FEATURES`, a coefficient per dataset): the spread's level, zeta^2, log 1/p,
-log 1/k and the local steps. The seeds spread
-differently on every dataset (on mnist1d 0.02-0.03 in log r at alpha 1 and 0.1 and more at alpha
+and did not close that gap) and log N (more clients on the same data hold fewer samples each,
+so the same local steps cover more of them a round: a larger drift, a lower level, by how much
+depends on the dataset); ``z`` (:data:`SPREAD_FEATURES`, a coefficient per dataset): the
+spread's level, zeta^2, log 1/p, log 1/k and the local steps. The seeds spread differently on
+every dataset (on mnist1d 0.02-0.03 in log r at alpha 1 and 0.1 and more at alpha
 0.1; on leaf_synthetic several times that), and a run now and then ends far below its
 workload's others, which the t's tails hold without widening the spread everywhere.
 
@@ -57,7 +58,7 @@ from ..errors import ValidationError
 LEVEL_FEATURES = ("progress", "log_steps_log_inv_p", "log_n_log_inv_p", "zeta2_log_inv_p",
                   "averaged", "averaged_log_n", "log_inv_k")
 #: Mean features of log r with a coefficient per dataset (``const``: its level).
-DATASET_LEVEL_FEATURES = ("const", "log_inv_p", "log_steps", "log_train_share")
+DATASET_LEVEL_FEATURES = ("const", "log_inv_p", "log_steps", "log_train_share", "log_n")
 #: Features of log s, each with a coefficient per dataset: how much the seeds spread differs
 #: more between datasets than their levels do.
 SPREAD_FEATURES = ("const", "zeta2", "log_inv_p", "log_inv_k", "log_steps")
@@ -116,7 +117,7 @@ def level_features(v: LevelInputs) -> tuple[dict[str, float], dict[str, float]]:
          "log_steps_log_inv_p": ls * lp, "log_n_log_inv_p": ln * lp,
          "zeta2_log_inv_p": v.zeta2 * lp, "averaged": av, "averaged_log_n": av * ln,
          "log_inv_k": lk, "const": 1.0, "log_inv_p": lp, "log_steps": ls,
-         "log_train_share": math.log(min(max(share, 1e-3), 1.0))}
+         "log_train_share": math.log(min(max(share, 1e-3), 1.0)), "log_n": ln}
     return x, {"const": 1.0, "zeta2": v.zeta2, "log_inv_p": lp, "log_inv_k": lk,
                "log_steps": ls}
 

@@ -175,7 +175,9 @@ def test_dp_release_stores_no_exact_record_counts(tmp_path):
         # the stored counts are the noised cells' row sums, not the exact counts
         np.testing.assert_array_equal(sk.n_records, released_record_counts(sk.counts))
         assert (sk.n_records != exact).sum() >= 10  # each is off w.p. ~0.9 (std 3.73 sqrt 10)
-        assert s.n_records == sk.n_records.sum() != exact.sum()
+        # (their total is not compared with the exact one: with fresh noise on 20 clients the
+        # two coincide in about one release in 40)
+        assert s.n_records == sk.n_records.sum()
         stored = cat.query("SELECT n_records, options::VARCHAR AS options FROM "
                            "airplan.workload_stats JOIN airplan.workloads USING (workload_id)")[0]
         assert stored["n_records"] == s.n_records

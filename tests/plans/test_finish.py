@@ -121,8 +121,10 @@ def test_the_planner_costs_tails_from_the_average_model_fit(tmp_path):
                        for c in tailed.candidates)
         t = tail.estimate.terms
         # trained alone the one-peer graph's clients rarely reach the target; its average
-        # model, 15 rounds of mixing later, is planned to reach it plus the 10 dB gap
-        assert peer.estimate.p_meets < 0.5 < t["p_meets_average_model"]
+        # model, after the shorter training an own tail leaves, is planned to reach it plus the
+        # 10 dB gap as rarely (measured at N = 80, 5 local steps, 200 rounds: the one-peer
+        # graph's average model ended at 0.94-0.97 of fc, docs/results.md)
+        assert peer.estimate.p_meets < 0.5 and t["p_meets_average_model"] < 0.5
         assert tail.estimate.p_meets == max(t["p_meets_training"], t["p_meets_average_model"])
         assert t["training_rounds"] == 200 - mix and mix == tail_rounds(
             t["p_random"], "dsgd", 200)
@@ -142,6 +144,8 @@ def test_the_planner_costs_tails_from_the_average_model_fit(tmp_path):
         on, full = by[on_label].cost, by["complete [metropolis_hastings] k=1"].cost
         u = on.estimate.terms
         assert u["training_rounds"] == 200 - COMPLETE_TAIL
+        # the longer training and the smaller gap make the target likely
+        assert u["p_meets_average_model"] > 0.5 > t["p_meets_average_model"]
         assert u["finish_gap"] == pytest.approx(FINISH_FLOOR_COMPLETE)
         assert u["finish_gap"] < t["finish_gap"]
         paid = u["tail_rounds_paid"]
