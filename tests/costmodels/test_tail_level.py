@@ -48,6 +48,8 @@ def test_the_fit_recovers_each_datasets_level_slope_and_spread():
     assert c["level.const.dataset:b"] == pytest.approx(-0.08, abs=0.01)
     assert c["level.log_inv_p.dataset:b"] == pytest.approx(-0.03, abs=0.01)
     assert c["level.progress"] == pytest.approx(0.3, abs=0.05)
+    # the rows' level does not depend on N: no slope where there is none
+    assert c["level.log_n.dataset:a"] == pytest.approx(0.0, abs=0.01)
     assert c["level.sd.zeta2.dataset:a"] == pytest.approx(3.0, abs=0.6)
     v = _inputs("b", p=0.1, n=50, zeta2=0.1)
     mean, sd, seen = end_level(c, v)
