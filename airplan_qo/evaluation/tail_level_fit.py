@@ -34,6 +34,7 @@ import numpy as np
 
 from ..costmodels.tail_level import end_level, fit_level, level_above
 from ..costmodels.time_to_target import AVERAGE_MODEL_FILE, TimeToTargetEstimator
+from ..plans.sla import SMOOTHING_WINDOW
 
 QUERY = """
 SELECT e.exec_id, e.options, p.family, p.topology_params, p.weights_rule, p.k_ratio,
@@ -60,8 +61,10 @@ SAMPLE_POINTS = (lambda rounds: rounds - 2, lambda rounds: round(0.8 * rounds))
 
 
 def _smoothed(curve: Sequence[float | None], t: int) -> float | None:
-    """The mean of rounds t - 1, t and t + 1 (1-based) of ``curve``."""
-    vals = [a for a in curve[max(t - 2, 0):t + 1] if a is not None and math.isfinite(a)]
+    """The centred moving average of ``curve`` (one value a round) at round t (1-based) over
+    the SLA's :data:`~airplan_qo.plans.sla.SMOOTHING_WINDOW` rounds: t - 1, t and t + 1."""
+    half = SMOOTHING_WINDOW // 2
+    vals = [a for a in curve[max(t - 1 - half, 0):t + half] if a is not None and math.isfinite(a)]
     return sum(vals) / len(vals) if vals else None
 
 
