@@ -34,6 +34,35 @@ def _mask(text: str) -> str:
     return re.sub(r'"planning_time_ms": [0-9.e+-]+', '"planning_time_ms": "<ms>"', text)
 
 
+#: A number as EXPLAIN prints it (text) or json.dumps writes it.
+_NUMBER = re.compile(r"-?\d+(?:\.(\d+))?(?:[eE][-+]?\d+)?")
+
+
+def _same_figures(got: str, want: str) -> bool:
+    """``got`` reads as ``want``: the same words, each integer the same and each decimal
+    fraction equal up to one unit in its last printed digit or 1e-9 relative. The figures come from eigensolvers and fits whose last
+    bits differ between numpy/scipy builds and processors (a JSON fixture's 11th digit did), so
+    an exact comparison would test the platform, not the planner."""
+    if _NUMBER.sub("#", got) != _NUMBER.sub("#", want):
+        return False
+    for g, w in zip(_NUMBER.finditer(got), _NUMBER.finditer(want)):
+        a, b = float(g.group()), float(w.group())
+        decimals = len(w.group(1) or "") if "e" not in w.group().lower() else None
+        unit = 10.0 ** -decimals if decimals else 0.0
+        if abs(a - b) > max(unit, 1e-9 * max(abs(a), abs(b))):
+            return False
+    return True
+
+
+def test_same_figures_reads_numbers_to_their_printed_digits():
+    assert _same_figures("p=0.91262055346 rounds=28", "p=0.91262055427 rounds=28")
+    assert _same_figures("cost=100.01", "cost=100.02")
+    assert not _same_figures("cost=100.04", "cost=100.02")
+    assert not _same_figures("rounds=29", "rounds=28")
+    assert not _same_figures("plan=ring", "plan=torus")
+    assert not _same_figures("a=1.5e-03", "a=1.6e-03")
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 @pytest.mark.parametrize("fmt", ["text", "json"])
 def test_golden(name, fmt, tmp_path):
@@ -44,7 +73,8 @@ def test_golden(name, fmt, tmp_path):
     path = GOLDEN / f"{name}.{'txt' if fmt == 'text' else 'json'}"
     if REGEN or not path.exists():
         path.write_text(out + "\n")
-    assert out + "\n" == path.read_text()
+    want = path.read_text()
+    assert _same_figures(out + "\n", want), (out, want)
 
 
 def test_json_shape(tmp_path):
