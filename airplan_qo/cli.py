@@ -321,10 +321,18 @@ def _relaunch(argv: list[str], ranks: int) -> int:
             rest.append(token)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            "--nproc-per-node", str(ranks), "-m", "airplan_qo", *rest]
+    proc = subprocess.Popen(cmd)
     try:
-        return subprocess.run(cmd).returncode
+        return proc.wait()
     except KeyboardInterrupt:
-        # the processes got the interrupt too: rank 0 records the execution as aborted
+        # the launcher and the ranks got the interrupt too: rank 0 records the execution as
+        # aborted; wait for them, so that the prompt returns with the catalog written (a second
+        # Ctrl-C stops waiting: the launcher then terminates the ranks)
+        try:
+            proc.wait()
+        except KeyboardInterrupt:
+            proc.terminate()
+            proc.wait()
         return 130
 
 

@@ -531,6 +531,81 @@ def test_cli_ranks_option_trains_like_one_process(tmp_path):
     assert refused.returncode == 2 and "--ranks" in refused.stderr
 
 
+#: Loaded by every Python process of a test through PYTHONPATH: rank 0 of a torchrun job marks
+#: a file once it has trained round ``AIRPLAN_TEST_MARK_AT``, so the test knows when to press
+#: Ctrl-C.
+_MARK_HOOK = """
+import os
+if os.environ.get("RANK") == "0" and os.environ.get("AIRPLAN_TEST_MARK_AT"):
+    from airplan_qo.runtime import engine
+    at, original = int(os.environ["AIRPLAN_TEST_MARK_AT"]), engine.Trainer.step
+
+    def step(self, *args, **kwargs):
+        row = original(self, *args, **kwargs)
+        if self.round == at:
+            open(os.environ["AIRPLAN_TEST_MARK_FILE"], "w").close()
+        return row
+
+    engine.Trainer.step = step
+"""
+
+
+def test_ctrl_c_under_ranks_records_aborted_and_resumes_like_one_process(tmp_path):
+    """A terminal's Ctrl-C (SIGINT to the whole foreground process group: ``airplan``, torch's
+    launcher and both ranks) during ``airplan sql --ranks 2 "TRAIN ..."``: the command exits
+    130, rank 0 has recorded the execution ``aborted`` with a checkpoint, every process has
+    exited, and ``airplan resume --ranks 2`` finishes it with the rounds an uninterrupted
+    one-process run records."""
+    import signal
+    import time
+
+    statement = ("TRAIN digits ON 6 CLIENTS WITH (rounds = 30, snr_db = 5, dropout = 0.2) "
+                 "USING TOPOLOGY ring SLA accuracy >= 0.99 FALLBACK COMPLETE")
+    one, two = tmp_path / "one.duckdb", tmp_path / "two.duckdb"
+    _cli(["sql", "--catalog", str(one), "--quiet", statement], tmp_path)
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(_MARK_HOOK)
+    mark = tmp_path / "mark"
+    env = _env(AIRPLAN_BACKEND="gloo", AIRPLAN_TEST_MARK_AT="12",
+               AIRPLAN_TEST_MARK_FILE=str(mark))
+    env["PYTHONPATH"] = os.pathsep.join([str(hook), env["PYTHONPATH"]])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "airplan_qo", "sql", "--ranks", "2", "--catalog", str(two),
+         "--quiet", statement], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 300
+    while not mark.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert mark.exists(), "rank 0 never trained round 12"
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, out[-2000:] + err[-3000:]
+    assert "resume with: airplan resume 1" in err
+    while time.monotonic() < deadline:      # the ranks leave the group after the launcher
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("a process of the interrupted run is still running")
+
+    from airplan_qo.catalog.store import Catalog
+
+    with Catalog.open(two, read_only=True) as cat:
+        [row] = cat.query("SELECT status, actual_rounds, checkpoint_path FROM "
+                          "airplan.executions")
+    assert row["status"] == "aborted" and 12 <= row["actual_rounds"] < 30
+    # the round it stopped at, or the periodic one (every 10 rounds) where the launcher's own
+    # SIGINT, a second interrupt, stopped a rank at once
+    assert 10 <= read(row["checkpoint_path"])["round"] <= row["actual_rounds"]
+    done = _cli(["resume", "--catalog", str(two), "--ranks", "2", "--quiet", "1"], tmp_path)
+    assert "execution 1: succeeded after 30 rounds" in done.stdout
+    rows = _round_stats(one)
+    assert len(rows) == 30 and _round_stats(two) == rows
+
+
 def test_shares_are_refused_by_the_memory_they_share():
     """Every rank gathers every share and decides the same: the ranks on one host are summed
     against that host's memory (one GPU's for CUDA), a split share (a block of 500 and 2
