@@ -307,10 +307,15 @@ def _positive_int(text: str) -> int:
 
 
 def _relaunch(argv: list[str], ranks: int) -> int:
-    """Run ``argv`` (without ``--ranks``) as ``ranks`` processes under torch's launcher
-    (``python -m torch.distributed.run --standalone``) and return its exit status."""
-    import subprocess
+    """Run ``argv`` (without ``--ranks``) as ``ranks`` processes under torch's launcher, as
+    ``torchrun --standalone --nproc-per-node RANKS -m airplan_qo ...`` would, in this process,
+    and return rank 0's exit status.
 
+    The launcher starts each rank in a session of its own, so a terminal's Ctrl-C (or a SIGTERM
+    to this process) reaches the ranks once, passed on by the launcher: they stop together at
+    the end of the round, rank 0 records the execution ``aborted``, and this returns 130 once
+    they are gone, quietly (the launcher's own report of the signal is left out; the ranks said
+    what happened)."""
     rest, skip = [], False
     for token in argv:
         if skip:
@@ -319,21 +324,25 @@ def _relaunch(argv: list[str], ranks: int) -> int:
             skip = True
         elif not token.startswith("--ranks="):
             rest.append(token)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           "--nproc-per-node", str(ranks), "-m", "airplan_qo", *rest]
-    proc = subprocess.Popen(cmd)
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import parse_args, run
+
+    launcher = logging.getLogger("torch.distributed.elastic")
+    level = launcher.level
+    launcher.setLevel(logging.CRITICAL)
     try:
-        return proc.wait()
-    except KeyboardInterrupt:
-        # the launcher and the ranks got the interrupt too: rank 0 records the execution as
-        # aborted; wait for them, so that the prompt returns with the catalog written (a second
-        # Ctrl-C stops waiting: the launcher then terminates the ranks)
-        try:
-            proc.wait()
-        except KeyboardInterrupt:
-            proc.terminate()
-            proc.wait()
+        run(parse_args(["--standalone", "--nproc-per-node", str(ranks), "-m", "airplan_qo",
+                        *rest]))
+        return 0
+    except SignalException:
         return 130
+    except ChildFailedError as exc:
+        first = exc.failures.get(0) or next(iter(exc.failures.values()))
+        code = int(first.exitcode)
+        return code if code >= 0 else 128 - code     # killed by signal N: 128 + N
+    finally:
+        launcher.setLevel(level)
 
 
 def _device_flag(p: argparse.ArgumentParser, text: str) -> None:
@@ -634,15 +643,45 @@ def main(argv: Sequence[str] | None = None) -> int:
     notes = _Notes(logging.WARNING)
     logger.addHandler(notes)
     try:
-        from .runtime import distributed_launch
+        with _terminate_as_interrupt():
+            from .runtime import distributed_launch
 
-        if distributed_launch():
-            # started by torchrun as one of several processes: rank 0 runs the command, the
-            # others train their share of the clients (docs/runtime.md, Several processes)
-            return _distributed(argv)
-        return _main(argv)
+            if distributed_launch():
+                # started by torchrun as one of several processes: rank 0 runs the command,
+                # the others train their share of the clients (docs/runtime.md, Several
+                # processes)
+                return _distributed(argv)
+            return _main(argv)
     finally:
         logger.removeHandler(notes)
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt():
+    """While a command runs, SIGTERM (``kill``, ``timeout``, a batch scheduler, torch's launcher
+    stopping its processes) does what Ctrl-C does: a training run stops at the end of its round
+    with a checkpoint and is recorded ``aborted`` (a second signal of either kind stops it at
+    once), where the default would end the process without a word (docs/runtime.md,
+    Recovery). Main thread only; the previous handler is put back afterwards."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handle(signum: int, frame: Any) -> None:
+        current = signal.getsignal(signal.SIGINT)
+        if callable(current):
+            current(signal.SIGINT, frame)
+        else:
+            raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, handle)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 def _distributed(argv: Sequence[str] | None) -> int:

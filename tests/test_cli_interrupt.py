@@ -55,6 +55,44 @@ def test_resume_interrupted_again_exits_130(tmp_path, monkeypatch, capsys):
     assert "resume with: airplan resume 1" in err
 
 
+def test_sigterm_stops_a_run_like_ctrl_c(tmp_path):
+    """``kill`` (SIGTERM, as ``timeout`` and batch schedulers send) to ``airplan sql "TRAIN
+    ..."``: the run stops at the end of its round with a checkpoint, is recorded ``aborted``, the
+    command exits 130 naming the resume, and ``airplan resume`` finishes it."""
+    import time
+    from pathlib import Path
+
+    from airplan_qo.catalog.store import Catalog
+    from airplan_qo.runtime.checkpoint import read
+
+    catalog, mark = tmp_path / "c.duckdb", tmp_path / "mark"
+    hook = Path(__file__).parent / "fixtures" / "mark_round"
+    env = dict(os.environ, AIRPLAN_TEST_MARK_AT="4", AIRPLAN_TEST_MARK_FILE=str(mark),
+               OMP_NUM_THREADS="1")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(hook), env.get("PYTHONPATH")) if p)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "airplan_qo", "sql", "--catalog", str(catalog), "--quiet",
+         TRAIN.replace("rounds = 12", "rounds = 400")], cwd=tmp_path, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not mark.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert mark.exists(), "the run never trained round 4"
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, out[-2000:] + err[-3000:]
+    assert "resume with: airplan resume 1" in err
+    with Catalog.open(catalog, read_only=True) as cat:
+        [row] = cat.query("SELECT status, actual_rounds, checkpoint_path FROM "
+                          "airplan.executions")
+    assert row["status"] == "aborted" and 4 <= row["actual_rounds"] < 400
+    assert read(row["checkpoint_path"])["round"] == row["actual_rounds"]
+    done = subprocess.run([sys.executable, "-m", "airplan_qo", "resume", "1", "--catalog",
+                           str(catalog)], cwd=tmp_path, env=dict(os.environ),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "execution 1: succeeded" in done.stdout, done.stderr
+
+
 def test_explain_analyze_names_its_execution(tmp_path, capsys):
     catalog = str(tmp_path / "c.duckdb")
     assert main(["sql", "--catalog", catalog, "EXPLAIN ANALYZE " + TRAIN]) == 0
