@@ -643,7 +643,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     notes = _Notes(logging.WARNING)
     logger.addHandler(notes)
     try:
-        with _terminate_as_interrupt():
+        from .termination import terminate_as_interrupt
+
+        with terminate_as_interrupt():
             from .runtime import distributed_launch
 
             if distributed_launch():
@@ -654,34 +656,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _main(argv)
     finally:
         logger.removeHandler(notes)
-
-
-@contextlib.contextmanager
-def _terminate_as_interrupt():
-    """While a command runs, SIGTERM (``kill``, ``timeout``, a batch scheduler, torch's launcher
-    stopping its processes) does what Ctrl-C does: a training run stops at the end of its round
-    with a checkpoint and is recorded ``aborted`` (a second signal of either kind stops it at
-    once), where the default would end the process without a word (docs/runtime.md,
-    Recovery). Main thread only; the previous handler is put back afterwards."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handle(signum: int, frame: Any) -> None:
-        current = signal.getsignal(signal.SIGINT)
-        if callable(current):
-            current(signal.SIGINT, frame)
-        else:
-            raise KeyboardInterrupt
-
-    old = signal.signal(signal.SIGTERM, handle)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
 
 
 def _distributed(argv: Sequence[str] | None) -> int:

@@ -14,6 +14,7 @@ import sys
 from .catalog.sandbox import DEFAULT_TIMEOUT
 from .errors import AirPlanError
 from .session import connect
+from .termination import terminated
 
 HELP = """Statements end with ';' and may span lines:
   EXPLAIN [ANALYZE] [(VERBOSE, FORMAT JSON, ALTERNATIVES 3)] TRAIN digits ON 20 CLIENTS
@@ -95,9 +96,11 @@ class Shell:
                     self._print(f"error: {exc}")
                 except KeyboardInterrupt:
                     self._print("interrupted")
+                if terminated():     # SIGTERM: the statement stopped, and so does the shell
+                    break
         if save:
             save()
-        return 0
+        return 130 if terminated() else 0
 
     def _dot(self, command: str, session) -> bool:
         word, _, arg = command.partition(" ")

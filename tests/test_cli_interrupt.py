@@ -93,6 +93,33 @@ def test_sigterm_stops_a_run_like_ctrl_c(tmp_path):
     assert done.returncode == 0 and "execution 1: succeeded" in done.stdout, done.stderr
 
 
+def test_sigterm_ends_the_shell_after_the_statement_it_stopped(tmp_path):
+    """SIGTERM to ``airplan shell`` while it trains: the run is recorded ``aborted`` and the shell
+    ends (exit 130) instead of reading the next statement, as it would after a Ctrl-C."""
+    import time
+    from pathlib import Path
+
+    mark = tmp_path / "mark"
+    hook = Path(__file__).parent / "fixtures" / "mark_round"
+    env = dict(os.environ, AIRPLAN_TEST_MARK_AT="4", AIRPLAN_TEST_MARK_FILE=str(mark),
+               OMP_NUM_THREADS="1")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(hook), env.get("PYTHONPATH")) if p)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "airplan_qo", "shell", "--catalog", str(tmp_path / "c.duckdb")],
+        cwd=tmp_path, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    proc.stdin.write(TRAIN.replace("rounds = 12", "rounds = 400") + ";\n")
+    proc.stdin.flush()
+    deadline = time.monotonic() + 300
+    while not mark.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert mark.exists(), "the run never trained round 4"
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate("SELECT 'not_read' AS said;\n", timeout=300)
+    assert proc.returncode == 130, out[-2000:] + err[-3000:]
+    assert "aborted" in out and "not_read" not in out
+
+
 def test_explain_analyze_names_its_execution(tmp_path, capsys):
     catalog = str(tmp_path / "c.duckdb")
     assert main(["sql", "--catalog", catalog, "EXPLAIN ANALYZE " + TRAIN]) == 0
