@@ -734,6 +734,30 @@ def test_interrupted_parallel_evaluation_keeps_recorded_runs_and_a_rerun_continu
         assert again.summary["trained"] == 4 and again.summary["cached"] == 4
 
 
+def test_a_run_interrupted_in_the_evaluating_process_trains_no_further_run(monkeypatch):
+    """While it waits for the pool, the evaluating process trains queued runs itself; when
+    Ctrl-C (or SIGTERM) stops such a run (``aborted``), it raises KeyboardInterrupt instead of
+    going on with the queue while the signal is spent."""
+    from concurrent.futures import Future
+    from types import SimpleNamespace
+
+    from airplan_qo.evaluation import runner
+
+    trained = []
+
+    def aborted(job):
+        trained.append(job)
+        return SimpleNamespace(status="aborted"), 0.1
+
+    monkeypatch.setattr(runner, "train_here", aborted)
+    with aq.connect(":memory:") as db:
+        trainer = runner._Trainer(db, workers=2)
+        trainer.queued.extend([("first", Future()), ("second", Future())])
+        with pytest.raises(KeyboardInterrupt):
+            trainer._train_one_here()
+    assert trained == ["first"]
+
+
 DCLIQUES_GRID = """
 name = "dcliques"
 seeds = 1

@@ -364,6 +364,9 @@ class _Trainer:
                 self.here[future] = train_here(job)
                 self.times["train_s"] += time.perf_counter() - t0
                 self._span(self.here[future][1])
+                if self.here[future][0].status == "aborted":
+                    # Ctrl-C (or SIGTERM) stopped it: train no further run here
+                    raise KeyboardInterrupt
                 return True
         return False
 
