@@ -104,6 +104,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -1268,9 +1269,15 @@ def serve() -> None:
             continue
 
 
+#: What gloo says when the process at the other end of a connection is gone.
+_PEER_GONE = ("closed by peer", "reset by peer", "Broken pipe")
+
+
 def main(command: Callable[[], int]) -> int:
     """Run a CLI ``command`` under a launcher: join the group; rank 0 runs the command and
-    then releases the others, which serve it meanwhile; every rank leaves the group."""
+    then releases the others, which serve it meanwhile; every rank leaves the group. A rank
+    that loses rank 0 mid-run (rank 0 killed, or stopped at once by a second Ctrl-C) says so in
+    one line instead of the traceback of the message it was waiting for."""
     group = init()
     try:
         if group.rank == 0:
@@ -1278,7 +1285,14 @@ def main(command: Callable[[], int]) -> int:
                 return command()
             finally:
                 _send(("exit",))
-        serve()
+        try:
+            serve()
+        except RuntimeError as exc:
+            if not any(text in str(exc) for text in _PEER_GONE):
+                raise
+            print(f"airplan: rank {group.rank}: rank 0 left the run before it ended (see its "
+                  f"output for why)", file=sys.stderr)
+            return 1
         return 0
     finally:
         shutdown()

@@ -589,6 +589,41 @@ def test_ctrl_c_under_ranks_records_aborted_and_resumes_like_one_process(tmp_pat
     assert len(rows) == 30 and _round_stats(two) == rows
 
 
+def test_rank_0_killed_leaves_a_resumable_run_and_one_line_from_the_others(tmp_path):
+    """Rank 0 of ``airplan sql --ranks 2 "TRAIN ..."`` killed mid-run (SIGKILL: it writes
+    nothing): the command exits 137, rank 1 says in one line that rank 0 left (no traceback),
+    and ``airplan resume --ranks 2`` finds the execution's process gone and finishes it from
+    its last periodic checkpoint with the rounds an uninterrupted one-process run records."""
+    import signal
+    import time
+
+    statement = ("TRAIN digits ON 6 CLIENTS WITH (rounds = 30, snr_db = 5, dropout = 0.2) "
+                 "USING TOPOLOGY ring SLA accuracy >= 0.99 FALLBACK COMPLETE")
+    one, two = tmp_path / "one.duckdb", tmp_path / "two.duckdb"
+    _cli(["sql", "--catalog", str(one), "--quiet", statement], tmp_path)
+    mark = tmp_path / "mark"
+    env = _env(AIRPLAN_BACKEND="gloo", AIRPLAN_TEST_MARK_AT="12",
+               AIRPLAN_TEST_MARK_FILE=str(mark))
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tests" / "fixtures" / "mark_round"),
+                                         env["PYTHONPATH"]])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "airplan_qo", "sql", "--ranks", "2", "--catalog", str(two),
+         "--quiet", statement], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 300
+    while not mark.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert mark.exists(), "rank 0 never trained round 12"
+    os.kill(int(mark.read_text()), signal.SIGKILL)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 128 + signal.SIGKILL, out[-2000:] + err[-3000:]
+    assert "rank 1: rank 0 left the run" in err and "Traceback" not in err, err[-3000:]
+    done = _cli(["resume", "--catalog", str(two), "--ranks", "2", "--quiet", "1"], tmp_path)
+    assert "execution 1: succeeded after 30 rounds" in done.stdout
+    rows = _round_stats(one)
+    assert len(rows) == 30 and _round_stats(two) == rows
+
+
 def test_shares_are_refused_by_the_memory_they_share():
     """Every rank gathers every share and decides the same: the ranks on one host are summed
     against that host's memory (one GPU's for CUDA), a split share (a block of 500 and 2
