@@ -544,19 +544,19 @@ def _running(needle: str) -> list[str]:
     return found
 
 
-def test_ctrl_c_under_ranks_records_aborted_and_resumes_like_one_process(tmp_path):
-    """A terminal's Ctrl-C (SIGINT to the process group of ``airplan sql --ranks 2 "TRAIN
-    ..."``): the launcher passes it on to both ranks once, they stop together at the end of a
-    round with a checkpoint, rank 0 records the execution ``aborted``, the command exits 130
-    quietly once every process is gone, and ``airplan resume --ranks 2`` finishes it with the
-    rounds an uninterrupted one-process run records."""
-    import signal
+#: A run whose rounds a test compares after interrupting it: 30 rounds, none reaching the SLA.
+_INTERRUPTED = ("TRAIN digits ON 6 CLIENTS WITH (rounds = 30, snr_db = 5, dropout = 0.2) "
+                "USING TOPOLOGY ring SLA accuracy >= 0.99 FALLBACK COMPLETE")
+
+
+def _two_ranks_at_round_12(tmp_path: Path, one: Path, two: Path):
+    """Train :data:`_INTERRUPTED` in one process into ``one``, then start it under ``airplan
+    sql --ranks 2`` into ``two`` (a session of its own, as a terminal's foreground job) and
+    return (the process, the mark file holding rank 0's pid) once rank 0 has trained round 12
+    (tests/fixtures/mark_round)."""
     import time
 
-    statement = ("TRAIN digits ON 6 CLIENTS WITH (rounds = 30, snr_db = 5, dropout = 0.2) "
-                 "USING TOPOLOGY ring SLA accuracy >= 0.99 FALLBACK COMPLETE")
-    one, two = tmp_path / "one.duckdb", tmp_path / "two.duckdb"
-    _cli(["sql", "--catalog", str(one), "--quiet", statement], tmp_path)
+    _cli(["sql", "--catalog", str(one), "--quiet", _INTERRUPTED], tmp_path)
     mark = tmp_path / "mark"
     env = _env(AIRPLAN_BACKEND="gloo", AIRPLAN_TEST_MARK_AT="12",
                AIRPLAN_TEST_MARK_FILE=str(mark))
@@ -564,12 +564,25 @@ def test_ctrl_c_under_ranks_records_aborted_and_resumes_like_one_process(tmp_pat
                                          env["PYTHONPATH"]])
     proc = subprocess.Popen(
         [sys.executable, "-m", "airplan_qo", "sql", "--ranks", "2", "--catalog", str(two),
-         "--quiet", statement], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+         "--quiet", _INTERRUPTED], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + 300
     while not mark.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     assert mark.exists(), "rank 0 never trained round 12"
+    return proc, mark
+
+
+def test_ctrl_c_under_ranks_records_aborted_and_resumes_like_one_process(tmp_path):
+    """A terminal's Ctrl-C (SIGINT to the process group of ``airplan sql --ranks 2 "TRAIN
+    ..."``): the launcher passes it on to both ranks once, they stop together at the end of a
+    round with a checkpoint, rank 0 records the execution ``aborted``, the command exits 130
+    quietly once every process is gone, and ``airplan resume --ranks 2`` finishes it with the
+    rounds an uninterrupted one-process run records."""
+    import signal
+
+    one, two = tmp_path / "one.duckdb", tmp_path / "two.duckdb"
+    proc, mark = _two_ranks_at_round_12(tmp_path, one, two)
     os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 130, out[-2000:] + err[-3000:]
@@ -595,25 +608,9 @@ def test_rank_0_killed_leaves_a_resumable_run_and_one_line_from_the_others(tmp_p
     and ``airplan resume --ranks 2`` finds the execution's process gone and finishes it from
     its last periodic checkpoint with the rounds an uninterrupted one-process run records."""
     import signal
-    import time
 
-    statement = ("TRAIN digits ON 6 CLIENTS WITH (rounds = 30, snr_db = 5, dropout = 0.2) "
-                 "USING TOPOLOGY ring SLA accuracy >= 0.99 FALLBACK COMPLETE")
     one, two = tmp_path / "one.duckdb", tmp_path / "two.duckdb"
-    _cli(["sql", "--catalog", str(one), "--quiet", statement], tmp_path)
-    mark = tmp_path / "mark"
-    env = _env(AIRPLAN_BACKEND="gloo", AIRPLAN_TEST_MARK_AT="12",
-               AIRPLAN_TEST_MARK_FILE=str(mark))
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tests" / "fixtures" / "mark_round"),
-                                         env["PYTHONPATH"]])
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "airplan_qo", "sql", "--ranks", "2", "--catalog", str(two),
-         "--quiet", statement], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, start_new_session=True)
-    deadline = time.monotonic() + 300
-    while not mark.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert mark.exists(), "rank 0 never trained round 12"
+    proc, mark = _two_ranks_at_round_12(tmp_path, one, two)
     os.kill(int(mark.read_text()), signal.SIGKILL)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 128 + signal.SIGKILL, out[-2000:] + err[-3000:]
