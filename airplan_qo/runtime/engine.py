@@ -34,7 +34,7 @@ from .channel import Channel, RoundLinks, Traffic, dbm_to_watt
 from .clique_averaging import CliqueAveraging, clique_averaging_enabled
 from .compression import MASKS, k_from_ratio
 from .device import DEFAULT_DEVICE, check_device, device_name, resolve_device, to_device
-from .flat import STRATEGIES, GradientEngine, ParamLayout, chunks, client_logits, has_conv, \
+from .flat import STRATEGIES, GradientEngine, ParamLayout, chunks, client_correct, has_conv, \
     resolve_strategy, single_logits
 from .digital import TRANSPORTS, Digital
 from .federated import FEDERATED, Federated
@@ -776,9 +776,8 @@ class Trainer:
         for cs in chunks(hi - lo, self._eval_clients()):
             rows = slice(lo + cs.start, lo + cs.stop)
             for sl in chunks(xs.shape[0], _EVAL_SAMPLES):
-                logits = client_logits(self.model, self.layout, self.x[rows], xs[sl],
-                                       self.strategy)
-                correct[cs] += (logits.argmax(dim=2) == ys[sl].unsqueeze(0)).sum(dim=1)
+                correct[cs] += client_correct(self.model, self.layout, self.x[rows], xs[sl],
+                                              ys[sl], self.strategy)
         return correct, int(xs.shape[0])
 
     def _eval_clients(self) -> int:

@@ -131,3 +131,24 @@ def test_batched_strategy_refuses_resnet():
         client_gradients(build_model("resnet18", (3, 8, 8), 10), torch.zeros(1, 1),
                          torch.zeros(1, 1, 3, 8, 8), torch.zeros(1, 1, dtype=torch.long),
                          "batched")
+
+
+@pytest.mark.parametrize("name,shape", [("logistic", (60,)), ("mlp", (1, 8, 8)),
+                                        ("mlp2", (40,)), ("cnn4", (1, 8, 8))])
+def test_client_correct_counts_what_argmax_counts_ties_and_nan_included(name, shape):
+    from airplan_qo.runtime.flat import client_correct, client_logits
+    torch.manual_seed(0)
+    model = MODELS.get(name)(shape, 10)
+    layout = ParamLayout(model)
+    params = torch.randn(7, layout.d) * 0.3
+    # client 3 scores every class alike (argmax then picks class 0), client 5 is NaN
+    params[3] = 0.0
+    params[5, 0] = float("nan")
+    x = torch.randn(300, *shape)
+    y = torch.randint(0, 10, (300,))
+    y[:40] = 0
+    expected = (client_logits(model, layout, params, x, "batched").argmax(dim=2)
+                == y.unsqueeze(0)).sum(dim=1)
+    got = client_correct(model, layout, params, x, y, "batched")
+    assert got.tolist() == expected.tolist()
+    assert got[3] == int((y == 0).sum())
