@@ -24,7 +24,12 @@ tasks. Usage::
 
     python benchmarks/pooled_advisor.py hungry_onestep_mixed=mixed.duckdb \\
         hungry_tails_holdout=htails2.duckdb [--datasets mnist1d,leaf_synthetic] [--json out.json]
-        [--without-tails] [--level-holdout CATALOG,CATALOG]
+        [--without-tails] [--level-holdout CATALOG,CATALOG] [--calibration]
+
+``--calibration`` also sets every plan's planned P(meets the SLA), as the advisor planned it,
+against the share of its seed runs that reached the target, and prints the planned P of each
+task's confident oracle: whether the oracle's plans were ones the planner could have bought at
+its confidence.
 
 ``--level-holdout`` judges the tails' level model (costmodels/tail_level.py) out of sample: each
 grid is planned with the model refitted on the listed catalogs' runs less that grid's own
@@ -42,6 +47,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import attrs
+import numpy as np
 
 import airplan_qo as aq
 from airplan_qo.costmodels.tail_level import fit_level
@@ -88,6 +94,7 @@ def tasks_of(pairs: list[tuple[str, str]], datasets: set[str] | None,
             out.append({"key": f"{grid.name}: {w.key}", "grid": grid.name, "dataset": dataset,
                         "summaries": {p: s for p, s in w.summaries.items() if p in w.candidates},
                         "oracle": w.oracle, "advisor": w.before.advisor_plan,
+                        "planned_p": dict(w.pick_before.planned_p),
                         "fc": fully_connected(w.summaries)})
         print(f"{grid.name}: {len(analysis.workloads)} tasks from {catalog}", file=sys.stderr)
     return out
@@ -125,6 +132,52 @@ def judge(tasks: list[dict], plain: dict[str, str] | None = None) -> dict:
     return out
 
 
+#: Bins of the planned P(meets the SLA) in :func:`calibration`.
+P_BINS = (0.0, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0)
+
+
+def calibration(tasks: list[dict]) -> dict:
+    """Every plan of every task by its planned P(meets the SLA) (at the advisor's target, as
+    the advisor planned it): per bin, the plans, their seed runs and the share of those that
+    reached the target, and the share of the plans that reached it in every seed; and the
+    planned P of each task's confident oracle (the cheapest plan that reached the target in
+    every seed)."""
+    bins = []
+    for lo, hi in zip(P_BINS, P_BINS[1:]):
+        last = hi == P_BINS[-1]
+        sel = [s for t in tasks for label, s in t["summaries"].items()
+               if s.n_seeds and (p := t["planned_p"].get(label)) is not None
+               and lo <= p and (p <= hi if last else p < hi)]
+        if not sel:
+            continue
+        runs = sum(s.n_seeds for s in sel)
+        bins.append({"lo": lo, "hi": hi, "plans": len(sel), "seed_runs": runs,
+                     "reached": sum(s.n_reached for s in sel) / runs,
+                     "every_seed": sum(s.n_reached == s.n_seeds for s in sel) / len(sel)})
+    oracle_p = []
+    for t in tasks:
+        sure = [(s.cost, label) for label, s in t["summaries"].items()
+                if s.n_seeds and s.n_reached == s.n_seeds and s.cost > 0]
+        if sure and (p := t["planned_p"].get(min(sure)[1])) is not None:
+            oracle_p.append(p)
+    return {"bins": bins, "confident_oracle_planned_p": sorted(oracle_p)}
+
+
+def print_calibration(name: str, block: dict) -> None:
+    print(f"\n## Planned P against the seed runs: {name}\n")
+    print("| planned P | plans | seed runs | reached the target | plans reaching it in every "
+          "seed |")
+    print("|---|---|---|---|---|")
+    for b in block["bins"]:
+        print(f"| {b['lo']:.2f}-{b['hi']:.2f} | {b['plans']} | {b['seed_runs']} | "
+              f"{_fmt(b['reached'], True)} | {_fmt(b['every_seed'], True)} |")
+    ps = block["confident_oracle_planned_p"]
+    if ps:
+        print(f"\nThe confident oracle's planned P over {len(ps)} tasks: median "
+              f"{float(np.median(ps)):.2f}, at least 0.95 on {sum(p >= 0.95 for p in ps)}, "
+              f"below 0.9 on {sum(p < 0.9 for p in ps)}.")
+
+
 def _fmt(v, pct=False):
     if v is None:
         return "n/a"
@@ -155,6 +208,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="plan at this confidence instead of each grid's (the planner's 0.95)")
     ap.add_argument("--without-tails", action="store_true",
                     help="also plan each grid without mixing-only tails and judge those picks")
+    ap.add_argument("--calibration", action="store_true",
+                    help="also print every plan's planned P(meets the SLA) against the share "
+                         "of its seed runs that reached the target, per dataset")
     ap.add_argument("--level-holdout", default=None, metavar="CATALOG[,CATALOG...]",
                     help="plan each grid with the tails' level model refitted on the runs of "
                          "these catalogs less the grid's own workloads (leave one grid out)")
@@ -192,6 +248,11 @@ def main(argv: list[str] | None = None) -> int:
             result[f"grid {name}"] = judge(mine, plain)
     for name, block in result.items():
         print_table(name, block)
+    if args.calibration:
+        result["calibration"] = {"all": calibration(tasks),
+                                 **{name: calibration(mine) for name, mine in sorted(by.items())}}
+        for name, block in result["calibration"].items():
+            print_calibration(name, block)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(result, fh, indent=2)

@@ -38,6 +38,9 @@ class Pick:
     target: float
     fc_accuracy: float
     fallback: bool
+    #: every candidate's planned P(meets the SLA) at ``target``, by label (None where the
+    #: estimator predicts no distribution)
+    planned_p: Mapping[str, float | None] = attrs.field(factory=dict)
 
 
 #: The transports the runtime trains (an evaluation trains every candidate it plans); a grid
@@ -101,8 +104,10 @@ def pick(result, constants: Mapping[str, float] | None, candidates: Sequence[Any
         target = 0.95 * fc_acc
     budgets = dict(request.budgets)
     ranked = []
+    planned_p = {}
     for cand in candidates:
         e = est.estimate(ctx, cand.plan, cand.stats, target)
+        planned_p[cand.plan.label()] = e.p_meets
         cost = Cost(e, cand.cost.per_round, cand.cost.startup, result.objective,
                     tail=cand.cost.tail)
         feasible = (not (cand.pruned_reason or "").startswith("connectivity:")
@@ -113,10 +118,10 @@ def pick(result, constants: Mapping[str, float] | None, candidates: Sequence[Any
     if ranked and ranked[0][3]:
         _, cand, cost, _ = ranked[0]
         return Pick(cand.plan, cand.plan.label(), cand.plan.topology.family, cost.rounds, target,
-                    fc_acc, False)
+                    fc_acc, False, planned_p)
     e = est.estimate(ctx, fc_candidate.plan, fc_candidate.stats, target)
     return Pick(fc_candidate.plan, fc_candidate.plan.label(), "complete", e.rounds, target,
-                fc_acc, True)
+                fc_acc, True, planned_p)
 
 
 def _feasible(cost: Cost, e, sla, fc_acc: float, round_budget: int,

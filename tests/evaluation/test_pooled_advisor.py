@@ -93,3 +93,23 @@ def test_a_missing_catalog_for_the_level_holdout_is_a_one_line_error(tmp_path, c
         mod.main([f"quick={catalog}", "--level-holdout", str(tmp_path / "missing.duckdb")])
     assert exc.value.code == 2
     assert "no catalog at" in capsys.readouterr().err
+
+
+def test_calibration_bins_plans_by_planned_p_and_names_the_oracles_p():
+    mod = _module()
+    a = _task("g1: a", "mnist1d", {"complete k=1": (4, 1000.0), "b2 k=1 mix=34": (4, 100.0),
+                                   "b2 k=1 mix=2 on complete": (3, 150.0)}, "complete k=1")
+    a["planned_p"] = {"complete k=1": 1.0, "b2 k=1 mix=34": 0.72,
+                      "b2 k=1 mix=2 on complete": 0.93}
+    b = _task("g1: b", "mnist1d", {"complete k=1": (4, 900.0), "b2 k=1 mix=34": (1, 80.0)},
+              "complete k=1")
+    b["planned_p"] = {"complete k=1": 0.999, "b2 k=1 mix=34": 0.75}
+    out = mod.calibration([a, b])
+    by = {(x["lo"], x["hi"]): x for x in out["bins"]}
+    assert set(by) == {(0.7, 0.8), (0.9, 0.95), (0.99, 1.0)}
+    # the two plans at P 0.72 and 0.75: 5 of 8 seed runs, one of them in every seed
+    assert by[(0.7, 0.8)]["seed_runs"] == 8 and by[(0.7, 0.8)]["reached"] == pytest.approx(5 / 8)
+    assert by[(0.7, 0.8)]["every_seed"] == pytest.approx(0.5)
+    assert by[(0.99, 1.0)]["plans"] == 2 and by[(0.99, 1.0)]["reached"] == 1.0
+    # task a's confident oracle is Base-2 with its own tail (P 0.72), task b's the complete graph
+    assert out["confident_oracle_planned_p"] == [0.72, 0.999]
