@@ -54,7 +54,8 @@ from airplan_qo.costmodels.tail_level import fit_level
 from airplan_qo.errors import AirPlanError
 from airplan_qo.evaluation.grid import load_grid
 from airplan_qo.evaluation.harness import run_evaluation
-from airplan_qo.evaluation.metrics import best_policy, policy_plans, policy_table, seed_run_figures
+from airplan_qo.evaluation.metrics import best_policy, policy_of, policy_plans, policy_table, \
+    seed_run_figures
 from airplan_qo.evaluation.tail_level_fit import grid_workload_keys, level_fit_in_use, level_rows
 
 
@@ -141,7 +142,8 @@ def calibration(tasks: list[dict]) -> dict:
     the advisor planned it): per bin, the plans, their seed runs and the share of those that
     reached the target, and the share of the plans that reached it in every seed; and the
     planned P of each task's confident oracle (the cheapest plan that reached the target in
-    every seed)."""
+    every seed); and per fixed policy (:func:`policy_of`), its plans' mean planned P against the
+    share of their seed runs that reached the target."""
     bins = []
     for lo, hi in zip(P_BINS, P_BINS[1:]):
         last = hi == P_BINS[-1]
@@ -154,13 +156,22 @@ def calibration(tasks: list[dict]) -> dict:
         bins.append({"lo": lo, "hi": hi, "plans": len(sel), "seed_runs": runs,
                      "reached": sum(s.n_reached for s in sel) / runs,
                      "every_seed": sum(s.n_reached == s.n_seeds for s in sel) / len(sel)})
+    by_policy = defaultdict(list)
+    for t in tasks:
+        for label, s in t["summaries"].items():
+            if s.n_seeds and (p := t["planned_p"].get(label)) is not None:
+                by_policy[policy_of(label)].append((p, s))
+    policies = [{"policy": name, "plans": len(rows),
+                 "mean_planned_p": float(np.mean([p for p, _ in rows])),
+                 "reached": sum(s.n_reached for _, s in rows) / sum(s.n_seeds for _, s in rows)}
+                for name, rows in sorted(by_policy.items())]
     oracle_p = []
     for t in tasks:
         sure = [(s.cost, label) for label, s in t["summaries"].items()
                 if s.n_seeds and s.n_reached == s.n_seeds and s.cost > 0]
         if sure and (p := t["planned_p"].get(min(sure)[1])) is not None:
             oracle_p.append(p)
-    return {"bins": bins, "confident_oracle_planned_p": sorted(oracle_p)}
+    return {"bins": bins, "policies": policies, "confident_oracle_planned_p": sorted(oracle_p)}
 
 
 def print_calibration(name: str, block: dict) -> None:
@@ -171,6 +182,12 @@ def print_calibration(name: str, block: dict) -> None:
     for b in block["bins"]:
         print(f"| {b['lo']:.2f}-{b['hi']:.2f} | {b['plans']} | {b['seed_runs']} | "
               f"{_fmt(b['reached'], True)} | {_fmt(b['every_seed'], True)} |")
+    print("\n| policy (plans of every task) | plans | mean planned P | seed runs reaching the "
+          "target |")
+    print("|---|---|---|---|")
+    for row in block["policies"]:
+        print(f"| {row['policy']} | {row['plans']} | {row['mean_planned_p']:.2f} | "
+              f"{_fmt(row['reached'], True)} |")
     ps = block["confident_oracle_planned_p"]
     if ps:
         print(f"\nThe confident oracle's planned P over {len(ps)} tasks: median "

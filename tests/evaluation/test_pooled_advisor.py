@@ -111,5 +111,9 @@ def test_calibration_bins_plans_by_planned_p_and_names_the_oracles_p():
     assert by[(0.7, 0.8)]["seed_runs"] == 8 and by[(0.7, 0.8)]["reached"] == pytest.approx(5 / 8)
     assert by[(0.7, 0.8)]["every_seed"] == pytest.approx(0.5)
     assert by[(0.99, 1.0)]["plans"] == 2 and by[(0.99, 1.0)]["reached"] == 1.0
+    # per policy: Base-2 with its own tail (mix=34 in both tasks) is one policy
+    own = next(r for r in out["policies"] if r["policy"] == "b2 k=1 mix=own")
+    assert own["plans"] == 2 and own["mean_planned_p"] == pytest.approx(0.735)
+    assert own["reached"] == pytest.approx(5 / 8)
     # task a's confident oracle is Base-2 with its own tail (P 0.72), task b's the complete graph
     assert out["confident_oracle_planned_p"] == [0.72, 0.999]
