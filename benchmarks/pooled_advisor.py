@@ -27,8 +27,8 @@ tasks. Usage::
         [--without-tails] [--level-holdout CATALOG,CATALOG] [--calibration]
 
 ``--calibration`` also sets every plan's planned P(meets the SLA), as the advisor planned it,
-against the share of its seed runs that reached the target, and prints the planned P of each
-task's confident oracle: whether the oracle's plans were ones the planner could have bought at
+beside the share of its seed runs that reached the target (by bins of P and by fixed policy),
+and prints the planned P of each task's confident oracle: whether the oracle's plans were ones the planner could have bought at
 its confidence.
 
 ``--level-holdout`` judges the tails' level model (costmodels/tail_level.py) out of sample: each
@@ -54,8 +54,8 @@ from airplan_qo.costmodels.tail_level import fit_level
 from airplan_qo.errors import AirPlanError
 from airplan_qo.evaluation.grid import load_grid
 from airplan_qo.evaluation.harness import run_evaluation
-from airplan_qo.evaluation.metrics import best_policy, policy_of, policy_plans, policy_table, \
-    seed_run_figures
+from airplan_qo.evaluation.metrics import best_policy, confident_oracle, policy_of, \
+    policy_plans, policy_table, seed_run_figures
 from airplan_qo.evaluation.tail_level_fit import grid_workload_keys, level_fit_in_use, level_rows
 
 
@@ -144,12 +144,12 @@ def calibration(tasks: list[dict]) -> dict:
     planned P of each task's confident oracle (the cheapest plan that reached the target in
     every seed); and per fixed policy (:func:`policy_of`), its plans' mean planned P against the
     share of their seed runs that reached the target."""
+    planned = [(p, label, s) for t in tasks for label, s in t["summaries"].items()
+               if s.n_seeds and (p := t["planned_p"].get(label)) is not None]
     bins = []
     for lo, hi in zip(P_BINS, P_BINS[1:]):
         last = hi == P_BINS[-1]
-        sel = [s for t in tasks for label, s in t["summaries"].items()
-               if s.n_seeds and (p := t["planned_p"].get(label)) is not None
-               and lo <= p and (p <= hi if last else p < hi)]
+        sel = [s for p, _, s in planned if lo <= p and (p <= hi if last else p < hi)]
         if not sel:
             continue
         runs = sum(s.n_seeds for s in sel)
@@ -157,20 +157,14 @@ def calibration(tasks: list[dict]) -> dict:
                      "reached": sum(s.n_reached for s in sel) / runs,
                      "every_seed": sum(s.n_reached == s.n_seeds for s in sel) / len(sel)})
     by_policy = defaultdict(list)
-    for t in tasks:
-        for label, s in t["summaries"].items():
-            if s.n_seeds and (p := t["planned_p"].get(label)) is not None:
-                by_policy[policy_of(label)].append((p, s))
+    for p, label, s in planned:
+        by_policy[policy_of(label)].append((p, s))
     policies = [{"policy": name, "plans": len(rows),
                  "mean_planned_p": float(np.mean([p for p, _ in rows])),
                  "reached": sum(s.n_reached for _, s in rows) / sum(s.n_seeds for _, s in rows)}
                 for name, rows in sorted(by_policy.items())]
-    oracle_p = []
-    for t in tasks:
-        sure = [(s.cost, label) for label, s in t["summaries"].items()
-                if s.n_seeds and s.n_reached == s.n_seeds and s.cost > 0]
-        if sure and (p := t["planned_p"].get(min(sure)[1])) is not None:
-            oracle_p.append(p)
+    oracle_p = [p for t in tasks if (label := confident_oracle(t["summaries"])) is not None
+                and (p := t["planned_p"].get(label)) is not None]
     return {"bins": bins, "policies": policies, "confident_oracle_planned_p": sorted(oracle_p)}
 
 

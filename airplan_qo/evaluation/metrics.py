@@ -491,6 +491,14 @@ def assign_folds(keys: Sequence[str], folds: int, seed: int,
     return out
 
 
+def confident_oracle(by_plan: Mapping[str, PlanSummary]) -> str | None:
+    """The label of the cheapest measured plan that reached the target in every seed (None
+    where every plan misses in some seed)."""
+    sure = [(s.cost, label) for label, s in by_plan.items()
+            if s.n_seeds and s.n_reached == s.n_seeds and s.cost > 0]
+    return min(sure)[1] if sure else None
+
+
 def seed_run_figures(picks: Mapping[str, str],
                      summaries: Mapping[str, Mapping[str, PlanSummary]]) -> dict[str, Any]:
     """What a user of ``picks`` (workload -> plan label) sees run by run: the share of the
@@ -508,10 +516,9 @@ def seed_run_figures(picks: Mapping[str, str],
         reached += pick.n_reached
         seeds += pick.n_seeds
         always += pick.n_reached == pick.n_seeds
-        sure = [s.cost for s in by_plan.values()
-                if s.n_seeds and s.n_reached == s.n_seeds and s.cost > 0]
-        if sure:
-            ratios.append(pick.cost / min(sure))
+        sure = confident_oracle(by_plan)
+        if sure is not None:
+            ratios.append(pick.cost / by_plan[sure].cost)
     return {"workloads": sum(1 for k, lab in picks.items() if lab in summaries.get(k, {})),
             "seed_runs_reached": reached / seeds if seeds else None,
             "picks_reached_every_seed": int(always),
@@ -536,7 +543,7 @@ def stats_of(values: Iterable[float | None]) -> dict[str, Any]:
 
 
 __all__ = ["RunOutcome", "PlanSummary", "Comparison", "FamilyScore", "PairedTest",
-           "outcome_from_curve", "measured_target", "summarize", "oracle", "compare",
+           "outcome_from_curve", "measured_target", "summarize", "oracle", "confident_oracle", "compare",
            "within_noise", "policy_table", "policy_of", "policy_plans", "best_policy",
            "geometric_mean", "hindsight_pick", "noise_ceiling", "full_hindsight",
            "family_scores", "mape", "paired_test", "assign_folds", "rate", "seed_run_figures",
